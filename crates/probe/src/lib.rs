@@ -1,0 +1,4 @@
+//! probe (in progress)
+pub mod backoff;
+pub mod outcome;
+pub mod target;
