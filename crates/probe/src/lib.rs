@@ -1,4 +1,49 @@
-//! probe (in progress)
+//! `probe`: an embeddable health probe engine.
+//!
+//! The library runs health probes against targets and keeps a precomputed view of their health
+//! that a server can read without probing on request. It owns no signals, no global state and no
+//! HTTP server: callers pass a [`CancellationToken`](tokio_util::sync::CancellationToken) and
+//! read [`Engine`] snapshots.
+//!
+//! One module per concept:
+//! - [`target`]: what a target is (id, address, schedule, thresholds), validated on construction;
+//! - [`outcome`]: one probe result and the closed set of failure reasons;
+//! - [`probe`]: the small trait every probe tier implements;
+//! - [`tcp`]: the TCP connect tier;
+//! - [`state`]: the per-target health state machine (hysteresis);
+//! - [`backoff`]: jittered exponential backoff with success-rate feedback;
+//! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
+//! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs.
+//!
+//! ```no_run
+//! use probe::{Engine, EngineConfig, target::*};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cancel = CancellationToken::new();
+//! let engine = Engine::start(EngineConfig::default(), cancel.clone());
+//! engine.apply(vec![TargetSpec {
+//!     id: TargetId::new("orders-db")?,
+//!     probe: ProbeSpec::Tcp(TcpSpec::connect("127.0.0.1:5432".parse()?)),
+//!     schedule: Schedule::default(),
+//!     thresholds: Thresholds::default(),
+//! }]);
+//! let healthy = engine.readiness().ready;
+//! cancel.cancel();
+//! engine.stopped().await;
+//! # let _ = healthy; Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod backoff;
+pub mod engine;
 pub mod outcome;
+pub mod probe;
+pub mod scheduler;
+pub mod state;
 pub mod target;
+pub mod tcp;
+
+pub use engine::{Engine, EngineConfig};

@@ -106,7 +106,10 @@ impl Failure {
 
     /// Builds a failure from an I/O error, classifying it with [`FailureReason::from_io`].
     pub fn io(context: &str, err: &std::io::Error) -> Self {
-        Self::new(FailureReason::from_io(err), format_args!("{context}: {err}"))
+        Self::new(
+            FailureReason::from_io(err),
+            format_args!("{context}: {err}"),
+        )
     }
 }
 
@@ -193,6 +196,10 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), FailureReason::ALL.len());
-        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase())));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase()))
+        );
     }
 }

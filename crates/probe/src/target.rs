@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::ExponentialBackoff;
+use crate::probe::Probe;
 
 /// A target's unique id: 1 to 128 characters of `[a-z0-9._-]`.
 ///
@@ -247,6 +248,39 @@ impl TcpSpec {
 pub enum ProbeSpec {
     /// A TCP connect probe.
     Tcp(TcpSpec),
+    /// A probe supplied in code by an embedder (or a test).
+    Custom(CustomProbe),
+}
+
+/// A probe implemented in code rather than declared.
+///
+/// Two custom specs are equal only if they share the same probe instance, so re-applying the
+/// same `Arc` keeps the target's state, while a new instance restarts it.
+#[derive(Clone)]
+pub struct CustomProbe(Arc<dyn Probe>);
+
+impl CustomProbe {
+    /// Wraps a probe.
+    pub fn new(probe: Arc<dyn Probe>) -> Self {
+        Self(probe)
+    }
+
+    /// The wrapped probe.
+    pub fn probe(&self) -> &Arc<dyn Probe> {
+        &self.0
+    }
+}
+
+impl PartialEq for CustomProbe {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl fmt::Debug for CustomProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CustomProbe")
+    }
 }
 
 /// Why a [`Schedule`] or [`Thresholds`] could not be built. Each variant names one field, so a

@@ -1,0 +1,323 @@
+//! Engine and scheduler behaviour on paused tokio time, with probes driven by the test.
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use probe::engine::{Engine, EngineConfig};
+use probe::outcome::{CheckResult, Failure, FailureReason};
+use probe::probe::Probe;
+use probe::scheduler::SchedulerConfig;
+use probe::state::HealthState;
+use probe::target::{CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A probe that reports each run's start time and answers from a script (then succeeds).
+struct Scripted {
+    script: Mutex<std::collections::VecDeque<bool>>,
+    latency: Duration,
+    starts: mpsc::UnboundedSender<Instant>,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+}
+
+impl Scripted {
+    fn new(script: &[bool], latency: Duration) -> (Arc<Self>, mpsc::UnboundedReceiver<Instant>) {
+        let (starts, rx) = mpsc::unbounded_channel();
+        let probe = Arc::new(Self {
+            script: Mutex::new(script.iter().copied().collect()),
+            latency,
+            starts,
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+        });
+        (probe, rx)
+    }
+}
+
+#[async_trait::async_trait]
+impl Probe for Scripted {
+    async fn check(&self, _timeout: Duration) -> CheckResult {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        let _ = self.starts.send(Instant::now());
+        tokio::time::sleep(self.latency).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let ok = self.script.lock().unwrap().pop_front().unwrap_or(true);
+        if ok {
+            Ok(())
+        } else {
+            Err(Failure::new(FailureReason::Refused, "scripted failure"))
+        }
+    }
+}
+
+fn target(
+    id: &str,
+    probe: Arc<dyn Probe>,
+    interval: Duration,
+    jitter: f64,
+    rise: u32,
+    fall: u32,
+) -> TargetSpec {
+    TargetSpec {
+        id: TargetId::new(id).unwrap(),
+        probe: ProbeSpec::Custom(CustomProbe::new(probe)),
+        schedule: Schedule::try_new(interval, interval / 2, jitter, None, None, Some(0.0)).unwrap(),
+        thresholds: Thresholds {
+            rise: NonZeroU32::new(rise).unwrap(),
+            fall: NonZeroU32::new(fall).unwrap(),
+        },
+    }
+}
+
+fn start(max_in_flight: usize) -> (Engine, CancellationToken) {
+    let cancel = CancellationToken::new();
+    let config = EngineConfig {
+        scheduler: SchedulerConfig {
+            max_in_flight: NonZeroUsize::new(max_in_flight).unwrap(),
+            min_workers: 2,
+            worker_idle: Duration::from_secs(30),
+        },
+        history: 32,
+    };
+    (Engine::start(config, cancel.clone()), cancel)
+}
+
+fn id(s: &str) -> TargetId {
+    TargetId::new(s).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn hysteresis_needs_exactly_fall_failures_and_rise_successes() {
+    let (engine, cancel) = start(8);
+    let script = [true, true, false, false, false, false, true, true];
+    // The probe takes 1 ms, so the test reads the status while run n+1 is in flight: after run n
+    // was recorded and before run n+1 is.
+    let (probe, mut starts) = Scripted::new(&script, Duration::from_millis(1));
+    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 2, 3)]);
+    let mut states = Vec::new();
+    for _ in 0..=script.len() {
+        starts.recv().await.unwrap();
+        states.push(engine.status(&id("db")).unwrap().state);
+    }
+    use HealthState::*;
+    assert_eq!(
+        states,
+        [Probing, Probing, Up, Up, Up, Down, Down, Down, Up],
+        "states seen before each run"
+    );
+    let status = engine.status(&id("db")).unwrap();
+    assert_eq!(status.transitions, 3, "each transition counted once");
+    assert_eq!(status.history.len(), script.len());
+    assert_eq!(
+        status.last_failure.map(|f| f.reason),
+        Some(FailureReason::Refused)
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_drift_over_a_hundred_intervals() {
+    let (engine, cancel) = start(8);
+    let interval = Duration::from_secs(10);
+    let jitter = 0.2;
+    // Slow probes must not push the schedule: 300 ms latency per run.
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(300));
+    engine.apply(vec![target("t", probe, interval, jitter, 1, 1)]);
+    let first = starts.recv().await.unwrap();
+    for k in 1..=100u32 {
+        let at = starts.recv().await.unwrap();
+        let grid = first + interval * k;
+        let window = interval.mul_f64(jitter);
+        assert!(
+            at + window > grid && at < grid + window,
+            "run {k} at {:?} after the first; grid says {:?} +- {window:?}",
+            at - first,
+            interval * k
+        );
+    }
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_offsets_spread_over_the_interval() {
+    const TARGETS: usize = 1000;
+    let (engine, cancel) = start(64);
+    let t0 = Instant::now();
+    let interval = Duration::from_secs(10);
+    let (probe, mut starts) = Scripted::new(&[], Duration::ZERO);
+    let specs = (0..TARGETS)
+        .map(|i| target(&format!("target-{i}"), probe.clone(), interval, 0.0, 1, 1))
+        .collect();
+    engine.apply(specs);
+    let mut buckets = [0usize; 10];
+    for _ in 0..TARGETS {
+        let at = starts.recv().await.unwrap();
+        let tenth = ((at - t0).as_secs_f64() / interval.as_secs_f64() * 10.0) as usize;
+        buckets[tenth.min(9)] += 1;
+    }
+    let mean = TARGETS / 10;
+    assert!(
+        buckets.iter().all(|&b| b <= 2 * mean && b > 0),
+        "first starts per tenth of the interval: {buckets:?}"
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_flight_is_capped_and_workers_shrink_back() {
+    const CAP: usize = 4;
+    let (engine, cancel) = start(CAP);
+    let interval = Duration::from_secs(10);
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_secs(4));
+    let specs: Vec<_> = (0..40)
+        .map(|i| target(&format!("slow-{i}"), probe.clone(), interval, 0.0, 1, 1))
+        .collect();
+    engine.apply(specs);
+    // Every target still gets its turn.
+    for _ in 0..40 {
+        starts.recv().await.unwrap();
+    }
+    assert_eq!(probe.max_running.load(Ordering::SeqCst), CAP);
+    assert!(engine.scheduler().workers() <= CAP);
+
+    // With nothing to do, the pool returns to its minimum after the idle timeout.
+    engine.apply(Vec::new());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(engine.scheduler().workers(), 2);
+    cancel.cancel();
+    engine.stopped().await;
+    assert_eq!(engine.scheduler().workers(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pool_grows_with_the_backlog() {
+    let (engine, cancel) = start(64);
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_secs(2));
+    // All ten land in the same tenth of a second; each probe takes 2 s.
+    let specs: Vec<_> = (0..10)
+        .map(|i| {
+            let mut t = target(
+                &format!("burst-{i}"),
+                probe.clone(),
+                Duration::from_secs(10),
+                0.0,
+                1,
+                1,
+            );
+            t.schedule = Schedule::try_new(
+                Duration::from_millis(100),
+                Duration::from_millis(50),
+                0.0,
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+            t
+        })
+        .collect();
+    engine.apply(specs);
+    for _ in 0..10 {
+        starts.recv().await.unwrap();
+    }
+    assert_eq!(
+        probe.max_running.load(Ordering::SeqCst),
+        10,
+        "all ran at once"
+    );
+    assert!(engine.scheduler().workers() >= 10);
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn adding_and_removing_one_target_leaves_the_others_alone() {
+    let (engine, cancel) = start(8);
+    let interval = Duration::from_secs(1);
+    let (stay, mut stay_starts) = Scripted::new(&[], Duration::ZERO);
+    let (gone, mut gone_starts) = Scripted::new(&[], Duration::ZERO);
+    let stay_spec = target("stay", stay, interval, 0.0, 2, 2);
+    let gone_spec = target("gone", gone, interval, 0.0, 2, 2);
+    engine.apply(vec![stay_spec.clone(), gone_spec]);
+    for _ in 0..6 {
+        stay_starts.recv().await.unwrap();
+    }
+    gone_starts.recv().await.unwrap();
+    let before = engine.status(&id("stay")).unwrap();
+    assert_eq!(before.state, HealthState::Up);
+
+    let (added, mut added_starts) = Scripted::new(&[], Duration::ZERO);
+    let diff = engine.apply(vec![
+        stay_spec.clone(),
+        target("added", added, interval, 0.0, 2, 2),
+    ]);
+    assert_eq!(diff.added, [id("added")]);
+    assert_eq!(diff.removed, [id("gone")]);
+    assert_eq!(diff.unchanged, 1);
+    assert!(engine.status(&id("gone")).is_none());
+    added_starts.recv().await.unwrap();
+    for _ in 0..3 {
+        stay_starts.recv().await.unwrap();
+    }
+    let after = engine.status(&id("stay")).unwrap();
+    assert_eq!(after.state, HealthState::Up);
+    assert_eq!(after.transitions, before.transitions, "no restart");
+    assert!(
+        after.consecutive_successes >= before.consecutive_successes + 3,
+        "counters kept: {} then {}",
+        before.consecutive_successes,
+        after.consecutive_successes
+    );
+    // The removed target does not run any more.
+    while gone_starts.try_recv().is_ok() {}
+    tokio::time::sleep(interval * 5).await;
+    assert!(
+        gone_starts.try_recv().is_err(),
+        "removed target still probed"
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_counts_healthy_targets() {
+    let (engine, cancel) = start(8);
+    let (good, mut good_starts) = Scripted::new(&[], Duration::ZERO);
+    let (bad, mut bad_starts) = Scripted::new(&[false; 64], Duration::ZERO);
+    let good_spec = target("good", good, Duration::from_secs(1), 0.0, 1, 1);
+    engine.apply(vec![
+        good_spec.clone(),
+        target("bad", bad, Duration::from_secs(1), 0.0, 1, 1),
+    ]);
+    assert!(!engine.readiness().ready, "PROBING is not ready");
+    for _ in 0..3 {
+        good_starts.recv().await.unwrap();
+        bad_starts.recv().await.unwrap();
+    }
+    let r = engine.readiness();
+    assert!(!r.ready);
+    assert_eq!((r.total, r.healthy), (2, 1));
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("1 of 2 targets not healthy: bad (DOWN)")
+    );
+    // Removing the bad target makes the engine ready; the good one keeps its verdict.
+    engine.apply(vec![good_spec]);
+    let r = engine.readiness();
+    assert!(r.ready, "{r:?}");
+    assert_eq!((r.total, r.healthy), (1, 1));
+    // An empty engine is vacuously ready.
+    engine.apply(Vec::new());
+    assert_eq!(engine.readiness().total, 0);
+    assert!(engine.readiness().ready);
+    cancel.cancel();
+    engine.stopped().await;
+}
