@@ -1,1 +1,9 @@
-pub fn x() {}
+//! The probe-engine daemon as a library: YAML config, the health API and the wiring between them
+//! and the `probe` engine. The binary (`main.rs`) adds only flags, logging and signals.
+
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod api;
+pub mod config;
+pub mod daemon;

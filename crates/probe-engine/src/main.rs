@@ -1,1 +1,200 @@
-fn main() {}
+//! `probe-engine`: run the probe daemon, or check a config.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use probe::engine::EngineConfig;
+use probe::scheduler::SchedulerConfig;
+use probe_engine::daemon::{self, Daemon};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+/// Health probe engine: probes the targets declared in YAML and serves their health.
+#[derive(Parser)]
+#[command(name = "probe-engine", version, about)]
+struct Cli {
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Probe the configured targets and serve the health API.
+    Run {
+        /// A YAML file, or a directory whose *.yaml and *.yml files are merged.
+        #[arg(long, short, default_value = "probes")]
+        config: PathBuf,
+        /// Address of the health API.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: SocketAddr,
+        /// The most probes running at once.
+        #[arg(long, default_value = "4096")]
+        max_in_flight: NonZeroUsize,
+        /// Workers kept when idle.
+        #[arg(long, default_value = "4")]
+        min_workers: usize,
+        /// How long to wait for probes in flight when stopping.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        shutdown_grace: Duration,
+    },
+    /// Validate a config: exit 0 with a summary, or 1 with every error.
+    Check {
+        /// A YAML file, or a directory whose *.yaml and *.yml files are merged.
+        #[arg(long, short, default_value = "probes")]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::Run {
+            config,
+            listen,
+            max_in_flight,
+            min_workers,
+            shutdown_grace,
+        } => {
+            let engine = EngineConfig {
+                scheduler: SchedulerConfig {
+                    max_in_flight,
+                    min_workers,
+                    ..SchedulerConfig::default()
+                },
+                ..EngineConfig::default()
+            };
+            match run(config, listen, engine, shutdown_grace) {
+                Ok(code) => code,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match probe_engine::config::load(path) {
+        Ok(config) => {
+            println!(
+                "ok: {} targets in {} files ({})",
+                config.targets.len(),
+                config.files.len(),
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{} errors in {}", errors.0.len(), path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn run(
+    config: PathBuf,
+    listen: SocketAddr,
+    engine: EngineConfig,
+    grace: Duration,
+) -> anyhow::Result<ExitCode> {
+    let metrics = install_metrics()?;
+    let cancel = CancellationToken::new();
+    let daemon = match Daemon::start(config.clone(), engine, cancel.clone()) {
+        Ok(d) => d,
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{} errors in {}", errors.0.len(), config.display());
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the API to {listen}"))?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let serving = daemon.serve(listener, Some(metrics), grace);
+    tokio::pin!(serving);
+    loop {
+        tokio::select! {
+            result = &mut serving => {
+                result.context("serving the API")?;
+                break;
+            }
+            _ = hangup.recv() => {
+                tracing::info!("SIGHUP: reloading config");
+                // Errors are logged by reload; the running config stays.
+                let _ = daemon.reload();
+            }
+            _ = terminate.recv() => {
+                tracing::info!("SIGTERM: shutting down");
+                cancel.cancel();
+            }
+            _ = interrupt.recv() => {
+                tracing::info!("SIGINT: shutting down");
+                cancel.cancel();
+            }
+        }
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    const DURATION_BUCKETS: &[f64] = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    const LAG_BUCKETS: &[f64] = &[
+        0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    ];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("probe_duration_seconds".into()),
+            DURATION_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("probe_scheduler_lag_seconds".into()),
+            LAG_BUCKETS,
+        )?
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    daemon::describe_metrics();
+    Ok(handle)
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}

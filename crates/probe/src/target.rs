@@ -392,7 +392,11 @@ impl Schedule {
         if fast < Duration::from_millis(1) || fast > interval {
             return Err(ScheduleError::FastIntervalOutOfRange { fast, interval });
         }
-        let max = backoff_max.unwrap_or(interval * Self::DEFAULT_BACKOFF_FACTOR);
+        let max = backoff_max.unwrap_or_else(|| {
+            interval
+                .checked_mul(Self::DEFAULT_BACKOFF_FACTOR)
+                .unwrap_or(Duration::MAX)
+        });
         if max < interval {
             return Err(ScheduleError::BackoffMaxBelowInterval { max, interval });
         }

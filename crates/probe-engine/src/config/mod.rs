@@ -1,0 +1,963 @@
+//! The daemon's YAML configuration: which targets to probe, how and how often.
+//!
+//! A configuration is one YAML file or a directory of them (every `*.yaml` / `*.yml`, not
+//! recursive, in name order), so that teams can own one file each. Each file has this shape; the
+//! key names are a public contract:
+//!
+//! ```yaml
+//! defaults:            # optional; applies to the targets of the same file only
+//!   interval: 5s       # humantime durations
+//!   timeout: 1s
+//!   rise: 2
+//!   fall: 3
+//!   jitter: 0.1        # fraction of the interval, 0..=1
+//!   fast_interval: 2s  # default: interval / 2
+//!   backoff: { max: 20s, jitter: 0.5 }   # DOWN-state backoff; default max: 4 * interval
+//! targets:
+//!   - id: orders-db    # unique across all files, [a-z0-9._-]+
+//!     tcp:
+//!       address: 127.0.0.1:5432   # HOST:PORT or [V6]:PORT
+//!       send: "PING\r\n"          # optional bytes sent after connect (YAML escapes apply)
+//!       expect: "PONG"            # optional substring of the reply...
+//!       expect_regex: "^\\+PONG"  # ...or a regex over the reply bytes (not both)
+//!       close: reset              # reset (default) | graceful
+//!     interval: 2s                # any `defaults` key can be set per target
+//! ```
+//!
+//! A key set on a target wins over the same key in `defaults`, which wins over the built-in
+//! default (the constants on [`Schedule`] and [`Thresholds::default`]). `backoff.max` and
+//! `backoff.jitter` are merged separately.
+//!
+//! # Errors
+//!
+//! Configuration is written by people and usually fixed in one pass, so loading reports every
+//! problem it can find, each as `FILE:LINE:COL: message` pointing at the offending key or value:
+//! unknown keys (with a did-you-mean), wrong types, missing keys, invalid values, inconsistent
+//! schedules, duplicate ids across files. Only YAML syntax errors (and the parser's safety budget)
+//! stop a file at the first error, since nothing after them can be trusted.
+
+mod node;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use probe::backoff::BackoffError;
+use probe::target::{
+    Address, CloseMode, Expect, ProbeSpec, Schedule, ScheduleError, TargetId, TargetSpec, TcpSpec,
+    Thresholds,
+};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use node::{Kind, Node, Pos, Sp, collect};
+
+/// A loaded, fully validated configuration.
+///
+/// Everything in it has passed the `probe` constructors, so the scheduler can run it as is; a
+/// reload compares the new [`TargetSpec`]s with the running ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The targets of all files, in file order and then in document order.
+    pub targets: Vec<TargetSpec>,
+    /// The files that were read, in the order they were merged, for logs and reload watches.
+    pub files: Vec<PathBuf>,
+}
+
+/// One configuration problem, located so that an editor or a person can jump to it.
+///
+/// Displays as `FILE:LINE:COL: message`, the format editors and CI annotations understand. Lines
+/// and columns are 1-based; both are 0 for problems with the file as a whole (unreadable, empty
+/// directory), which display as `FILE: message`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or directory) the problem is in.
+    pub file: PathBuf,
+    /// 1-based line of the offending key or value; 0 when the whole file is concerned.
+    pub line: u64,
+    /// 1-based column of the offending key or value; 0 when the whole file is concerned.
+    pub column: u64,
+    /// What is wrong, on one line, naming the field.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file.display(),
+                self.line,
+                self.column,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Every problem found while loading, so that one run shows all of them.
+///
+/// Displays one [`ConfigError`] per line. Never empty. Errors are ordered by file (in load order),
+/// then by position.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", display_lines(.0))]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+fn display_lines(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.join("\n")
+}
+
+/// Loads a configuration file, or every `*.yaml` / `*.yml` file of a directory.
+///
+/// A directory is read non-recursively and its files are merged in name order, so the result does
+/// not depend on the file system's listing order. Each file's `defaults` apply to that file only;
+/// target ids must be unique across all files.
+///
+/// # Errors
+/// All problems found in all files: an unreadable path, a directory without YAML files, YAML
+/// syntax errors, schema and value errors, duplicate ids.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let files = list_files(path)?;
+    let outcomes = files
+        .iter()
+        .map(|file| match read_file(file) {
+            Ok(text) => parse_text(&text),
+            Err(message) => FileOutcome::failed(Pos::NONE, message),
+        })
+        .collect();
+    finish(files, outcomes)
+}
+
+/// Parses one YAML document held in memory.
+///
+/// `file` is only used to name the source in errors and in [`Config::files`]; nothing is read
+/// from disk. This is what tests, `--check` style tools and non-file sources use.
+///
+/// # Errors
+/// All problems found in the document.
+pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigErrors> {
+    finish(vec![file.to_path_buf()], vec![parse_text(text)])
+}
+
+/// The largest configuration file read; larger ones are rejected rather than parsed.
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The longest accepted duration. It keeps derived durations (`4 * interval`) far from overflow,
+/// and no health check needs to wait longer.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The probe kinds a target can have, exactly one of which it must have.
+const PROBE_KINDS: &[&str] = &["tcp"];
+
+/// The accepted `close` modes.
+const CLOSE_MODES: &[&str] = &["reset", "graceful"];
+
+/// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+// ---------------------------------------------------------------------------------------------
+// Raw schema: what the YAML may contain. Values that need validation are kept as located strings
+// and numbers, and checked afterwards so that the checks can point at them.
+
+/// The top level of a file. Only used to report unknown or mistyped top-level keys: the sections
+/// are then deserialized one by one from the tree.
+#[derive(Deserialize)]
+#[serde(rename = "document", deny_unknown_fields)]
+struct RawDocument {
+    #[serde(rename = "defaults")]
+    _defaults: Option<IgnoredAny>,
+    #[serde(rename = "targets")]
+    _targets: Option<Vec<IgnoredAny>>,
+}
+
+/// Defines a section struct with the given fields plus the schedule and threshold fields shared by
+/// `defaults` and targets, so that the two lists cannot drift apart.
+macro_rules! schedule_section {
+    ($(#[$attr:meta])* struct $name:ident { $($field:ident: $ty:ty),* $(,)? }) => {
+        $(#[$attr])*
+        struct $name {
+            $($field: $ty,)*
+            interval: Option<Sp<String>>,
+            timeout: Option<Sp<String>>,
+            rise: Option<Sp<u32>>,
+            fall: Option<Sp<u32>>,
+            jitter: Option<Sp<f64>>,
+            fast_interval: Option<Sp<String>>,
+            backoff: Option<Sp<RawBackoff>>,
+        }
+
+        impl $name {
+            fn schedule(&self) -> RawSchedule<'_> {
+                RawSchedule {
+                    interval: self.interval.as_ref(),
+                    timeout: self.timeout.as_ref(),
+                    rise: self.rise.as_ref(),
+                    fall: self.fall.as_ref(),
+                    jitter: self.jitter.as_ref(),
+                    fast_interval: self.fast_interval.as_ref(),
+                    backoff: self.backoff.as_ref(),
+                }
+            }
+        }
+    };
+}
+
+schedule_section! {
+    #[derive(Deserialize)]
+    #[serde(rename = "defaults", deny_unknown_fields)]
+    struct RawDefaults {}
+}
+
+schedule_section! {
+    #[derive(Deserialize)]
+    #[serde(rename = "target", deny_unknown_fields)]
+    struct RawTarget {
+        id: Option<Sp<String>>,
+        tcp: Option<Sp<RawTcp>>,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "backoff", deny_unknown_fields)]
+struct RawBackoff {
+    max: Option<Sp<String>>,
+    jitter: Option<Sp<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "tcp", deny_unknown_fields)]
+struct RawTcp {
+    address: Sp<String>,
+    send: Option<Sp<String>>,
+    expect: Option<Sp<String>>,
+    expect_regex: Option<Sp<String>>,
+    close: Option<Sp<String>>,
+}
+
+/// The schedule fields of a section, borrowed.
+struct RawSchedule<'a> {
+    interval: Option<&'a Sp<String>>,
+    timeout: Option<&'a Sp<String>>,
+    rise: Option<&'a Sp<u32>>,
+    fall: Option<&'a Sp<u32>>,
+    jitter: Option<&'a Sp<f64>>,
+    fast_interval: Option<&'a Sp<String>>,
+    backoff: Option<&'a Sp<RawBackoff>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation.
+
+/// Errors of one file: position and message.
+type Diags = Vec<(Pos, String)>;
+
+/// One schedule field after validation.
+#[derive(Clone, Copy, Debug, Default)]
+enum Slot<T> {
+    /// Not set here.
+    #[default]
+    Absent,
+    /// Set but invalid; already reported.
+    Invalid,
+    /// Set and valid; `key` is where it was set, for errors that involve it.
+    Set { value: T, key: Pos },
+}
+
+impl<T: Copy> Slot<T> {
+    fn or(self, fallback: Self) -> Self {
+        match self {
+            Slot::Absent => fallback,
+            set_or_invalid => set_or_invalid,
+        }
+    }
+    fn value(self) -> Option<T> {
+        match self {
+            Slot::Set { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+    fn key(self) -> Option<Pos> {
+        match self {
+            Slot::Set { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+    fn is_invalid(self) -> bool {
+        matches!(self, Slot::Invalid)
+    }
+}
+
+/// The schedule and thresholds of a section, validated field by field.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sched {
+    interval: Slot<Duration>,
+    timeout: Slot<Duration>,
+    rise: Slot<NonZeroU32>,
+    fall: Slot<NonZeroU32>,
+    jitter: Slot<f64>,
+    fast_interval: Slot<Duration>,
+    backoff_max: Slot<Duration>,
+    backoff_jitter: Slot<f64>,
+    /// Where the `backoff` key is, for backoff errors whose own field is absent.
+    backoff: Option<Pos>,
+}
+
+impl Sched {
+    fn parse(raw: &RawSchedule<'_>, diags: &mut Diags) -> Self {
+        let backoff = raw.backoff.map(|b| &b.value);
+        Self {
+            interval: duration(raw.interval, "interval", true, diags),
+            timeout: duration(raw.timeout, "timeout", true, diags),
+            rise: count(raw.rise, "rise", diags),
+            fall: count(raw.fall, "fall", diags),
+            jitter: fraction(raw.jitter, diags, |j| {
+                ScheduleError::JitterOutOfRange(j).to_string()
+            }),
+            fast_interval: duration(raw.fast_interval, "fast_interval", false, diags),
+            backoff_max: duration(
+                backoff.and_then(|b| b.max.as_ref()),
+                "backoff.max",
+                false,
+                diags,
+            ),
+            backoff_jitter: fraction(backoff.and_then(|b| b.jitter.as_ref()), diags, |j| {
+                BackoffError::JitterOutOfRange(j).to_string()
+            }),
+            backoff: raw.backoff.map(|b| b.key),
+        }
+    }
+
+    /// This section's values, falling back to `defaults` field by field.
+    fn or(self, defaults: &Self) -> Self {
+        Self {
+            interval: self.interval.or(defaults.interval),
+            timeout: self.timeout.or(defaults.timeout),
+            rise: self.rise.or(defaults.rise),
+            fall: self.fall.or(defaults.fall),
+            jitter: self.jitter.or(defaults.jitter),
+            fast_interval: self.fast_interval.or(defaults.fast_interval),
+            backoff_max: self.backoff_max.or(defaults.backoff_max),
+            backoff_jitter: self.backoff_jitter.or(defaults.backoff_jitter),
+            backoff: self.backoff.or(defaults.backoff),
+        }
+    }
+
+    fn any_invalid(&self) -> bool {
+        self.interval.is_invalid()
+            || self.timeout.is_invalid()
+            || self.rise.is_invalid()
+            || self.fall.is_invalid()
+            || self.jitter.is_invalid()
+            || self.fast_interval.is_invalid()
+            || self.backoff_max.is_invalid()
+            || self.backoff_jitter.is_invalid()
+    }
+
+    /// Builds the schedule and thresholds, reporting a cross-field error at the key that was set
+    /// (on the target, or in `defaults` when it came from there), or at `fallback`.
+    fn build(&self, fallback: Pos, diags: &mut Diags) -> Option<(Schedule, Thresholds)> {
+        if self.any_invalid() {
+            return None;
+        }
+        let schedule = Schedule::try_new(
+            self.interval.value().unwrap_or(Schedule::DEFAULT_INTERVAL),
+            self.timeout.value().unwrap_or(Schedule::DEFAULT_TIMEOUT),
+            self.jitter.value().unwrap_or(Schedule::DEFAULT_JITTER),
+            self.fast_interval.value(),
+            self.backoff_max.value(),
+            self.backoff_jitter.value(),
+        );
+        let schedule = match schedule {
+            Ok(schedule) => schedule,
+            Err(e) => {
+                let interval = self.interval.key();
+                let pos = match &e {
+                    ScheduleError::ZeroInterval | ScheduleError::Backoff(BackoffError::ZeroMin) => {
+                        interval
+                    }
+                    ScheduleError::ZeroTimeout | ScheduleError::TimeoutNotBelowInterval { .. } => {
+                        self.timeout.key().or(interval)
+                    }
+                    ScheduleError::JitterOutOfRange(_) => self.jitter.key(),
+                    ScheduleError::FastIntervalOutOfRange { .. } => {
+                        self.fast_interval.key().or(interval)
+                    }
+                    ScheduleError::BackoffMaxBelowInterval { .. }
+                    | ScheduleError::Backoff(BackoffError::MinAboveMax { .. }) => {
+                        self.backoff_max.key().or(self.backoff).or(interval)
+                    }
+                    ScheduleError::Backoff(BackoffError::JitterOutOfRange(_)) => {
+                        self.backoff_jitter.key().or(self.backoff)
+                    }
+                };
+                diags.push((pos.unwrap_or(fallback), e.to_string()));
+                return None;
+            }
+        };
+        let default = Thresholds::default();
+        let thresholds = Thresholds {
+            rise: self.rise.value().unwrap_or(default.rise),
+            fall: self.fall.value().unwrap_or(default.fall),
+        };
+        Some((schedule, thresholds))
+    }
+}
+
+fn duration(
+    raw: Option<&Sp<String>>,
+    name: &str,
+    positive: bool,
+    diags: &mut Diags,
+) -> Slot<Duration> {
+    let Some(raw) = raw else {
+        return Slot::Absent;
+    };
+    match humantime::parse_duration(raw.value.trim()) {
+        Err(e) => diags.push((
+            raw.pos,
+            format!("invalid duration {} for {name:?}: {e}", quote(&raw.value)),
+        )),
+        Ok(d) if d > MAX_DURATION => diags.push((
+            raw.pos,
+            format!(
+                "{name} must be at most {}, got {}",
+                humantime::format_duration(MAX_DURATION),
+                quote(&raw.value)
+            ),
+        )),
+        Ok(d) if positive && d.is_zero() => {
+            diags.push((raw.pos, format!("{name} must be greater than zero")));
+        }
+        Ok(value) => {
+            return Slot::Set {
+                value,
+                key: raw.key,
+            };
+        }
+    }
+    Slot::Invalid
+}
+
+fn count(raw: Option<&Sp<u32>>, name: &str, diags: &mut Diags) -> Slot<NonZeroU32> {
+    let Some(raw) = raw else {
+        return Slot::Absent;
+    };
+    match NonZeroU32::new(raw.value) {
+        Some(value) => Slot::Set {
+            value,
+            key: raw.key,
+        },
+        None => {
+            diags.push((raw.pos, format!("{name} must be at least 1")));
+            Slot::Invalid
+        }
+    }
+}
+
+fn fraction(raw: Option<&Sp<f64>>, diags: &mut Diags, message: fn(f64) -> String) -> Slot<f64> {
+    let Some(raw) = raw else {
+        return Slot::Absent;
+    };
+    if (0.0..=1.0).contains(&raw.value) {
+        Slot::Set {
+            value: raw.value,
+            key: raw.key,
+        }
+    } else {
+        diags.push((raw.pos, message(raw.value)));
+        Slot::Invalid
+    }
+}
+
+fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
+    let address = raw
+        .address
+        .value
+        .parse::<Address>()
+        .map_err(|e| diags.push((raw.address.pos, e.to_string())));
+    let send = raw.send.map(|s| s.value.into_bytes());
+    let expect = match (raw.expect, raw.expect_regex) {
+        (Some(_), Some(regex)) => {
+            diags.push((
+                regex.key,
+                r#""expect" and "expect_regex" are mutually exclusive: keep only one"#.to_owned(),
+            ));
+            Err(())
+        }
+        (Some(text), None) => Ok(Some(Expect::Contains(text.value.into_bytes()))),
+        (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map(|re| Some(Expect::Regex(re)))
+            .map_err(|e| {
+                diags.push((
+                    regex.pos,
+                    format!(
+                        "invalid regex {} for \"expect_regex\": {}",
+                        quote(&regex.value),
+                        regex_message(&e)
+                    ),
+                ));
+            }),
+        (None, None) => Ok(None),
+    };
+    let close = match raw.close {
+        None => Ok(CloseMode::default()),
+        Some(close) => match close.value.as_str() {
+            "reset" => Ok(CloseMode::Reset),
+            "graceful" => Ok(CloseMode::Graceful),
+            other => {
+                let hint = match did_you_mean(other, CLOSE_MODES.iter().copied()) {
+                    Some(best) => format!(", did you mean {best:?}?"),
+                    None => r#"; expected "reset" or "graceful""#.to_owned(),
+                };
+                diags.push((
+                    close.pos,
+                    format!("unknown close mode {} for \"close\"{hint}", quote(other)),
+                ));
+                Err(())
+            }
+        },
+    };
+    Some(TcpSpec {
+        address: address.ok()?,
+        send,
+        expect: expect.ok()?,
+        close: close.ok()?,
+    })
+}
+
+/// The one line of a regex syntax error that says what is wrong (the others draw a caret).
+fn regex_message(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("error: "))
+        .map_or_else(
+            || text.split_whitespace().collect::<Vec<_>>().join(" "),
+            str::to_owned,
+        )
+}
+
+/// A target after validation: its id (for duplicate detection, even when the rest is invalid)
+/// and its spec when everything is valid.
+struct ParsedTarget {
+    id: Option<(TargetId, Pos)>,
+    spec: Option<TargetSpec>,
+}
+
+fn parse_target(
+    node: &Node,
+    src: &str,
+    defaults: &Sched,
+    defaults_clean: bool,
+    diags: &mut Diags,
+) -> ParsedTarget {
+    let (raw, structural) = collect::<RawTarget>(node, src);
+    // Checks about what is missing or how fields combine are skipped when some field could not be
+    // read: it would silently fall back to its default and produce a misleading error.
+    let clean = structural.is_empty();
+    diags.extend(structural);
+    let Some(raw) = raw else {
+        return ParsedTarget {
+            id: None,
+            spec: None,
+        };
+    };
+
+    let label = raw.id.as_ref().map_or_else(
+        || "target".to_owned(),
+        |id| format!("target {}", quote(&id.value)),
+    );
+    let id = match &raw.id {
+        None => {
+            diags.push((node.pos, r#"missing field "id" in target"#.to_owned()));
+            None
+        }
+        Some(id) => TargetId::new(&id.value)
+            .map(|valid| (valid, id.pos))
+            .map_err(|e| diags.push((id.pos, e.to_string())))
+            .ok(),
+    };
+
+    let sched = Sched::parse(&raw.schedule(), diags).or(defaults);
+    let schedule = if clean && defaults_clean {
+        sched.build(node.pos, diags)
+    } else {
+        None
+    };
+
+    // Exactly one probe kind. A new kind is one more line here and one more field on RawTarget.
+    let mut probes: Vec<(Pos, Option<ProbeSpec>)> = Vec::new();
+    if let Some(tcp) = raw.tcp {
+        probes.push((tcp.key, parse_tcp(tcp.value, diags).map(ProbeSpec::Tcp)));
+    }
+    let probe = match probes.as_mut_slice() {
+        [] => {
+            if clean {
+                let kinds: Vec<String> = PROBE_KINDS.iter().map(|k| format!("{k:?}")).collect();
+                let hint = match kinds.as_slice() {
+                    [one] => format!("add a {one} section"),
+                    many => format!("add one of {}", many.join(", ")),
+                };
+                diags.push((node.pos, format!("{label} has no probe: {hint}")));
+            }
+            None
+        }
+        [(_, probe)] => probe.take(),
+        [_, (second, _), ..] => {
+            diags.push((
+                *second,
+                format!("{label} has more than one probe: keep only one"),
+            ));
+            None
+        }
+    };
+
+    let spec = match (&id, probe, schedule) {
+        (Some((id, _)), Some(probe), Some((schedule, thresholds))) => Some(TargetSpec {
+            id: id.clone(),
+            probe,
+            schedule,
+            thresholds,
+        }),
+        _ => None,
+    };
+    ParsedTarget { id, spec }
+}
+
+/// What parsing one file produced.
+struct FileOutcome {
+    diags: Diags,
+    targets: Vec<ParsedTarget>,
+}
+
+impl FileOutcome {
+    /// An empty document: valid, no targets.
+    fn empty() -> Self {
+        Self {
+            diags: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+
+    fn failed(pos: Pos, message: String) -> Self {
+        Self {
+            diags: vec![(pos, message)],
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// Parser options that keep hostile input cheap: bounded nesting, aliases and sizes, no
+/// includes. Duplicate keys are passed through so that they are reported per section (with the
+/// rest of the section's errors) instead of failing the whole file.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: 32,
+            max_aliases: 10_000,
+            max_anchors: 10_000,
+            max_nodes: 250_000,
+            max_total_scalar_bytes: 16 * 1024 * 1024,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 100_000,
+        },
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::PassThrough,
+        strict_booleans: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
+        with_snippet: false,
+    }
+}
+
+fn parse_text(text: &str) -> FileOutcome {
+    let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
+        Ok(Some(root)) => root,
+        Ok(None) => return FileOutcome::empty(),
+        Err(e) => {
+            let pos = e.location().map_or(Pos::NONE, |l| Pos {
+                line: l.line(),
+                column: l.column(),
+            });
+            let message = serde_saphyr::MessageFormatter::format_message(
+                &serde_saphyr::UserMessageFormatter,
+                e.without_snippet(),
+            );
+            return FileOutcome::failed(pos, format!("invalid YAML: {message}"));
+        }
+    };
+    if matches!(root.kind, Kind::Null) {
+        return FileOutcome::empty();
+    }
+
+    let (_, mut diags) = collect::<RawDocument>(&root, text);
+    let section = |name: &str| {
+        root.entries()
+            .iter()
+            .find(|(key, _)| key.text(text) == Some(name))
+            .map(|(_, value)| value)
+            .filter(|value| !matches!(value.kind, Kind::Null))
+    };
+
+    let (defaults, defaults_clean) = match section("defaults") {
+        None => (Sched::default(), true),
+        Some(node) => {
+            let (raw, structural) = collect::<RawDefaults>(node, text);
+            let clean = structural.is_empty();
+            diags.extend(structural);
+            match raw {
+                Some(raw) => (Sched::parse(&raw.schedule(), &mut diags), clean),
+                None => (Sched::default(), false),
+            }
+        }
+    };
+
+    let mut targets = Vec::new();
+    if let Some(Node {
+        kind: Kind::Seq(items),
+        ..
+    }) = section("targets")
+    {
+        for item in items {
+            targets.push(parse_target(
+                item,
+                text,
+                &defaults,
+                defaults_clean,
+                &mut diags,
+            ));
+        }
+    }
+    FileOutcome { diags, targets }
+}
+
+/// Rejects duplicate ids across all files, orders the errors and assembles the result.
+fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config, ConfigErrors> {
+    let mut first: HashMap<&TargetId, (usize, Pos)> = HashMap::new();
+    let mut duplicates = Vec::new();
+    for (index, outcome) in outcomes.iter().enumerate() {
+        for (id, pos) in outcome.targets.iter().filter_map(|t| t.id.as_ref()) {
+            match first.get(id) {
+                Some(&(first_index, first_pos)) => {
+                    let first_file = files.get(first_index).map_or(Path::new("?"), |f| f);
+                    duplicates.push((
+                        index,
+                        *pos,
+                        format!(
+                            "duplicate target id {} (first defined at {}:{}:{})",
+                            quote(id.as_str()),
+                            first_file.display(),
+                            first_pos.line,
+                            first_pos.column
+                        ),
+                    ));
+                }
+                None => {
+                    first.insert(id, (index, *pos));
+                }
+            }
+        }
+    }
+    drop(first);
+    for (index, pos, message) in duplicates {
+        if let Some(outcome) = outcomes.get_mut(index) {
+            outcome.diags.push((pos, message));
+        }
+    }
+
+    let mut errors = Vec::new();
+    for (file, outcome) in files.iter().zip(&mut outcomes) {
+        // A target is only left unbuilt because of a reported error; guard against a silent drop.
+        if outcome.diags.is_empty() && outcome.targets.iter().any(|t| t.spec.is_none()) {
+            outcome
+                .diags
+                .push((Pos::NONE, "a target could not be built".to_owned()));
+        }
+        // Stable: errors at the same position keep the order they were found in.
+        outcome.diags.sort_by_key(|(pos, _)| *pos);
+        // The same defaults error can be reached through several targets.
+        outcome.diags.dedup();
+        errors.extend(outcome.diags.drain(..).map(|(pos, message)| ConfigError {
+            file: file.clone(),
+            line: pos.line,
+            column: pos.column,
+            message: one_line(&message),
+        }));
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    let targets = outcomes
+        .into_iter()
+        .flat_map(|o| o.targets)
+        .filter_map(|t| t.spec)
+        .collect();
+    Ok(Config { targets, files })
+}
+
+fn file_error(file: &Path, message: String) -> ConfigErrors {
+    ConfigErrors(vec![ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        column: 0,
+        message: one_line(&message),
+    }])
+}
+
+/// The files to load: `path` itself, or the YAML files of the directory `path`, by name.
+fn list_files(path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
+    let metadata = fs::metadata(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    if !metadata.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries =
+        fs::read_dir(path).map_err(|e| file_error(path, format!("cannot read directory: {e}")))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| file_error(path, format!("cannot read directory: {e}")))?;
+        let file = entry.path();
+        let yaml = file
+            .extension()
+            .is_some_and(|ext| ext == "yaml" || ext == "yml");
+        // Symlinks are followed; a dangling one is kept so that reading it reports the problem.
+        if yaml && !file.is_dir() {
+            files.push(file);
+        }
+    }
+    if files.is_empty() {
+        return Err(file_error(
+            path,
+            "no *.yaml or *.yml files in this directory".to_owned(),
+        ));
+    }
+    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    Ok(files)
+}
+
+fn read_file(file: &Path) -> Result<String, String> {
+    let handle = fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+    let mut bytes = Vec::new();
+    handle
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
+        return Err(format!(
+            "file is larger than {} MiB",
+            MAX_FILE_BYTES / (1024 * 1024)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "file is not valid UTF-8 (at byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message helpers.
+
+/// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
+fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    if word.chars().count() > 64 {
+        return None;
+    }
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(word, candidate), candidate))
+        .filter(|(distance, candidate)| *distance <= (candidate.chars().count() / 3).max(1))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Edit distance counting insertions, deletions, substitutions and swaps of adjacent characters
+/// (the usual typos), case-insensitively: the optimal string alignment distance.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().flat_map(char::to_lowercase).collect();
+    let b: Vec<char> = b.chars().flat_map(char::to_lowercase).collect();
+    // d[i][j]: distance between the first i chars of a and the first j chars of b.
+    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// A user-supplied string for a message: quoted, escaped and shortened.
+fn quote(text: &str) -> String {
+    const MAX: usize = 80;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{:?}...", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
+/// Keeps a message on one line (the output is one error per line) and bounded in length.
+fn one_line(message: &str) -> String {
+    const MAX: usize = 1000;
+    let mut out = String::with_capacity(message.len().min(MAX));
+    for c in message.chars() {
+        if out.len() >= MAX {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_catch_common_typos_only() {
+        let keys = ["interval", "timeout", "send", "id", "tcp"];
+        assert_eq!(did_you_mean("intervall", keys), Some("interval"));
+        assert_eq!(did_you_mean("Timeout", keys), Some("timeout"));
+        assert_eq!(did_you_mean("sned", keys), Some("send"));
+        assert_eq!(did_you_mean("ip", keys), Some("id"));
+        assert_eq!(did_you_mean("http", keys), None);
+        assert_eq!(did_you_mean("colour", keys), None);
+        assert_eq!(did_you_mean(&"x".repeat(10_000), keys), None);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+    }
+
+    #[test]
+    fn messages_are_single_bounded_lines() {
+        assert_eq!(one_line("a\nb\tc"), "a\\nb\\tc");
+        assert!(one_line(&"é".repeat(5_000)).len() < 1_100);
+        assert_eq!(quote("a\"b"), r#""a\"b""#);
+        assert!(quote(&"ü".repeat(500)).ends_with("\"..."));
+    }
+}

@@ -1,0 +1,1005 @@
+//! The YAML configuration loader: valid documents, and the exact location and wording of every
+//! error in invalid ones.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use probe::target::{Address, CloseMode, Expect, ProbeSpec, Schedule, TcpSpec, Thresholds};
+use probe_engine::config::{self, Config, ConfigError, ConfigErrors};
+
+/// Joins lines, so that a case's line numbers are the indices (plus one) of its lines.
+fn doc(lines: &[&str]) -> String {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    text
+}
+
+fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    config::parse(Path::new("t.yaml"), text)
+}
+
+fn parse_ok(text: &str) -> Config {
+    match parse(text) {
+        Ok(config) => config,
+        Err(errors) => panic!("expected a valid document, got:\n{errors}\n--- document:\n{text}"),
+    }
+}
+
+fn tcp(config: &Config, index: usize) -> &TcpSpec {
+    match &config.targets[index].probe {
+        ProbeSpec::Tcp(tcp) => tcp,
+        other => panic!("expected a tcp probe, got {other:?}"),
+    }
+}
+
+/// An invalid document and the errors it must produce, in order: line, column, and the message
+/// (the full message, or a precise substring of it where the rest comes from another crate).
+struct Case {
+    name: &'static str,
+    yaml: &'static [&'static str],
+    errors: &'static [(u64, u64, &'static str)],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "unknown key with a suggestion",
+        yaml: &[
+            "targets:",
+            "  - id: db",
+            "    intervall: 5s",
+            "    tcp: {address: \"db:5432\"}",
+        ],
+        errors: &[(
+            3,
+            5,
+            r#"unknown field "intervall" in target, did you mean "interval"?"#,
+        )],
+    },
+    Case {
+        name: "unknown key without a close match lists the allowed keys",
+        yaml: &[
+            "targets:",
+            "  - id: db",
+            "    colour: red",
+            "    tcp: {address: \"db:1\"}",
+        ],
+        errors: &[(
+            3,
+            5,
+            r#"unknown field "colour" in target; expected one of "id", "tcp", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff""#,
+        )],
+    },
+    Case {
+        name: "one typo in each of two targets gives two errors",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    timout: 1s",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: b",
+            "    tcp:",
+            "      adress: \"b:1\"",
+        ],
+        // No extra `missing field "address"`: it is implied by the typo.
+        errors: &[
+            (
+                3,
+                5,
+                r#"unknown field "timout" in target, did you mean "timeout"?"#,
+            ),
+            (
+                7,
+                7,
+                r#"unknown field "adress" in tcp, did you mean "address"?"#,
+            ),
+        ],
+    },
+    Case {
+        name: "several structural errors in one target are all reported",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    intervall: 5s",
+            "    tcp: {address: \"a:1\"}",
+            "    rise: many",
+            "    fal: 2",
+            "    timeout: [1s]",
+        ],
+        errors: &[
+            (
+                3,
+                5,
+                r#"unknown field "intervall" in target, did you mean "interval"?"#,
+            ),
+            (
+                5,
+                11,
+                r#"invalid type for "rise": expected an integer between 0 and 4294967295, found string "many""#,
+            ),
+            (
+                6,
+                5,
+                r#"unknown field "fal" in target, did you mean "fall"?"#,
+            ),
+            (
+                7,
+                14,
+                r#"invalid type for "timeout": expected a string, found a sequence"#,
+            ),
+        ],
+    },
+    Case {
+        name: "unknown key in defaults and in backoff",
+        yaml: &[
+            "defaults:",
+            "  intrval: 5s",
+            "  backoff: {max: 20s, jiter: 0.5}",
+            "targets: []",
+        ],
+        errors: &[
+            (
+                2,
+                3,
+                r#"unknown field "intrval" in defaults, did you mean "interval"?"#,
+            ),
+            (
+                3,
+                23,
+                r#"unknown field "jiter" in backoff, did you mean "jitter"?"#,
+            ),
+        ],
+    },
+    Case {
+        name: "unknown top-level key",
+        yaml: &["target:", "  - id: a"],
+        errors: &[(
+            1,
+            1,
+            r#"unknown field "target" in document, did you mean "targets"?"#,
+        )],
+    },
+    Case {
+        name: "invalid duration",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    interval: 5 sekunden",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[(
+            3,
+            15,
+            r#"invalid duration "5 sekunden" for "interval": unknown time unit "sekunden""#,
+        )],
+    },
+    Case {
+        name: "duration without a unit",
+        yaml: &["defaults:", "  timeout: 5", "targets: []"],
+        errors: &[(
+            2,
+            12,
+            r#"invalid duration "5" for "timeout": time unit needed, for example 5sec or 5ms"#,
+        )],
+    },
+    Case {
+        name: "zero and overlong durations",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    interval: 0s",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: b",
+            "    backoff: {max: 2days}",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[
+            (3, 15, "interval must be greater than zero"),
+            (6, 20, r#"backoff.max must be at most 1day, got "2days""#),
+        ],
+    },
+    Case {
+        name: "duplicate id in one file",
+        yaml: &[
+            "targets:",
+            "  - id: db",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: db",
+            "    tcp: {address: \"a:2\"}",
+        ],
+        errors: &[(
+            4,
+            9,
+            r#"duplicate target id "db" (first defined at t.yaml:2:9)"#,
+        )],
+    },
+    Case {
+        name: "target without a probe",
+        yaml: &["targets:", "  - id: db", "    interval: 5s"],
+        errors: &[(2, 5, r#"target "db" has no probe: add a "tcp" section"#)],
+    },
+    Case {
+        name: "missing id and missing address",
+        yaml: &[
+            "targets:",
+            "  - interval: 5s",
+            "    tcp:",
+            "      send: \"x\"",
+        ],
+        errors: &[
+            (2, 5, r#"missing field "id" in target"#),
+            (4, 7, r#"missing field "address" in tcp"#),
+        ],
+    },
+    Case {
+        name: "timeout not below interval, on the target",
+        yaml: &[
+            "targets:",
+            "  - id: db",
+            "    interval: 1s",
+            "    timeout: 1s",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[(4, 5, "timeout (1s) must be less than interval (1s)")],
+    },
+    Case {
+        name: "timeout from defaults is blamed on defaults, once per distinct problem",
+        yaml: &[
+            "defaults:",
+            "  timeout: 2s",
+            "targets:",
+            "  - id: a",
+            "    interval: 2s",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: b",
+            "    interval: 1s",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: c",
+            "    interval: 1s",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[
+            (2, 3, "timeout (2s) must be less than interval (2s)"),
+            (2, 3, "timeout (2s) must be less than interval (1s)"),
+        ],
+    },
+    Case {
+        name: "bad id characters",
+        yaml: &[
+            "targets:",
+            "  - id: Orders_DB",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[(
+            2,
+            9,
+            r#"target id "Orders_DB" has character 'O'; allowed are a-z, 0-9, '.', '_' and '-'"#,
+        )],
+    },
+    Case {
+        name: "bad addresses",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    tcp: {address: localhost}",
+            "  - id: b",
+            "    tcp: {address: \"db:0\"}",
+            "  - id: c",
+            "    tcp: {address: \"d b:80\"}",
+        ],
+        errors: &[
+            (
+                3,
+                20,
+                r#"address "localhost" has no port; expected HOST:PORT or [IPV6]:PORT"#,
+            ),
+            (
+                5,
+                20,
+                r#"address "db:0" has an invalid port; expected 1-65535"#,
+            ),
+            (7, 20, r#"address "d b:80" has an invalid host"#),
+        ],
+    },
+    Case {
+        name: "rise and fall of zero, negative fall",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    rise: 0",
+            "    fall: 0",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: b",
+            "    fall: -1",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[
+            (3, 11, "rise must be at least 1"),
+            (4, 11, "fall must be at least 1"),
+            (
+                7,
+                11,
+                r#"invalid value for "fall": expected an integer between 0 and 4294967295, found integer -1"#,
+            ),
+        ],
+    },
+    Case {
+        name: "jitters out of range",
+        yaml: &[
+            "defaults:",
+            "  jitter: 1.5",
+            "  backoff: {jitter: -0.1}",
+            "targets: []",
+        ],
+        errors: &[
+            (2, 11, "jitter 1.5 is outside 0..=1"),
+            (3, 21, "backoff jitter -0.1 is outside 0..=1"),
+        ],
+    },
+    Case {
+        name: "backoff max and fast interval against the interval",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    interval: 10s",
+            "    backoff: {max: 5s}",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: b",
+            "    fast_interval: 10s",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[
+            (4, 15, "backoff max (5s) must be at least interval (10s)"),
+            (
+                7,
+                5,
+                "fast_interval (10s) must be between 1ms and interval (5s)",
+            ),
+        ],
+    },
+    Case {
+        name: "invalid regex",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    tcp:",
+            "      address: \"a:1\"",
+            "      expect_regex: \"^(PONG\"",
+        ],
+        errors: &[(
+            5,
+            21,
+            r#"invalid regex "^(PONG" for "expect_regex": unclosed group"#,
+        )],
+    },
+    Case {
+        name: "expect and expect_regex together",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    tcp:",
+            "      address: \"a:1\"",
+            "      expect: PONG",
+            "      expect_regex: PONG",
+        ],
+        errors: &[(
+            6,
+            7,
+            r#""expect" and "expect_regex" are mutually exclusive: keep only one"#,
+        )],
+    },
+    Case {
+        name: "unknown close modes",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    tcp: {address: \"a:1\", close: linger}",
+            "  - id: b",
+            "    tcp: {address: \"a:1\", close: gracefull}",
+        ],
+        errors: &[
+            (
+                3,
+                34,
+                r#"unknown close mode "linger" for "close"; expected "reset" or "graceful""#,
+            ),
+            (
+                5,
+                34,
+                r#"unknown close mode "gracefull" for "close", did you mean "graceful"?"#,
+            ),
+        ],
+    },
+    Case {
+        name: "wrong types",
+        yaml: &[
+            "targets:",
+            "  - just-a-string",
+            "  - id: a",
+            "    tcp: \"a:1\"",
+            "  - id: b",
+            "    tcp: {address: [1]}",
+            "    jitter: lots",
+        ],
+        errors: &[
+            (
+                2,
+                5,
+                r#"invalid type for target: expected a mapping, found string "just-a-string""#,
+            ),
+            (
+                4,
+                10,
+                r#"invalid type for "tcp": expected a mapping, found string "a:1""#,
+            ),
+            (
+                6,
+                20,
+                r#"invalid type for "tcp.address": expected a string, found a sequence"#,
+            ),
+            (
+                7,
+                13,
+                r#"invalid type for "jitter": expected a number, found string "lots""#,
+            ),
+        ],
+    },
+    Case {
+        name: "targets is not a sequence",
+        yaml: &["targets: {id: a}"],
+        errors: &[(
+            1,
+            10,
+            r#"invalid type for "targets": expected a sequence, found a mapping"#,
+        )],
+    },
+    Case {
+        name: "document is not a mapping",
+        yaml: &["- id: a"],
+        errors: &[(
+            1,
+            1,
+            "invalid type for document: expected a mapping, found a sequence",
+        )],
+    },
+    Case {
+        name: "duplicate key in a target",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    interval: 5s",
+            "    tcp: {address: \"a:1\"}",
+            "    interval: 6s",
+        ],
+        errors: &[(5, 5, r#"duplicate field "interval" in target"#)],
+    },
+    Case {
+        name: "YAML syntax error",
+        yaml: &["targets:", "  - id: a", "    tcp: {address: \"a:1\""],
+        errors: &[(3, 10, "invalid YAML: ")],
+    },
+    Case {
+        name: "tab indentation",
+        yaml: &["targets:", "\t- id: a"],
+        errors: &[(2, 2, "invalid YAML: tabs disallowed")],
+    },
+    Case {
+        name: "several documents in one file",
+        yaml: &["targets: []", "---", "targets: []"],
+        errors: &[(3, 1, "invalid YAML: ")],
+    },
+    Case {
+        name: "kitchen sink: every target and section reports its own errors",
+        yaml: &[
+            "defaults:",                                     // 1
+            "  interval: soon",                              // 2
+            "targets:",                                      // 3
+            "  - id: ok",                                    // 4
+            "    tcp: {address: \"a:1\"}",                   // 5
+            "  - id: Bad",                                   // 6
+            "    tcp: {address: \"a:1\", sned: x}",          // 7
+            "  - id: c",                                     // 8
+            "    rise: 0",                                   // 9
+            "    tcp: {address: nope, expect_regex: \"(\"}", // 10
+            "  - id: ok",                                    // 11
+            "    tcp: {address: \"a:1\"}",                   // 12
+        ],
+        errors: &[
+            (
+                2,
+                13,
+                r#"invalid duration "soon" for "interval": expected number at 0"#,
+            ),
+            (6, 9, r#"target id "Bad" has character 'B'"#),
+            (
+                7,
+                27,
+                r#"unknown field "sned" in tcp, did you mean "send"?"#,
+            ),
+            (9, 11, "rise must be at least 1"),
+            (10, 20, r#"address "nope" has no port"#),
+            (
+                10,
+                40,
+                r#"invalid regex "(" for "expect_regex": unclosed group"#,
+            ),
+            (
+                11,
+                9,
+                r#"duplicate target id "ok" (first defined at t.yaml:4:9)"#,
+            ),
+        ],
+    },
+];
+
+#[test]
+fn invalid_documents_report_every_error_where_it_is() {
+    assert!(CASES.len() >= 18);
+    let mut failures = Vec::new();
+    for case in CASES {
+        let text = doc(case.yaml);
+        let errors = match parse(&text) {
+            Ok(config) => {
+                failures.push(format!(
+                    "{}: parsed, with {} targets",
+                    case.name,
+                    config.targets.len()
+                ));
+                continue;
+            }
+            Err(errors) => errors.0,
+        };
+        let matches = errors.len() == case.errors.len()
+            && errors
+                .iter()
+                .zip(case.errors)
+                .all(|(got, &(line, column, message))| {
+                    got.file == Path::new("t.yaml")
+                        && got.line == line
+                        && got.column == column
+                        && got.message.contains(message)
+                });
+        if !matches {
+            let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            let want: Vec<String> = case
+                .errors
+                .iter()
+                .map(|(line, column, message)| format!("t.yaml:{line}:{column}: {message}"))
+                .collect();
+            failures.push(format!(
+                "{}:\n  got:\n    {}\n  want:\n    {}",
+                case.name,
+                got.join("\n    "),
+                want.join("\n    ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn errors_display_one_per_line_with_location() {
+    let text = doc(&[
+        "targets:",
+        "  - id: a",
+        "    intervall: 5s",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: b",
+        "    tcp: {address: \"b\"}",
+    ]);
+    let errors = parse(&text).expect_err("invalid");
+    assert_eq!(
+        errors.to_string(),
+        "t.yaml:3:5: unknown field \"intervall\" in target, did you mean \"interval\"?\n\
+         t.yaml:6:20: address \"b\" has no port; expected HOST:PORT or [IPV6]:PORT"
+    );
+    assert_eq!(
+        errors.0[0],
+        ConfigError {
+            file: "t.yaml".into(),
+            line: 3,
+            column: 5,
+            message: r#"unknown field "intervall" in target, did you mean "interval"?"#.into(),
+        }
+    );
+}
+
+#[test]
+fn control_characters_in_values_stay_on_one_line() {
+    let errors = parse("targets:\n  - id: \"a\\nb\"\n    tcp: {address: \"a:1\"}\n")
+        .expect_err("invalid id");
+    let text = errors.to_string();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.starts_with("t.yaml:2:9: target id \"a\\nb\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn defaults_apply_to_targets() {
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  interval: 10s",
+        "  timeout: 2s",
+        "  rise: 4",
+        "  fall: 5",
+        "  jitter: 0.2",
+        "  fast_interval: 3s",
+        "  backoff: { max: 60s, jitter: 0.3 }",
+        "targets:",
+        "  - id: orders-db",
+        "    tcp:",
+        "      address: 127.0.0.1:5432",
+    ]));
+    assert_eq!(config.files, vec![Path::new("t.yaml").to_path_buf()]);
+    assert_eq!(config.targets.len(), 1);
+    let target = &config.targets[0];
+    assert_eq!(target.id.as_str(), "orders-db");
+    let s = &target.schedule;
+    assert_eq!(s.interval(), Duration::from_secs(10));
+    assert_eq!(s.timeout(), Duration::from_secs(2));
+    assert_eq!(s.jitter(), 0.2);
+    assert_eq!(s.fast_interval(), Duration::from_secs(3));
+    assert_eq!(s.backoff().min(), Duration::from_secs(10));
+    assert_eq!(s.backoff().max(), Duration::from_secs(60));
+    assert_eq!(s.backoff().jitter(), 0.3);
+    assert_eq!(target.thresholds.rise.get(), 4);
+    assert_eq!(target.thresholds.fall.get(), 5);
+}
+
+#[test]
+fn target_keys_override_defaults_field_by_field() {
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  interval: 10s",
+        "  timeout: 2s",
+        "  rise: 4",
+        "  backoff: {max: 60s, jitter: 0.3}",
+        "targets:",
+        "  - id: a",
+        "    interval: 30s",
+        "    rise: 1",
+        "    fall: 7",
+        "    backoff: {jitter: 0.9}",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: b",
+        "    tcp: {address: \"b:1\"}",
+    ]));
+    let a = &config.targets[0];
+    assert_eq!(a.schedule.interval(), Duration::from_secs(30));
+    assert_eq!(a.schedule.timeout(), Duration::from_secs(2));
+    assert_eq!(a.schedule.fast_interval(), Duration::from_secs(15));
+    assert_eq!(a.schedule.backoff().max(), Duration::from_secs(60));
+    assert_eq!(a.schedule.backoff().jitter(), 0.9);
+    assert_eq!(a.thresholds.rise.get(), 1);
+    assert_eq!(a.thresholds.fall.get(), 7);
+    let b = &config.targets[1];
+    assert_eq!(b.schedule.interval(), Duration::from_secs(10));
+    assert_eq!(b.thresholds.rise.get(), 4);
+    assert_eq!(b.thresholds.fall.get(), 3);
+}
+
+#[test]
+fn built_in_defaults_when_nothing_is_set() {
+    let config = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
+    let target = &config.targets[0];
+    assert_eq!(target.schedule, Schedule::default());
+    assert_eq!(target.schedule.interval(), Schedule::DEFAULT_INTERVAL);
+    assert_eq!(target.thresholds, Thresholds::default());
+    assert_eq!(
+        tcp(&config, 0),
+        &TcpSpec::connect("a:1".parse().expect("address"))
+    );
+}
+
+#[test]
+fn tcp_section_is_fully_mapped() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: redis",
+        "    tcp:",
+        "      address: \"[::1]:6379\"",
+        "      send: \"PING\\r\\n\"",
+        "      expect: \"+PONG\"",
+        "      close: graceful",
+        "  - id: redis.regex",
+        "    tcp:",
+        "      address: cache.internal:6379",
+        "      send: \"\\x00\\t\"",
+        "      expect_regex: \"^\\\\+PO+NG\"",
+        "      close: reset",
+    ]));
+    let redis = tcp(&config, 0);
+    let v6: SocketAddr = "[::1]:6379".parse().expect("socket address");
+    assert_eq!(redis.address, Address::Socket(v6));
+    assert_eq!(redis.send.as_deref(), Some(&b"PING\r\n"[..]));
+    assert_eq!(redis.expect, Some(Expect::Contains(b"+PONG".to_vec())));
+    assert_eq!(redis.close, CloseMode::Graceful);
+
+    let regex = tcp(&config, 1);
+    assert_eq!(
+        regex.address,
+        Address::Host {
+            host: "cache.internal".into(),
+            port: 6379
+        }
+    );
+    assert_eq!(regex.send.as_deref(), Some(&b"\x00\t"[..]));
+    match &regex.expect {
+        Some(Expect::Regex(re)) => {
+            assert_eq!(re.as_str(), r"^\+PO+NG");
+            assert!(re.is_match(b"+POOONG\r\n"));
+        }
+        other => panic!("expected a regex, got {other:?}"),
+    }
+    assert_eq!(regex.close, CloseMode::Reset);
+}
+
+#[test]
+fn plain_scalars_are_read_as_strings_where_strings_are_expected() {
+    // `1234` is an integer and `true` a boolean to YAML; as an id or a payload they are text.
+    let config = parse_ok("targets:\n  - id: 1234\n    tcp: {address: \"a:1\", send: true}\n");
+    assert_eq!(config.targets[0].id.as_str(), "1234");
+    assert_eq!(tcp(&config, 0).send.as_deref(), Some(&b"true"[..]));
+}
+
+#[test]
+fn anchors_and_merge_keys_work() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: a",
+        "    tcp: &probe {address: \"a:1\", send: hi}",
+        "  - id: b",
+        "    tcp:",
+        "      <<: *probe",
+        "      address: \"b:1\"",
+    ]));
+    assert_eq!(tcp(&config, 1).send.as_deref(), Some(&b"hi"[..]));
+    assert_eq!(tcp(&config, 1).address, "b:1".parse().expect("address"));
+}
+
+#[test]
+fn empty_documents_are_valid() {
+    for text in [
+        "",
+        "# nothing yet\n",
+        "targets: []\n",
+        "targets:\n",
+        "defaults: {interval: 9s}\n",
+        "---\n",
+    ] {
+        let config = parse_ok(text);
+        assert!(config.targets.is_empty(), "{text:?}");
+    }
+}
+
+#[test]
+fn hostile_documents_fail_cleanly() {
+    let deep = format!("targets: {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
+    let bomb = doc(&[
+        "targets: []",
+        "defaults:",
+        "  jitter: &a [x, x, x, x, x, x, x, x, x, x]",
+        "  rise: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]",
+        "  fall: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]",
+        "  interval: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]",
+        "  timeout: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]",
+        "  fast_interval: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]",
+    ]);
+    let overflow = "targets:\n  - id: a\n    interval: 99999999999999999999999years\n    tcp: {address: \"a:1\"}\n";
+    let huge_int = "targets:\n  - id: a\n    rise: 999999999999999999999999999999999999999999\n    tcp: {address: \"a:1\"}\n";
+    let nan = "defaults:\n  jitter: .nan\n  backoff: {jitter: .inf}\ntargets: []\n";
+    for text in [
+        deep.as_str(),
+        bomb.as_str(),
+        overflow,
+        huge_int,
+        nan,
+        "\u{0}",
+        "targets: [\"\\ud800\"]",
+    ] {
+        let errors = parse(text).expect_err("hostile input must be rejected");
+        assert!(!errors.0.is_empty());
+    }
+
+    // Thousands of bad targets: every one reported, in bounded time.
+    let mut many = String::from("targets:\n");
+    for i in 0..2_000 {
+        many.push_str(&format!(
+            "  - id: t{i}\n    intervall: 5s\n    tcp: {{address: \"h:1\"}}\n"
+        ));
+    }
+    assert_eq!(parse(&many).expect_err("typos").0.len(), 2_000);
+
+    // A target with thousands of unknown keys: reporting stops after a bound.
+    let mut keys = String::from("targets:\n  - id: a\n");
+    for i in 0..5_000 {
+        keys.push_str(&format!("    k{i}: 1\n"));
+    }
+    let errors = parse(&keys).expect_err("unknown keys").0;
+    assert!(errors.len() < 100, "{} errors", errors.len());
+    assert!(errors.iter().any(|e| e.message.contains("too many errors")));
+}
+
+fn write(dir: &Path, name: &str, lines: &[&str]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    fs::write(&path, doc(lines)).expect("write test file");
+    path
+}
+
+#[test]
+fn a_directory_of_files_is_merged_in_name_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let b = write(
+        dir.path(),
+        "b.yml",
+        &["targets:", "  - id: b1", "    tcp: {address: \"b:1\"}"],
+    );
+    let a = write(
+        dir.path(),
+        "a.yaml",
+        &[
+            "defaults: {interval: 20s}",
+            "targets:",
+            "  - id: a1",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: a2",
+            "    tcp: {address: \"a:2\"}",
+        ],
+    );
+    // Not YAML by name, and not recursed into: both ignored even though invalid.
+    write(dir.path(), "notes.txt", &["not: [yaml"]);
+    fs::create_dir(dir.path().join("sub")).expect("subdir");
+    write(&dir.path().join("sub"), "c.yaml", &["not: [yaml"]);
+
+    let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.files, vec![a, b]);
+    let ids: Vec<&str> = config.targets.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["a1", "a2", "b1"]);
+    // Defaults stay in their file.
+    assert_eq!(
+        config.targets[0].schedule.interval(),
+        Duration::from_secs(20)
+    );
+    assert_eq!(
+        config.targets[2].schedule.interval(),
+        Schedule::DEFAULT_INTERVAL
+    );
+}
+
+#[test]
+fn a_single_file_can_be_loaded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = write(
+        dir.path(),
+        "probes.conf",
+        &["targets:", "  - id: a", "    tcp: {address: \"a:1\"}"],
+    );
+    let config = config::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.files, vec![file]);
+    assert_eq!(config.targets.len(), 1);
+}
+
+#[test]
+fn duplicate_ids_across_files_name_both_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = write(
+        dir.path(),
+        "10-db.yaml",
+        &["targets:", "  - id: db", "    tcp: {address: \"a:1\"}"],
+    );
+    let second = write(
+        dir.path(),
+        "20-more.yaml",
+        &[
+            "targets:",
+            "  - id: other",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: db",
+            "    tcp: {address: \"a:2\"}",
+        ],
+    );
+    let errors = config::load(dir.path()).expect_err("duplicate").0;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = &errors[0];
+    assert_eq!(error.file, second);
+    assert_eq!((error.line, error.column), (4, 9));
+    assert_eq!(
+        error.message,
+        format!(
+            "duplicate target id \"db\" (first defined at {}:2:9)",
+            first.display()
+        )
+    );
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("{}:4:9: ", second.display()))
+    );
+}
+
+#[test]
+fn errors_of_all_files_are_reported_in_file_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let a = write(
+        dir.path(),
+        "a.yaml",
+        &["targets:", "  - id: a", "    tcp: {adress: x}"],
+    );
+    let b = write(dir.path(), "b.yaml", &["targets: ["]);
+    let c = write(
+        dir.path(),
+        "c.yaml",
+        &[
+            "targets:",
+            "  - id: c",
+            "    timeout: 1",
+            "    tcp: {address: \"c:1\"}",
+        ],
+    );
+    let errors = config::load(dir.path()).expect_err("invalid").0;
+    let got: Vec<(&Path, u64, u64)> = errors
+        .iter()
+        .map(|e| (e.file.as_path(), e.line, e.column))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (a.as_path(), 3, 11),
+            (b.as_path(), 1, 10),
+            (c.as_path(), 3, 14)
+        ],
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn unreadable_paths_and_empty_directories_are_errors() {
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let missing = dir.path().join("missing.yaml");
+    let errors = config::load(&missing).expect_err("missing").0;
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].file, missing);
+    assert_eq!((errors[0].line, errors[0].column), (0, 0));
+    assert!(
+        errors[0].message.starts_with("cannot read: "),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0]
+            .to_string()
+            .starts_with(&format!("{}: cannot read", missing.display()))
+    );
+
+    write(dir.path(), "README.md", &["# no yaml here"]);
+    let errors = config::load(dir.path()).expect_err("no yaml files").0;
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].file, dir.path());
+    assert_eq!(
+        errors[0].message,
+        "no *.yaml or *.yml files in this directory"
+    );
+
+    let binary = dir.path().join("bad.yaml");
+    fs::write(&binary, b"targets: [\xff]\n").expect("write");
+    let errors = config::load(&binary).expect_err("not UTF-8").0;
+    assert_eq!(errors[0].file, binary);
+    assert!(
+        errors[0].message.contains("not valid UTF-8"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
+fn an_empty_file_in_a_directory_is_valid() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "empty.yaml", &[""]);
+    let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.targets.is_empty());
+    assert_eq!(config.files.len(), 1);
+}
