@@ -75,14 +75,22 @@ async fn readyz(State(state): State<ApiState>) -> Response {
 
 async fn metrics(State(state): State<ApiState>) -> Response {
     match state.metrics {
-        Some(handle) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            handle.render(),
-        )
-            .into_response(),
+        // Rendering walks every series (several per target): keep it off the async workers,
+        // which also run the probes.
+        Some(handle) => match tokio::task::spawn_blocking(move || handle.render()).await {
+            Ok(text) => (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                text,
+            )
+                .into_response(),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("rendering metrics: {e}"),
+            ),
+        },
         None => error(StatusCode::NOT_FOUND, "metrics are not enabled"),
     }
 }

@@ -119,6 +119,25 @@ impl Daemon {
     }
 }
 
+/// Folds recorded histogram samples into their buckets every `period` until cancellation.
+///
+/// The Prometheus recorder buffers raw samples until upkeep runs; without this, an unscraped
+/// daemon probing 10k targets a second would grow by megabytes a minute.
+pub async fn metrics_upkeep(handle: PrometheusHandle, period: Duration, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {
+                let handle = handle.clone();
+                // Upkeep walks every series: off the async workers.
+                let _ = tokio::task::spawn_blocking(move || handle.run_upkeep()).await;
+            }
+        }
+    }
+}
+
 /// Registers descriptions of the daemon's own metrics and the library's.
 pub fn describe_metrics() {
     probe::engine::describe_metrics();

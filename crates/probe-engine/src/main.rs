@@ -137,6 +137,11 @@ async fn run(
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::spawn(daemon::metrics_upkeep(
+        metrics.clone(),
+        Duration::from_secs(5),
+        cancel.clone(),
+    ));
     let serving = daemon.serve(listener, Some(metrics), grace);
     tokio::pin!(serving);
     loop {

@@ -38,11 +38,12 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
-    /// The scheduler's defaults and a history of 32 results (512 bytes per target).
+    /// The scheduler's defaults and a history of 16 results (256 bytes per target, which keeps
+    /// a target under 1 KiB in all).
     fn default() -> Self {
         Self {
             scheduler: SchedulerConfig::default(),
-            history: 32,
+            history: 16,
         }
     }
 }
@@ -205,9 +206,8 @@ impl Engine {
             };
         }
         const NAMED: usize = 5;
-        let targets: Vec<_> = read(&self.targets).values().cloned().collect();
-        let unhealthy: Vec<String> = targets
-            .iter()
+        let unhealthy: Vec<String> = read(&self.targets)
+            .values()
             .filter_map(|t| {
                 let state = t.lock().machine.state();
                 (state != HealthState::Up).then(|| format!("{} ({state})", t.spec.id))

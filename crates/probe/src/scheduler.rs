@@ -5,9 +5,10 @@
 //!   `max_in_flight` workers, so probes in flight never exceed it. Due jobs beyond that wait in a
 //!   bounded queue, and the wait shows up as scheduling lag rather than as unbounded memory.
 //! - **Elastic workers.** The pool starts at `min_workers`, grows by one whenever the queue of due
-//!   jobs is at least as long as the number of idle workers, and a worker that idles for `worker_idle` exits (down to the
-//!   minimum). A quiet engine holds a handful of tasks; a burst of slow targets gets as many as
-//!   the cap allows.
+//!   jobs is at least as long as the number of idle workers. A worker leaves when it finishes a
+//!   run while more than twice the minimum are idle, or after idling for `worker_idle` (never
+//!   below the minimum). A quiet engine holds a handful of tasks; a burst of slow targets gets
+//!   as many as the cap allows, and gives them back once served.
 //! - **No bursts.** Each target's runs sit on a grid anchored at a deterministic offset within
 //!   its interval (a hash of its id), measured from one epoch shared by all targets, so 10k
 //!   targets with the same interval start evenly spread, also after a reload. Each run then
@@ -205,24 +206,36 @@ impl Dispatcher {
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut done: mpsc::UnboundedReceiver<Done>,
     ) {
+        /// Commands handled per turn, so a flood of inserts (start-up, a large reload) cannot
+        /// hold up runs that are due, nor the other way round.
+        const COMMAND_BATCH: usize = 1024;
+        let cancelled = self.cancel.clone().cancelled_owned();
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(cancelled, timer);
         loop {
+            for _ in 0..COMMAND_BATCH {
+                match commands.try_recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(_) => break,
+                }
+            }
+            while let Ok(d) = done.try_recv() {
+                self.reschedule(d);
+            }
+            if !self.dispatch_due().await {
+                break;
+            }
             let next_due = self.heap.peek().map(|Reverse((at, _))| *at);
+            if let Some(at) = next_due {
+                timer.as_mut().reset(at);
+            }
+            // Wait for something to do; the work itself happens at the top of the loop.
             tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => break,
+                () = &mut cancelled => break,
+                () = &mut timer, if next_due.is_some() => {}
+                Some(d) = done.recv() => self.reschedule(d),
                 Some(cmd) = commands.recv() => self.command(cmd),
-                Some(d) = done.recv() => {
-                    self.reschedule(d);
-                    // Drain what else finished, so a busy pool costs one wake-up per batch.
-                    while let Ok(d) = done.try_recv() {
-                        self.reschedule(d);
-                    }
-                }
-                () = sleep_until_opt(next_due) => {
-                    if !self.dispatch_due().await {
-                        break;
-                    }
-                }
             }
         }
         // Dropping the dispatcher closes the job queue; idle workers see it and exit.
@@ -314,13 +327,6 @@ impl Dispatcher {
     }
 }
 
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// The first grid point at or after `now` for a target: `epoch + offset + k * interval`.
 fn first_anchor(epoch: Instant, now: Instant, interval: Duration, id: &TargetId) -> Instant {
     let period = interval.as_nanos().max(1);
@@ -351,10 +357,12 @@ impl Worker {
     async fn run(self) {
         let lag = metrics::histogram!("probe_scheduler_lag_seconds");
         let in_flight = metrics::gauge!("probe_in_flight");
+        let cancelled = self.cancel.clone().cancelled_owned();
+        tokio::pin!(cancelled);
         loop {
             let next = tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => break,
+                () = &mut cancelled => break,
                 next = tokio::time::timeout(self.idle, self.jobs.recv()) => next,
             };
             let dispatch = match next {
@@ -372,11 +380,17 @@ impl Worker {
             in_flight.set(self.stats.in_flight.fetch_add(1, Ordering::AcqRel) as f64 + 1.0);
             let step = dispatch.job.run().await;
             in_flight.set(self.stats.in_flight.fetch_sub(1, Ordering::AcqRel) as f64 - 1.0);
-            self.stats.idle.fetch_add(1, Ordering::AcqRel);
+            let idle = self.stats.idle.fetch_add(1, Ordering::AcqRel) + 1;
             let _ = self.done.send(Done {
                 key: dispatch.key,
                 step,
             });
+            // A burst grows the pool by its size; once the burst is served, surplus workers
+            // leave at once rather than sharing the steady load (which would keep every one of
+            // them from ever idling long enough to retire).
+            if idle > 2 * self.min_workers.max(1) && self.jobs.is_empty() && self.retire() {
+                return;
+            }
         }
         self.stats.idle.fetch_sub(1, Ordering::AcqRel);
         self.stats.workers.fetch_sub(1, Ordering::AcqRel);

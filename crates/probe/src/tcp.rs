@@ -1,8 +1,8 @@
 //! The TCP tier: a non-blocking connect, optionally a payload and an expected reply.
 //!
 //! The socket is built with socket2 so the prober controls what tokio's connect does not expose
-//! up front: `SOCK_NONBLOCK | SOCK_CLOEXEC` at creation, `TCP_NODELAY` (a `send` payload leaves at
-//! once), and `SO_LINGER 0` so closing sends a reset and leaves no `TIME_WAIT` entry on the
+//! up front: `SOCK_NONBLOCK | SOCK_CLOEXEC` at creation, `TCP_NODELAY` when there is a `send`
+//! payload (so it leaves at once; a bare connect saves the system call), and `SO_LINGER 0` so closing sends a reset and leaves no `TIME_WAIT` entry on the
 //! prober. At thousands of probes per second, `TIME_WAIT` entries would otherwise pin ephemeral
 //! ports for a minute each and eventually fail connects with `EADDRNOTAVAIL`.
 //!
@@ -75,7 +75,7 @@ impl TcpProbe {
     ) -> Result<TcpStream, Failure> {
         let mut last = None;
         for addr in addrs {
-            match connect(*addr, self.spec.close, deadline).await {
+            match connect(*addr, self.spec.close, self.spec.send.is_some(), deadline).await {
                 Ok(stream) => return Ok(stream),
                 // Out of time: trying the next address cannot succeed either.
                 Err(f) if f.reason == FailureReason::Timeout => return Err(f),
@@ -96,8 +96,9 @@ impl TcpProbe {
         let Some(expect) = &self.spec.expect else {
             return Ok(());
         };
-        let mut reply = Vec::with_capacity(256);
-        let mut chunk = [0u8; 4096];
+        // Read straight into `reply`: a buffer held across awaits would bloat every probe's
+        // (boxed) future by its size.
+        let mut reply = Vec::new();
         loop {
             if expect.matches(&reply) {
                 return Ok(());
@@ -108,13 +109,14 @@ impl TcpProbe {
                     format_args!("no match for {expect} in the first {MAX_REPLY} bytes"),
                 ));
             }
-            match timeout_at(deadline, stream.read(&mut chunk)).await {
+            reply.reserve(1024);
+            match timeout_at(deadline, stream.read_buf(&mut reply)).await {
                 Err(_) if reply.is_empty() => {
                     return Err(Failure::new(FailureReason::Timeout, "no reply in time"));
                 }
                 Err(_) => return Err(mismatch(expect, &reply, "in time")),
                 Ok(Ok(0)) => return Err(mismatch(expect, &reply, "before the peer closed")),
-                Ok(Ok(n)) => reply.extend_from_slice(&chunk[..n]),
+                Ok(Ok(_)) => {}
                 Ok(Err(err)) => return Err(Failure::io("read", &err)),
             }
         }
@@ -134,9 +136,10 @@ fn mismatch(expect: &crate::target::Expect, reply: &[u8], when: &str) -> Failure
 async fn connect(
     addr: SocketAddr,
     close: CloseMode,
+    nodelay: bool,
     deadline: Instant,
 ) -> Result<TcpStream, Failure> {
-    let stream = start_connect(addr, close).map_err(|e| Failure::io("connect", &e))?;
+    let stream = start_connect(addr, close, nodelay).map_err(|e| Failure::io("connect", &e))?;
     match timeout_at(deadline, stream.writable()).await {
         Err(_) => Err(Failure::new(
             FailureReason::Timeout,
@@ -150,13 +153,15 @@ async fn connect(
     }
 }
 
-fn start_connect(addr: SocketAddr, close: CloseMode) -> io::Result<TcpStream> {
+fn start_connect(addr: SocketAddr, close: CloseMode, nodelay: bool) -> io::Result<TcpStream> {
     let socket = Socket::new(
         Domain::for_address(addr),
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
-    socket.set_tcp_nodelay(true)?;
+    if nodelay {
+        socket.set_tcp_nodelay(true)?;
+    }
     if close == CloseMode::Reset {
         socket.set_linger(Some(Duration::ZERO))?;
     }

@@ -1,0 +1,483 @@
+//! Load harness: scheduling lag, spread and memory of the engine with 100k no-op targets.
+//!
+//! ```text
+//! cargo run --release --example scheduler_load -- [--targets 100000] [--interval-s 10]
+//!     [--intervals 3] [--jitter 0.1] [--threads 2] [--history 32] [--metrics full|lag]
+//!     [--upkeep-s 5]
+//! ```
+//!
+//! Every target runs a no-op custom probe (one shared instance that returns `Ok` at once) on a
+//! `--interval-s` schedule with `--jitter`; the fast interval is set to the interval, so a new
+//! target does not run at twice the rate while PROBING and the start rate is uniform. The harness
+//! runs for `--intervals` intervals and prints:
+//!
+//! - **lag**: `probe_scheduler_lag_seconds` (planned vs actual start of every run) rendered by the
+//!   Prometheus recorder as a summary with quantiles 0.5, 0.99, 0.999 and 1 (the max, within the
+//!   sketch's accuracy); targets p99 <= 10 ms;
+//! - **memory**: `VmRSS` from `/proc/self/status` before the engine and the specs exist, and once
+//!   every target has run at least twice (every target UP with `rise = 2`, checked after
+//!   `interval * (2 + jitter)`), divided by the target count; target <= 1024 bytes per target.
+//!   The RSS at the end is printed too. A target's result history (`--history`, 16 bytes a
+//!   result) keeps growing until it is full, so the steady-state figure is higher: run
+//!   `--intervals` above the history length to see it;
+//! - **spread**: the probe counts starts per 100 ms bucket (an atomic array indexed by
+//!   `tokio::time::Instant` since the start); the busiest bucket is compared with the mean over
+//!   the steady part (from one interval after the start to the end);
+//! - runs, and CPU seconds and microseconds per run (`/proc/self/stat`).
+//!
+//! `--metrics full` (default) installs the Prometheus recorder for every metric, configured like
+//! the daemon (per-target `probe_duration_seconds` as bucketed histograms) except that summaries
+//! are the default, so the lag renders as one; RSS then includes the per-target metric series.
+//! `--metrics lag` passes only the lag histogram to Prometheus and drops the per-target metrics,
+//! so RSS shows the engine's own footprint. Upkeep (draining histogram samples into summaries and
+//! buckets) runs every `--upkeep-s` seconds (default 5, as the exporter's own task would; 0 =
+//! never, so samples pile up until the final render, as with a recorder that nobody scrapes), on
+//! its own OS thread: with 100k per-target histograms one upkeep takes long enough (about half a
+//! second the first time) to stall the scheduler if it ran on a runtime worker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use probe::outcome::CheckResult;
+use probe::probe::Probe;
+use probe::target::{CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use probe::{Engine, EngineConfig};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "usage: scheduler_load [--targets N] [--interval-s S] [--intervals N] \
+[--jitter F] [--threads N] [--history N] [--metrics full|lag] [--upkeep-s S]";
+
+const LAG: &str = "probe_scheduler_lag_seconds";
+const BUCKET: Duration = Duration::from_millis(100);
+/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/self/stat`.
+const TICKS_PER_SEC: f64 = 100.0;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MetricsMode {
+    Full,
+    Lag,
+}
+
+struct Args {
+    targets: usize,
+    interval: Duration,
+    intervals: u32,
+    jitter: f64,
+    threads: usize,
+    history: usize,
+    metrics: MetricsMode,
+    upkeep: Option<Duration>,
+}
+
+impl Args {
+    fn parse() -> anyhow::Result<Self> {
+        let mut args = Self {
+            targets: 100_000,
+            interval: Duration::from_secs(10),
+            intervals: 3,
+            jitter: 0.1,
+            threads: 2,
+            history: EngineConfig::default().history,
+            metrics: MetricsMode::Full,
+            upkeep: Some(Duration::from_secs(5)),
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--targets" => args.targets = parse(&flag, &value()?)?,
+                "--interval-s" => args.interval = Duration::from_secs(parse(&flag, &value()?)?),
+                "--intervals" => args.intervals = parse(&flag, &value()?)?,
+                "--jitter" => args.jitter = parse(&flag, &value()?)?,
+                "--threads" => args.threads = parse(&flag, &value()?)?,
+                "--history" => args.history = parse(&flag, &value()?)?,
+                "--upkeep-s" => {
+                    let secs: u64 = parse(&flag, &value()?)?;
+                    args.upkeep = (secs > 0).then(|| Duration::from_secs(secs));
+                }
+                "--metrics" => {
+                    args.metrics = match value()?.as_str() {
+                        "full" => MetricsMode::Full,
+                        "lag" => MetricsMode::Lag,
+                        other => bail!("--metrics {other:?}: expected full or lag"),
+                    }
+                }
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?}\n{USAGE}"),
+            }
+        }
+        if args.targets == 0 || args.threads == 0 || args.interval.is_zero() {
+            bail!("--targets, --threads and --interval-s must be at least 1");
+        }
+        if args.intervals < 3 {
+            bail!("--intervals must be at least 3, so every target runs at least twice");
+        }
+        Ok(args)
+    }
+
+    fn run_for(&self) -> Duration {
+        self.interval * self.intervals
+    }
+}
+
+fn parse<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    value
+        .parse()
+        .with_context(|| format!("{flag} {value:?} is not valid"))
+}
+
+fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> anyhow::Result<()> {
+    let args = Args::parse()?;
+    let handle = install_metrics(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    runtime.block_on(run(args, handle))
+}
+
+/// The no-op probe: counts its start in the current 100 ms bucket and succeeds.
+struct Noop {
+    start: Instant,
+    buckets: Box<[AtomicU32]>,
+}
+
+#[async_trait::async_trait]
+impl Probe for Noop {
+    async fn check(&self, _timeout: Duration) -> CheckResult {
+        let i = (self.start.elapsed().as_millis() / BUCKET.as_millis()) as usize;
+        if let Some(bucket) = self.buckets.get(i) {
+            bucket.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+async fn run(
+    args: Args,
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    println!(
+        "scheduler_load: {} targets, interval {} s, jitter {}, {} intervals, {} runtime threads, \
+         history {}, metrics={}, upkeep every {}",
+        args.targets,
+        args.interval.as_secs(),
+        args.jitter,
+        args.intervals,
+        args.threads,
+        args.history,
+        match args.metrics {
+            MetricsMode::Full => "full",
+            MetricsMode::Lag => "lag",
+        },
+        args.upkeep
+            .map_or_else(|| "never".to_owned(), |d| format!("{} s", d.as_secs()))
+    );
+    // The exporter's rolling summary silently drops a sample older than its first bucket, and the
+    // first bucket starts at the first sample it is fed, newest first. One sample recorded and
+    // drained now, before any probe runs, starts that bucket here, so every real lag sample
+    // counts. (One extra zero among ~300k changes no quantile shown.)
+    metrics::histogram!(LAG).record(0.0);
+    handle.run_upkeep();
+    // Upkeep runs on its own OS thread, not on the runtime: draining 100k per-target histograms
+    // takes long enough (about half a second the first time, when every distribution is created)
+    // that doing it on a runtime worker would stall the scheduler and show up as lag.
+    let upkeep_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let upkeep = match args.upkeep {
+        Some(every) => {
+            let handle = handle.clone();
+            let stop = upkeep_stop.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("metrics-upkeep".into())
+                    .spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            std::thread::park_timeout(every);
+                            handle.run_upkeep();
+                        }
+                    })
+                    .context("spawning the upkeep thread")?,
+            )
+        }
+        None => None,
+    };
+    let buckets_len = (args.run_for() + args.interval).as_millis() / BUCKET.as_millis() + 1;
+    let start = Instant::now();
+    let noop = Arc::new(Noop {
+        start,
+        buckets: (0..buckets_len).map(|_| AtomicU32::new(0)).collect(),
+    });
+    let rss_before = vm_rss()?;
+    let cpu_before = cpu_ticks()?;
+
+    let schedule = Schedule::try_new(
+        args.interval,
+        (args.interval / 10).min(Duration::from_secs(1)),
+        args.jitter,
+        Some(args.interval),
+        None,
+        None,
+    )?;
+    let probe = CustomProbe::new(noop.clone());
+    let specs = (0..args.targets)
+        .map(|i| {
+            Ok(TargetSpec {
+                id: TargetId::new(&format!("target-{i:07}"))?,
+                probe: ProbeSpec::Custom(probe.clone()),
+                schedule,
+                thresholds: Thresholds::default(),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let cancel = CancellationToken::new();
+    let engine = Engine::start(
+        EngineConfig {
+            history: args.history,
+            ..EngineConfig::default()
+        },
+        cancel.clone(),
+    );
+    let applied = Instant::now();
+    engine.apply(specs);
+    let apply_time = applied.elapsed();
+
+    // Every target is UP (rise = 2) once it has run twice. The first run is at most one interval
+    // plus jitter after its insert, the second one interval later, so wait that long before
+    // looking: `readiness()` walks every target while some are not UP, and polling it often would
+    // disturb the lag being measured.
+    let applied_at = Instant::now();
+    tokio::time::sleep(args.interval.mul_f64(2.0 + args.jitter) + Duration::from_millis(500)).await;
+    let give_up =
+        applied_at + args.interval.mul_f64(2.0 * (1.0 + args.jitter)) + Duration::from_secs(5);
+    let (rss_twice, twice_at) = loop {
+        let healthy = engine.readiness().healthy;
+        if healthy == args.targets {
+            break (vm_rss()?, start.elapsed());
+        }
+        if Instant::now() > give_up {
+            bail!(
+                "only {healthy} of {} targets ran twice within {:.1} s",
+                args.targets,
+                (give_up - start).as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    tokio::time::sleep_until(start + args.run_for()).await;
+    let end = start.elapsed();
+    let rss_end = vm_rss()?;
+    let cpu = cpu_ticks()? - cpu_before;
+    let workers = engine.scheduler().workers();
+    cancel.cancel();
+    engine.stopped().await;
+    upkeep_stop.store(true, Ordering::Relaxed);
+    if let Some(upkeep) = upkeep {
+        upkeep.thread().unpark();
+        let _ = upkeep.join();
+    }
+
+    let statuses = engine.statuses();
+    let runs: u64 = statuses
+        .iter()
+        .map(|s| u64::from(s.consecutive_successes))
+        .sum();
+    let failed = statuses.iter().filter(|s| s.last_failure.is_some()).count();
+    drop(statuses);
+    let text = handle.render();
+    let quantile = |q: &str| -> anyhow::Result<f64> {
+        let prefix = format!("{LAG}{{quantile=\"{q}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .with_context(|| format!("no {LAG} quantile {q} in the rendered metrics"))?
+            .trim()
+            .parse()
+            .context("parsing a quantile")
+    };
+    let lag_count = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{LAG}_count ")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        // Without the anchoring zero.
+        .map_or(0.0, |n| n - 1.0);
+    let (p50, p99, p999, max) = (
+        quantile("0.5")?,
+        quantile("0.99")?,
+        quantile("0.999")?,
+        quantile("1")?,
+    );
+
+    let per_target = |rss: u64| (rss.saturating_sub(rss_before)) as f64 / args.targets as f64;
+    println!();
+    println!(
+        "apply of {} targets: {:.1} ms (the dispatcher inserts them concurrently)",
+        args.targets,
+        apply_time.as_secs_f64() * 1e3
+    );
+    println!(
+        "runs: {runs} (sum of consecutive successes), lag samples {lag_count:.0}, failed targets \
+         {failed}, {:.0} runs/s over {:.1} s, workers at the end {workers}",
+        runs as f64 / end.as_secs_f64(),
+        end.as_secs_f64()
+    );
+    println!(
+        "lag: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms; target p99 <= 10 ms: {}",
+        p50 * 1e3,
+        p99 * 1e3,
+        p999 * 1e3,
+        max * 1e3,
+        if p99 <= 0.010 { "met" } else { "MISSED" }
+    );
+    println!(
+        "RSS: before {} KiB, all ran twice (at {:.1} s) {} KiB, end {} KiB",
+        rss_before / 1024,
+        twice_at.as_secs_f64(),
+        rss_twice / 1024,
+        rss_end / 1024
+    );
+    println!(
+        "RSS per target: {:.0} bytes after two runs, {:.0} bytes at the end; target <= 1024: {}",
+        per_target(rss_twice),
+        per_target(rss_end),
+        if per_target(rss_twice) <= 1024.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+    println!(
+        "CPU: {:.2} s, {:.2} us per run (including startup)",
+        cpu as f64 / TICKS_PER_SEC,
+        cpu as f64 / TICKS_PER_SEC * 1e6 / runs.max(1) as f64
+    );
+
+    // Spread: 100 ms buckets from one interval after the start to the last full bucket.
+    let first = (args.interval.as_millis() / BUCKET.as_millis()) as usize;
+    let last = (end.as_millis() / BUCKET.as_millis()) as usize;
+    let counts: Vec<u32> = noop.buckets[first..last.max(first)]
+        .iter()
+        .map(|b| b.load(Ordering::Relaxed))
+        .collect();
+    if let (Some(max_n), Some(min_n)) = (counts.iter().max(), counts.iter().min()) {
+        let mean = counts.iter().map(|&n| f64::from(n)).sum::<f64>() / counts.len() as f64;
+        let busiest = counts.iter().position(|n| n == max_n).unwrap_or(0) + first;
+        println!(
+            "starts per 100 ms over {:.1}-{:.1} s: mean {:.1}, busiest {} ({:.2}x the mean, \
+             window at {:.1} s), quietest {}",
+            first as f64 / 10.0,
+            last as f64 / 10.0,
+            mean,
+            max_n,
+            f64::from(*max_n) / mean,
+            busiest as f64 / 10.0,
+            min_n
+        );
+    }
+    Ok(())
+}
+
+/// `VmRSS` of this process, in bytes.
+fn vm_rss() -> anyhow::Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/self/status")?;
+    Ok(kib * 1024)
+}
+
+/// `utime + stime` of this process, in clock ticks.
+fn cpu_ticks() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    let (_, rest) = stat.rsplit_once(')').context("malformed /proc/self/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3; utime and stime are fields 14 and 15.
+    let field = |n: usize| -> anyhow::Result<u64> {
+        fields
+            .get(n - 3)
+            .context("short /proc/self/stat")?
+            .parse()
+            .context("parsing /proc/self/stat")
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+fn install_metrics(args: &Args) -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
+    const DURATION_BUCKETS: &[f64] = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    // Three summary buckets that together cover the whole run, so the quantiles are over it all.
+    let recorder = PrometheusBuilder::new()
+        .set_quantiles(&[0.5, 0.99, 0.999, 1.0])?
+        .set_bucket_duration(args.run_for() + args.interval)?
+        .set_buckets_for_metric(
+            Matcher::Full("probe_duration_seconds".into()),
+            DURATION_BUCKETS,
+        )?
+        .build_recorder();
+    let handle = recorder.handle();
+    let installed = match args.metrics {
+        MetricsMode::Full => metrics::set_global_recorder(recorder).map_err(|e| e.to_string()),
+        MetricsMode::Lag => {
+            metrics::set_global_recorder(LagOnly(recorder)).map_err(|e| e.to_string())
+        }
+    };
+    installed.map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
+    probe::engine::describe_metrics();
+    Ok(handle)
+}
+
+/// Passes only the scheduler lag to Prometheus; every other metric is a no-op.
+struct LagOnly(PrometheusRecorder);
+
+impl Recorder for LagOnly {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        if key.as_str() == LAG {
+            self.0.describe_histogram(key, unit, description);
+        }
+    }
+
+    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::noop()
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        if key.name() == LAG {
+            self.0.register_histogram(key, metadata)
+        } else {
+            Histogram::noop()
+        }
+    }
+}

@@ -1,0 +1,867 @@
+//! Load harness: probes per CPU-second of the real engine's TCP tier, against a bare tokio floor.
+//!
+//! ```text
+//! cargo run --release --example tcp_load -- [--targets 1000] [--interval-ms 100]
+//!     [--duration-s 10] [--warmup-s 1] [--ports 4] [--threads 2]
+//!     [--metrics count|prometheus] [--floor-tasks N] [--floor-timeout]
+//!     [--phase both|engine|floor] [--max-in-flight N] [--probe tcp|lean]
+//! ```
+//!
+//! Two phases run one after the other in this process, on the same multi-thread runtime
+//! (`--threads` workers), against the same loopback listeners:
+//!
+//! 1. **engine**: the real [`Engine`] with `--targets` TCP connect targets (`SO_LINGER 0`) on a
+//!    `--interval-ms` schedule (jitter 0.1, fast interval = interval, so the rate is uniform:
+//!    1000 targets at 100 ms = 10k probes/s; timeout half the interval, at most 1 s);
+//! 2. **floor**: a bare tokio loop at the same rate: as many tasks as the engine had workers at
+//!    the end of its phase (`--floor-tasks` overrides), each doing
+//!    `TcpStream::connect` + `set_zero_linger` + drop on its share of the slots
+//!    (`--floor-timeout` wraps each connect in `tokio::time::timeout`, as a real prober would).
+//!
+//! Each phase warms up for `--warmup-s`, then runs `--duration-s`; over that window the harness
+//! reads this process's CPU time (`utime + stime` from `/proc/self/stat`, 100 ticks/s) and counts
+//! probes, and prints CPU microseconds per probe for both and their ratio (target: engine
+//! <= 1.3x floor), plus the context switches per probe of the non-listener threads
+//! (`/proc/self/task/*/status`). The engine phase also prints the scheduler lag (mean, max) and
+//! its worker count.
+//!
+//! **Listeners** accept and drop, each on its own OS thread named `tcp-listen-N`. A listener that
+//! never accepts does not work on Linux: a connection the prober resets while it still sits in
+//! the accept queue stays queued until accepted, so after `backlog` probes the queue is full, the
+//! listener drops SYNs and connects time out. Accepting costs CPU in this process, so the harness
+//! also reads the listener threads' own CPU (`/proc/self/task/*/stat`) and prints the per-probe
+//! cost and ratio both with and without it. Kernel work that loopback does on the sender's behalf
+//! (the listener's half of the handshake) is charged to whichever thread sent the packet, so even
+//! the "without" figures include some server-side kernel time, the same for both phases.
+//!
+//! **Counting**: `--metrics count` (default) installs a tiny recorder that only counts
+//! `probe_duration_seconds` records (one per run), `probe_failures_total` increments and the
+//! scheduler lag (count, sum, max), with relaxed atomics. `--metrics prometheus` installs the
+//! Prometheus recorder configured like the daemon (bucketed histograms), to show the cost of real
+//! metrics; runs are then counted from the engine's statuses (consecutive successes and failures)
+//! and the failure total is read back from the rendered metrics at the end.
+//!
+//! **Experiments**: `--phase` runs one phase only (for `perf`/`strace`); `--max-in-flight` caps
+//! the engine's worker pool; `--probe lean` runs the engine with a custom connect-only probe
+//! ([`LeanConnect`]) instead of the TCP tier, to size what the tier's extras cost.
+//!
+//! At the end it reports failed probes (should be 0) and the sockets towards the listener ports
+//! from `/proc/net/tcp` by state, `TIME_WAIT` in particular (should be 0: the prober resets, and
+//! the listener's close never ends in `TIME_WAIT` either, since the peer never sends a FIN).
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use probe::outcome::{CheckResult, Failure, FailureReason};
+use probe::probe::Probe;
+use probe::target::{
+    Address, CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec, Thresholds,
+};
+use probe::{Engine, EngineConfig};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "usage: tcp_load [--targets N] [--interval-ms MS] [--duration-s S] \
+[--warmup-s S] [--ports N] [--threads N] [--metrics count|prometheus] [--floor-tasks N] \
+[--floor-timeout] [--phase both|engine|floor] [--max-in-flight N] [--probe tcp|lean]";
+
+/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`, 100 on every Linux ABI.
+const TICKS_PER_SEC: f64 = 100.0;
+/// Floor tasks when the engine phase does not run to set the concurrency.
+const DEFAULT_FLOOR_TASKS: usize = 4;
+/// The thread-name prefix of the listener threads, to tell their CPU apart.
+const LISTENER_THREAD: &str = "tcp-listen-";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MetricsMode {
+    Count,
+    Prometheus,
+}
+
+struct Args {
+    targets: usize,
+    interval: Duration,
+    duration: Duration,
+    warmup: Duration,
+    ports: usize,
+    threads: usize,
+    metrics: MetricsMode,
+    floor_tasks: Option<usize>,
+    floor_timeout: bool,
+    phases: Phases,
+    max_in_flight: Option<usize>,
+    probe: ProbeKind,
+}
+
+/// Which probe the engine phase runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProbeKind {
+    /// The library's TCP tier (`ProbeSpec::Tcp`): what the daemon runs.
+    Tcp,
+    /// [`LeanConnect`], a custom probe: an experiment, not a product path.
+    Lean,
+}
+
+/// Which phases run.
+#[derive(Clone, Copy)]
+struct Phases {
+    engine: bool,
+    floor: bool,
+}
+
+impl Args {
+    fn parse() -> anyhow::Result<Self> {
+        let mut args = Self {
+            targets: 1000,
+            interval: Duration::from_millis(100),
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            ports: 4,
+            threads: 2,
+            metrics: MetricsMode::Count,
+            floor_tasks: None,
+            floor_timeout: false,
+            phases: Phases {
+                engine: true,
+                floor: true,
+            },
+            max_in_flight: None,
+            probe: ProbeKind::Tcp,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--targets" => args.targets = parse_num(&flag, &value()?)?,
+                "--interval-ms" => {
+                    args.interval = Duration::from_millis(parse_num(&flag, &value()?)?)
+                }
+                "--duration-s" => args.duration = Duration::from_secs(parse_num(&flag, &value()?)?),
+                "--warmup-s" => args.warmup = Duration::from_secs(parse_num(&flag, &value()?)?),
+                "--ports" => args.ports = parse_num(&flag, &value()?)?,
+                "--threads" => args.threads = parse_num(&flag, &value()?)?,
+                "--floor-tasks" => args.floor_tasks = Some(parse_num(&flag, &value()?)?),
+                "--floor-timeout" => args.floor_timeout = true,
+                "--max-in-flight" => args.max_in_flight = Some(parse_num(&flag, &value()?)?),
+                "--probe" => {
+                    args.probe = match value()?.as_str() {
+                        "tcp" => ProbeKind::Tcp,
+                        "lean" => ProbeKind::Lean,
+                        other => bail!("--probe {other:?}: expected tcp or lean"),
+                    }
+                }
+                "--phase" => {
+                    let (engine, floor) = match value()?.as_str() {
+                        "both" => (true, true),
+                        "engine" => (true, false),
+                        "floor" => (false, true),
+                        other => bail!("--phase {other:?}: expected both, engine or floor"),
+                    };
+                    args.phases = Phases { engine, floor };
+                }
+                "--metrics" => {
+                    args.metrics = match value()?.as_str() {
+                        "count" => MetricsMode::Count,
+                        "prometheus" => MetricsMode::Prometheus,
+                        other => bail!("--metrics {other:?}: expected count or prometheus"),
+                    }
+                }
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?}\n{USAGE}"),
+            }
+        }
+        if args.targets == 0 || args.ports == 0 || args.threads == 0 {
+            bail!("--targets, --ports and --threads must be at least 1");
+        }
+        if args.interval < Duration::from_millis(2) || args.duration.is_zero() {
+            bail!("--interval-ms must be at least 2 and --duration-s at least 1");
+        }
+        if args.floor_tasks == Some(0) {
+            bail!("--floor-tasks must be at least 1");
+        }
+        Ok(args)
+    }
+
+    /// The probe timeout: half the interval, at most one second.
+    fn timeout(&self) -> Duration {
+        (self.interval / 2).min(Duration::from_secs(1))
+    }
+
+    fn planned_rate(&self) -> f64 {
+        self.targets as f64 / self.interval.as_secs_f64()
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    value
+        .parse()
+        .with_context(|| format!("{flag} {value:?} is not a valid number"))
+}
+
+fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> anyhow::Result<()> {
+    let args = Args::parse()?;
+    let counters = install_metrics(args.metrics)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    runtime.block_on(run(args, counters))
+}
+
+async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
+    let listeners = start_listeners(args.ports)?;
+    let ports: Vec<u16> = listeners.iter().map(SocketAddr::port).collect();
+    println!(
+        "tcp_load: {} targets every {} ms = {:.0} probes/s planned, timeout {} ms, \
+         {} loopback listener ports (accept+drop), {} runtime threads, metrics={}",
+        args.targets,
+        args.interval.as_millis(),
+        args.planned_rate(),
+        args.timeout().as_millis(),
+        args.ports,
+        args.threads,
+        match args.metrics {
+            MetricsMode::Count => "count",
+            MetricsMode::Prometheus => "prometheus",
+        },
+    );
+    println!(
+        "each phase: {} s warm-up, then {} s measured",
+        args.warmup.as_secs(),
+        args.duration.as_secs()
+    );
+
+    let (engine, workers) = if args.phases.engine {
+        let (measured, workers) = engine_phase(&args, &listeners, &counters).await?;
+        (Some(measured), workers)
+    } else {
+        (None, DEFAULT_FLOOR_TASKS)
+    };
+    let engine_tw = socket_states(&ports)?;
+    let floor_tasks = args.floor_tasks.unwrap_or(workers);
+    let floor = if args.phases.floor {
+        Some(floor_phase(&args, &listeners, floor_tasks).await?)
+    } else {
+        None
+    };
+    let final_tw = socket_states(&ports)?;
+
+    println!();
+    println!(
+        "{:<7} {:>9} {:>7} {:>7} {:>7} {:>9} {:>12} {:>9} {:>16} {:>12}",
+        "phase",
+        "probes",
+        "failed",
+        "wall_s",
+        "cpu_s",
+        "listen_s",
+        "probes/cpu_s",
+        "us/probe",
+        "us/probe-listen",
+        "ctxsw/probe"
+    );
+    for (name, phase) in [("engine", &engine), ("floor", &floor)] {
+        if let Some(measured) = phase {
+            measured.print(name);
+        }
+    }
+    println!();
+    if engine.is_some() {
+        println!("engine workers at the end of its phase: {workers}");
+    }
+    if floor.is_some() {
+        println!(
+            "floor tasks: {floor_tasks}{}",
+            if args.floor_timeout {
+                " (each connect under tokio::time::timeout)"
+            } else {
+                ""
+            }
+        );
+    }
+    if let (Some(engine), Some(floor)) = (&engine, &floor) {
+        let ratio = engine.us_per_probe() / floor.us_per_probe();
+        let ratio_excl = engine.us_per_probe_excl() / floor.us_per_probe_excl();
+        let verdict = |r: f64| if r <= 1.3 { "met" } else { "MISSED" };
+        println!(
+            "engine/floor CPU per probe (target <= 1.30x): {ratio:.2}x whole process ({}), \
+             {ratio_excl:.2}x without the listener threads ({})",
+            verdict(ratio),
+            verdict(ratio_excl)
+        );
+    }
+    for (name, phase) in [("engine", &engine), ("floor", &floor)] {
+        if let Some(measured) = phase {
+            println!(
+                "{name}: achieved {:.0} probes/s (planned {:.0}/s), failed probes {} over the \
+                 whole phase",
+                measured.probes as f64 / measured.wall.as_secs_f64(),
+                args.planned_rate(),
+                measured.failed_total
+            );
+        }
+    }
+    println!(
+        "sockets towards the listener ports, by state (LISTEN excluded): after engine {}, \
+         at the end {}",
+        fmt_states(&engine_tw),
+        fmt_states(&final_tw)
+    );
+    println!(
+        "TIME_WAIT towards the listener ports at the end: {}",
+        final_tw.get("TIME_WAIT").copied().unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// What one phase measured over its window.
+struct Measured {
+    probes: u64,
+    failed: u64,
+    failed_total: u64,
+    wall: Duration,
+    cpu_ticks: u64,
+    listener_ticks: u64,
+    switches: u64,
+}
+
+impl Measured {
+    fn cpu_s(&self) -> f64 {
+        self.cpu_ticks as f64 / TICKS_PER_SEC
+    }
+    fn listener_s(&self) -> f64 {
+        self.listener_ticks as f64 / TICKS_PER_SEC
+    }
+    fn us_per_probe(&self) -> f64 {
+        self.cpu_s() * 1e6 / self.probes.max(1) as f64
+    }
+    fn us_per_probe_excl(&self) -> f64 {
+        (self.cpu_s() - self.listener_s()) * 1e6 / self.probes.max(1) as f64
+    }
+    fn print(&self, phase: &str) {
+        println!(
+            "{:<7} {:>9} {:>7} {:>7.2} {:>7.2} {:>9.2} {:>12.0} {:>9.2} {:>16.2} {:>12.3}",
+            phase,
+            self.probes,
+            self.failed,
+            self.wall.as_secs_f64(),
+            self.cpu_s(),
+            self.listener_s(),
+            self.probes as f64 / self.cpu_s().max(f64::MIN_POSITIVE),
+            self.us_per_probe(),
+            self.us_per_probe_excl(),
+            self.switches as f64 / self.probes.max(1) as f64,
+        );
+    }
+}
+
+/// CPU ticks of the whole process and of the listener threads, and the context switches of
+/// every other thread, at one instant.
+#[derive(Clone, Copy)]
+struct CpuSnapshot {
+    at: Instant,
+    process: u64,
+    listeners: u64,
+    switches: u64,
+}
+
+impl CpuSnapshot {
+    fn take() -> anyhow::Result<Self> {
+        let process = stat_ticks(&std::fs::read_to_string("/proc/self/stat")?)?;
+        let mut listeners = 0;
+        let mut switches = 0;
+        for task in std::fs::read_dir("/proc/self/task")? {
+            let dir = task?.path();
+            // A thread may exit between listing and reading; it then is no listener of ours.
+            let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+                continue;
+            };
+            if comm.trim_end().starts_with(LISTENER_THREAD) {
+                listeners += stat_ticks(&std::fs::read_to_string(dir.join("stat"))?)?;
+            } else if let Ok(status) = std::fs::read_to_string(dir.join("status")) {
+                switches += status
+                    .lines()
+                    .filter(|l| l.contains("ctxt_switches:"))
+                    .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .sum::<u64>();
+            }
+        }
+        Ok(Self {
+            at: Instant::now(),
+            process,
+            listeners,
+            switches,
+        })
+    }
+}
+
+/// `utime + stime` (fields 14 and 15) of a `/proc/.../stat` line.
+fn stat_ticks(stat: &str) -> anyhow::Result<u64> {
+    // The command name (field 2) is parenthesised and may contain spaces: split after it.
+    let (_, rest) = stat.rsplit_once(')').context("malformed /proc stat line")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> anyhow::Result<u64> {
+        // `rest` starts at field 3.
+        let raw = fields.get(n - 3).context("short /proc stat line")?;
+        raw.parse()
+            .with_context(|| format!("field {n} of /proc stat: {raw:?}"))
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+fn start_listeners(count: usize) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut addrs = Vec::with_capacity(count);
+    for i in 0..count {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+            .context("creating a listener socket")?;
+        socket.set_reuse_address(true)?;
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .context("binding 127.0.0.1:0")?;
+        socket.listen(4096).context("listen")?;
+        let listener: TcpListener = socket.into();
+        addrs.push(listener.local_addr()?);
+        std::thread::Builder::new()
+            .name(format!("{LISTENER_THREAD}{i}"))
+            .spawn(move || {
+                // Accept and drop: a plain close (FIN) that races with the prober's reset.
+                for conn in listener.incoming() {
+                    drop(conn);
+                }
+            })
+            .context("spawning a listener thread")?;
+    }
+    Ok(addrs)
+}
+
+/// Runs the engine phase; returns its figures and the engine's worker count at the end.
+async fn engine_phase(
+    args: &Args,
+    listeners: &[SocketAddr],
+    counters: &Counters,
+) -> anyhow::Result<(Measured, usize)> {
+    let schedule = Schedule::try_new(
+        args.interval,
+        args.timeout(),
+        0.1,
+        Some(args.interval),
+        None,
+        None,
+    )?;
+    let specs = (0..args.targets)
+        .map(|i| {
+            Ok(TargetSpec {
+                id: TargetId::new(&format!("tcp-{i:06}"))?,
+                probe: match args.probe {
+                    ProbeKind::Tcp => ProbeSpec::Tcp(TcpSpec::connect(Address::Socket(
+                        listeners[i % listeners.len()],
+                    ))),
+                    ProbeKind::Lean => ProbeSpec::Custom(CustomProbe::new(Arc::new(LeanConnect(
+                        listeners[i % listeners.len()],
+                    )))),
+                },
+                schedule,
+                thresholds: Thresholds::default(),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+
+    let cancel = CancellationToken::new();
+    let mut config = EngineConfig::default();
+    if let Some(max) = args.max_in_flight {
+        // Also the most workers the elastic pool may grow to.
+        config.scheduler.max_in_flight =
+            NonZeroUsize::new(max).context("--max-in-flight must be at least 1")?;
+    }
+    let engine = Engine::start(config, cancel.clone());
+    engine.apply(specs);
+    tokio::time::sleep(args.warmup).await;
+
+    let (runs0, failed0) = counters.read(&engine);
+    let workers0 = engine.scheduler().workers();
+    let cpu0 = CpuSnapshot::take()?;
+    tokio::time::sleep(args.duration).await;
+    let cpu1 = CpuSnapshot::take()?;
+    let (runs1, failed1) = counters.read(&engine);
+    let workers = engine.scheduler().workers();
+    println!("engine workers: {workers0} after the warm-up, {workers} at the end");
+
+    cancel.cancel();
+    engine.stopped().await;
+    if let Counters::Count(_, _, lag) = counters {
+        let n = lag.count.load(Ordering::Relaxed).max(1);
+        println!(
+            "engine scheduler lag over the whole phase: mean {:.3} ms, max {:.3} ms ({} runs)",
+            lag.sum_ns.load(Ordering::Relaxed) as f64 / n as f64 / 1e6,
+            lag.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            n
+        );
+    }
+    let failed_total = counters.failures_total();
+    if failed_total > 0 {
+        let mut details: Vec<String> = engine
+            .statuses()
+            .into_iter()
+            .filter_map(|s| s.last_failure.map(|f| f.to_string()))
+            .collect();
+        details.sort();
+        details.dedup();
+        details.truncate(3);
+        println!("engine failures, e.g.: {details:?}");
+    }
+    Ok((
+        Measured {
+            probes: runs1 - runs0,
+            failed: failed1 - failed0,
+            failed_total,
+            wall: cpu1.at - cpu0.at,
+            cpu_ticks: cpu1.process - cpu0.process,
+            listener_ticks: cpu1.listeners - cpu0.listeners,
+            switches: cpu1.switches - cpu0.switches,
+        },
+        workers,
+    ))
+}
+
+#[derive(Default)]
+struct FloorCounts {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Runs the floor: `tasks` tasks share the slots of `--targets` targets round-robin, each slot
+/// one bare connect + `SO_LINGER 0` + drop.
+async fn floor_phase(
+    args: &Args,
+    listeners: &[SocketAddr],
+    tasks: usize,
+) -> anyhow::Result<Measured> {
+    let counts = Arc::new(FloorCounts::default());
+    let start = Instant::now();
+    let end = start + args.warmup + args.duration;
+    // Slot k of the whole floor is at start + k * interval / targets; task j takes k = j mod tasks.
+    let slot = args.interval / u32::try_from(args.targets).context("--targets too large")?;
+    let step = slot * u32::try_from(tasks).context("too many floor tasks")?;
+    let timeout = args.floor_timeout.then(|| args.timeout());
+    let mut handles = Vec::with_capacity(tasks);
+    for j in 0..tasks {
+        let counts = counts.clone();
+        let listeners = listeners.to_vec();
+        let first = start + slot * u32::try_from(j).context("too many floor tasks")?;
+        handles.push(tokio::spawn(async move {
+            let mut next = first;
+            let mut k = j;
+            while next < end {
+                tokio::time::sleep_until(next).await;
+                let now = Instant::now();
+                while next <= now && next < end {
+                    let addr = listeners[k % listeners.len()];
+                    let ok = match timeout {
+                        Some(t) => tokio::time::timeout(t, bare_connect(addr))
+                            .await
+                            .unwrap_or(false),
+                        None => bare_connect(addr).await,
+                    };
+                    let counter = if ok { &counts.ok } else { &counts.failed };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    next += step;
+                    k += tasks;
+                }
+            }
+        }));
+    }
+
+    let read = || {
+        (
+            counts.ok.load(Ordering::Relaxed) + counts.failed.load(Ordering::Relaxed),
+            counts.failed.load(Ordering::Relaxed),
+        )
+    };
+    tokio::time::sleep_until(start + args.warmup).await;
+    let (runs0, failed0) = read();
+    let cpu0 = CpuSnapshot::take()?;
+    tokio::time::sleep_until(end).await;
+    let cpu1 = CpuSnapshot::take()?;
+    let (runs1, failed1) = read();
+    for handle in handles {
+        handle.await.context("a floor task panicked")?;
+    }
+    Ok(Measured {
+        probes: runs1 - runs0,
+        failed: failed1 - failed0,
+        failed_total: counts.failed.load(Ordering::Relaxed),
+        wall: cpu1.at - cpu0.at,
+        cpu_ticks: cpu1.process - cpu0.process,
+        listener_ticks: cpu1.listeners - cpu0.listeners,
+        switches: cpu1.switches - cpu0.switches,
+    })
+}
+
+/// An experiment (`--probe lean`): the TCP tier's connect path for a plain connect target, minus
+/// what a connect-only probe does not need: no `TCP_NODELAY` (nothing is sent) and no 4 KiB read
+/// buffer inside the future (the library's `TcpProbe::check` future is about 4.5 KiB, boxed by
+/// `async_trait` on every run). The same syscalls otherwise (non-blocking connect, `SO_LINGER 0`,
+/// a deadline, the `SO_ERROR` check), run through the engine as a custom probe.
+struct LeanConnect(SocketAddr);
+
+#[async_trait::async_trait]
+impl Probe for LeanConnect {
+    async fn check(&self, timeout: Duration) -> CheckResult {
+        let io = |e: std::io::Error| Failure::io("connect", &e);
+        let socket = if self.0.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+        .map_err(io)?;
+        socket.set_zero_linger().map_err(io)?;
+        // tokio's connect: a non-blocking connect, then writability and `SO_ERROR`.
+        match tokio::time::timeout(timeout, socket.connect(self.0)).await {
+            Err(_) => Err(Failure::new(FailureReason::Timeout, "connect timed out")),
+            Ok(Err(e)) => Err(io(e)),
+            Ok(Ok(_stream)) => Ok(()),
+        }
+    }
+}
+
+/// The floor's probe: connect, reset on close, drop.
+async fn bare_connect(addr: SocketAddr) -> bool {
+    match tokio::net::TcpStream::connect(addr).await {
+        Ok(stream) => stream.set_zero_linger().is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Counts sockets in `/proc/net/tcp` whose local or remote port is one of `ports`, by state,
+/// leaving out the listeners themselves.
+fn socket_states(ports: &[u16]) -> anyhow::Result<BTreeMap<&'static str, usize>> {
+    let table = std::fs::read_to_string("/proc/net/tcp").context("reading /proc/net/tcp")?;
+    let mut states = BTreeMap::new();
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(remote), Some(state)) =
+            (fields.get(1), fields.get(2), fields.get(3))
+        else {
+            continue;
+        };
+        let port = |addr: &str| {
+            addr.rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+        };
+        let ours = [port(local), port(remote)]
+            .iter()
+            .any(|p| p.is_some_and(|p| ports.contains(&p)));
+        if !ours {
+            continue;
+        }
+        let name = match *state {
+            "01" => "ESTABLISHED",
+            "02" => "SYN_SENT",
+            "03" => "SYN_RECV",
+            "04" => "FIN_WAIT1",
+            "05" => "FIN_WAIT2",
+            "06" => "TIME_WAIT",
+            "07" => "CLOSE",
+            "08" => "CLOSE_WAIT",
+            "09" => "LAST_ACK",
+            "0A" => continue, // LISTEN
+            "0B" => "CLOSING",
+            _ => "OTHER",
+        };
+        *states.entry(name).or_insert(0) += 1;
+    }
+    Ok(states)
+}
+
+fn fmt_states(states: &BTreeMap<&'static str, usize>) -> String {
+    if states.is_empty() {
+        return "none".into();
+    }
+    states
+        .iter()
+        .map(|(s, n)| format!("{s}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where run and failure counts come from.
+enum Counters {
+    /// The counting recorder's atomics.
+    Count(Arc<RunCounter>, Arc<AtomicU64>, Arc<LagStats>),
+    /// The Prometheus recorder, for the exact failure total at the end; runs are counted from
+    /// the engine's statuses, since rendering 1000 targets' histograms inside the measured window
+    /// would skew it.
+    Prometheus(PrometheusHandle),
+}
+
+impl Counters {
+    /// (runs, failed runs) so far. With Prometheus, from the statuses: the sum of consecutive
+    /// successes and failures, exact as long as no target mixes results (then failures > 0 shows).
+    fn read(&self, engine: &Engine) -> (u64, u64) {
+        match self {
+            Self::Count(runs, failures, _) => (
+                runs.0.load(Ordering::Relaxed),
+                failures.load(Ordering::Relaxed),
+            ),
+            Self::Prometheus(_) => engine.statuses().iter().fold((0, 0), |(runs, failed), s| {
+                let (ok, bad) = (
+                    u64::from(s.consecutive_successes),
+                    u64::from(s.consecutive_failures),
+                );
+                (runs + ok + bad, failed + bad)
+            }),
+        }
+    }
+
+    /// Failed runs since the start, exactly.
+    fn failures_total(&self) -> u64 {
+        match self {
+            Self::Count(_, failures, _) => failures.load(Ordering::Relaxed),
+            Self::Prometheus(handle) => sum_series(&handle.render(), "probe_failures_total"),
+        }
+    }
+}
+
+/// Sums every series of `name` (any labels) in a Prometheus text exposition.
+fn sum_series(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn install_metrics(mode: MetricsMode) -> anyhow::Result<Counters> {
+    match mode {
+        MetricsMode::Count => {
+            let runs = Arc::new(RunCounter::default());
+            let failures = Arc::new(AtomicU64::new(0));
+            let lag = Arc::new(LagStats::default());
+            metrics::set_global_recorder(CountingRecorder {
+                runs: runs.clone(),
+                failures: failures.clone(),
+                lag: lag.clone(),
+            })
+            .map_err(|e| anyhow::anyhow!("installing the counting recorder: {e}"))?;
+            Ok(Counters::Count(runs, failures, lag))
+        }
+        MetricsMode::Prometheus => {
+            // The daemon's configuration: bucketed histograms for the per-target durations and
+            // the scheduler lag.
+            const DURATION_BUCKETS: &[f64] = &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ];
+            const LAG_BUCKETS: &[f64] = &[
+                0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            ];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("probe_duration_seconds".into()),
+                    DURATION_BUCKETS,
+                )?
+                .set_buckets_for_metric(
+                    Matcher::Full("probe_scheduler_lag_seconds".into()),
+                    LAG_BUCKETS,
+                )?
+                .install_recorder()
+                .context("installing the Prometheus recorder")?;
+            probe::engine::describe_metrics();
+            Ok(Counters::Prometheus(handle))
+        }
+    }
+}
+
+/// Counts histogram records: one `probe_duration_seconds` record per probe run.
+#[derive(Default)]
+struct RunCounter(AtomicU64);
+
+impl metrics::HistogramFn for RunCounter {
+    fn record(&self, _value: f64) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Count, sum and max of the scheduler lag, in nanoseconds.
+#[derive(Default)]
+struct LagStats {
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+impl metrics::HistogramFn for LagStats {
+    fn record(&self, seconds: f64) {
+        let ns = (seconds * 1e9) as u64;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+}
+
+/// A recorder that counts runs and failures, keeps lag statistics and ignores every other
+/// metric.
+struct CountingRecorder {
+    runs: Arc<RunCounter>,
+    failures: Arc<AtomicU64>,
+    lag: Arc<LagStats>,
+}
+
+impl Recorder for CountingRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        if key.name() == "probe_failures_total" {
+            Counter::from_arc(self.failures.clone())
+        } else {
+            Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        if key.name() == "probe_duration_seconds" {
+            Histogram::from_arc(self.runs.clone())
+        } else if key.name() == "probe_scheduler_lag_seconds" {
+            Histogram::from_arc(self.lag.clone())
+        } else {
+            Histogram::noop()
+        }
+    }
+}
