@@ -23,7 +23,9 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use probe::outcome::CheckResult;
 use probe::probe::Probe;
-use probe::target::{CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use probe::target::{
+    CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds,
+};
 use probe::{Engine, EngineConfig};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +62,7 @@ struct Noop;
 #[async_trait::async_trait]
 impl Probe for Noop {
     async fn check(&self, _timeout: Duration) -> CheckResult {
-        Ok(())
+        CheckResult::up()
     }
 }
 
@@ -71,7 +73,7 @@ struct Sentinel(Arc<Notify>);
 impl Probe for Sentinel {
     async fn check(&self, _timeout: Duration) -> CheckResult {
         self.0.notify_one();
-        Ok(())
+        CheckResult::up()
     }
 }
 
@@ -94,6 +96,8 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
             probe: ProbeSpec::Custom(noop.clone()),
             schedule,
             thresholds: Thresholds::default(),
+            flap: Some(FlapPolicy::default()),
+            maintenance: Vec::new(),
         })
         .collect();
     let notify = Arc::new(Notify::new());
@@ -110,6 +114,8 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
         )
         .expect("valid sentinel schedule"),
         thresholds: Thresholds::default(),
+        flap: Some(FlapPolicy::default()),
+        maintenance: Vec::new(),
     });
     (specs, notify)
 }

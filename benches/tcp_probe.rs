@@ -70,7 +70,7 @@ fn tcp_connect(c: &mut Criterion) {
             runtime.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    if let Err(failure) = probe.check(timeout).await {
+                    if let Some(failure) = probe.check(timeout).await.failure() {
                         panic!("probe of the loopback listener failed: {failure}");
                     }
                 }

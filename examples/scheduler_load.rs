@@ -44,7 +44,9 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use probe::outcome::CheckResult;
 use probe::probe::Probe;
-use probe::target::{CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use probe::target::{
+    CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds,
+};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -174,7 +176,7 @@ impl Probe for Noop {
         if let Some(bucket) = self.buckets.get(i) {
             bucket.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(())
+        CheckResult::up()
     }
 }
 
@@ -251,6 +253,8 @@ async fn run(
                 probe: ProbeSpec::Custom(probe.clone()),
                 schedule,
                 thresholds: Thresholds::default(),
+                flap: Some(FlapPolicy::default()),
+                maintenance: Vec::new(),
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -62,7 +62,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::probe::Probe;
 use probe::target::{
-    Address, CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec, Thresholds,
+    Address, CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec,
+    Thresholds,
 };
 use probe::{Engine, EngineConfig};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -490,6 +491,8 @@ async fn engine_phase(
                 },
                 schedule,
                 thresholds: Thresholds::default(),
+                flap: Some(FlapPolicy::default()),
+                maintenance: Vec::new(),
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -635,6 +638,12 @@ struct LeanConnect(SocketAddr);
 #[async_trait::async_trait]
 impl Probe for LeanConnect {
     async fn check(&self, timeout: Duration) -> CheckResult {
+        self.connect(timeout).await.into()
+    }
+}
+
+impl LeanConnect {
+    async fn connect(&self, timeout: Duration) -> Result<(), Failure> {
         let io = |e: std::io::Error| Failure::io("connect", &e);
         let socket = if self.0.is_ipv4() {
             tokio::net::TcpSocket::new_v4()

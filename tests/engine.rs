@@ -10,7 +10,9 @@ use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::probe::Probe;
 use probe::scheduler::SchedulerConfig;
 use probe::state::HealthState;
-use probe::target::{CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use probe::target::{
+    CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds,
+};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -48,9 +50,9 @@ impl Probe for Scripted {
         self.running.fetch_sub(1, Ordering::SeqCst);
         let ok = self.script.lock().unwrap().pop_front().unwrap_or(true);
         if ok {
-            Ok(())
+            CheckResult::up()
         } else {
-            Err(Failure::new(FailureReason::Refused, "scripted failure"))
+            CheckResult::failed(Failure::new(FailureReason::Refused, "scripted failure"))
         }
     }
 }
@@ -67,10 +69,12 @@ fn target(
         id: TargetId::new(id).unwrap(),
         probe: ProbeSpec::Custom(CustomProbe::new(probe)),
         schedule: Schedule::try_new(interval, interval / 2, jitter, None, None, Some(0.0)).unwrap(),
-        thresholds: Thresholds {
-            rise: NonZeroU32::new(rise).unwrap(),
-            fall: NonZeroU32::new(fall).unwrap(),
-        },
+        thresholds: Thresholds::new(
+            NonZeroU32::new(rise).unwrap(),
+            NonZeroU32::new(fall).unwrap(),
+        ),
+        flap: Some(FlapPolicy::default()),
+        maintenance: Vec::new(),
     }
 }
 

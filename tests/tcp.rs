@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use probe::outcome::FailureReason;
+use probe::outcome::{CheckResult, Failure, FailureReason, Verdict};
 use probe::probe::Probe;
 use probe::target::{Address, CloseMode, Expect, TcpSpec};
 use probe::tcp::TcpProbe;
@@ -11,6 +11,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// `unwrap`/`unwrap_err` on a check's verdict, so the assertions read like `Result`'s.
+trait VerdictExt {
+    fn unwrap(self);
+    fn unwrap_err(self) -> Failure;
+}
+
+impl VerdictExt for CheckResult {
+    fn unwrap(self) {
+        assert_eq!(self.verdict, Verdict::Up);
+    }
+
+    fn unwrap_err(self) -> Failure {
+        match self.verdict {
+            Verdict::Failed(f) => f,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+}
 
 fn spec(addr: SocketAddr) -> TcpSpec {
     TcpSpec::connect(Address::Socket(addr))

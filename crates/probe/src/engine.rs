@@ -344,17 +344,13 @@ impl Target {
     /// Records one run: status, totals, metrics and the transition log, all in one place.
     /// Returns the step to the next run.
     fn record(&self, result: CheckResult, latency: Duration) -> Duration {
-        let outcome = Outcome::new(
-            SystemTime::now(),
-            latency,
-            result.as_ref().err().map(|f| f.reason),
-        );
+        let outcome = Outcome::new(SystemTime::now(), latency, &result.verdict);
         let (transition, step, retired) = {
             let mut status = self.lock();
             let ok = outcome.ok();
             status.window.record(ok);
             status.last = Some(outcome);
-            if let Err(failure) = &result {
+            if let Some(failure) = result.failure() {
                 status.last_failure = Some(failure.clone());
             }
             if self.history > 0 {
@@ -378,7 +374,7 @@ impl Target {
         };
         self.success.set(if outcome.ok() { 1.0 } else { 0.0 });
         self.duration.record(latency);
-        if let Err(failure) = &result {
+        if let Some(failure) = result.failure() {
             metrics::counter!(
                 "probe_failures_total",
                 "target" => self.spec.id.as_str().to_owned(),
@@ -387,7 +383,7 @@ impl Target {
             .increment(1);
         }
         if let Some(t) = transition.filter(|_| !retired) {
-            self.announce(t, result.as_ref().err());
+            self.announce(t, result.failure());
         }
         step
     }
@@ -452,7 +448,7 @@ impl Job for Target {
         let result = tokio::time::timeout(backstop, self.probe.check(timeout))
             .await
             .unwrap_or_else(|_| {
-                Err(Failure::new(
+                CheckResult::failed(Failure::new(
                     FailureReason::Timeout,
                     format_args!("no verdict within {}", humantime::format_duration(timeout)),
                 ))

@@ -27,6 +27,8 @@
 //!     probe: ProbeSpec::Tcp(TcpSpec::connect("127.0.0.1:5432".parse()?)),
 //!     schedule: Schedule::default(),
 //!     thresholds: Thresholds::default(),
+//!     flap: Some(FlapPolicy::default()),
+//!     maintenance: Vec::new(),
 //! }]);
 //! let healthy = engine.readiness().ready;
 //! cancel.cancel();
@@ -39,6 +41,7 @@
 
 pub mod backoff;
 pub mod engine;
+pub mod maintenance;
 pub mod outcome;
 pub mod probe;
 pub mod scheduler;

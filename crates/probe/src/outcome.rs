@@ -5,6 +5,7 @@
 //! on all of them, and the label's cardinality stays bounded.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Why a probe failed. The string forms (`as_str`) are a public contract.
@@ -21,13 +22,15 @@ pub enum FailureReason {
     Unreachable,
     /// The name did not resolve to any address.
     Dns,
+    /// The TLS handshake failed: bad certificate, wrong name, protocol mismatch.
+    Tls,
     /// Any other I/O error.
     Io,
-    /// The reply was not what the probe expected (TCP `expect`).
+    /// The reply body was not what the probe expected (TCP `expect`, HTTP `body_contains`).
     Body,
-    /// A protocol status was not the expected one (HTTP status, reserved for that tier).
+    /// The HTTP status was not one of the expected ones.
     Status,
-    /// A declared assertion on the reply did not hold (reserved for the business tier).
+    /// A declared assertion on the reply (JSON field, header) did not hold.
     Assertion,
     /// A dependency of the target is down (reserved for the dependency tier).
     Dependency,
@@ -35,12 +38,13 @@ pub enum FailureReason {
 
 impl FailureReason {
     /// Every reason, in a stable order; used to document and pre-register label values.
-    pub const ALL: [FailureReason; 10] = [
+    pub const ALL: [FailureReason; 11] = [
         Self::Refused,
         Self::Timeout,
         Self::Reset,
         Self::Unreachable,
         Self::Dns,
+        Self::Tls,
         Self::Io,
         Self::Body,
         Self::Status,
@@ -56,6 +60,7 @@ impl FailureReason {
             Self::Reset => "reset",
             Self::Unreachable => "unreachable",
             Self::Dns => "dns",
+            Self::Tls => "tls",
             Self::Io => "io",
             Self::Body => "body",
             Self::Status => "status",
@@ -119,8 +124,116 @@ impl fmt::Display for Failure {
     }
 }
 
-/// What a probe's check returns: `Ok(())` when the target did its job.
-pub type CheckResult = Result<(), Failure>;
+/// How well one check went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The target did its job.
+    Up,
+    /// The target did its job, but not well (slow, read-only, ...): the reasons say how.
+    Degraded(Vec<String>),
+    /// The target did not do its job.
+    Failed(Failure),
+}
+
+/// How much a [`Signal`] matters, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Worth knowing, nothing to do.
+    Info,
+    /// Minor.
+    Low,
+    /// Needs attention soon.
+    Medium,
+    /// Hurts the business now.
+    High,
+    /// An outage of a business function.
+    Critical,
+}
+
+impl Severity {
+    /// Every severity, lowest first.
+    pub const ALL: [Severity; 5] = [
+        Self::Info,
+        Self::Low,
+        Self::Medium,
+        Self::High,
+        Self::Critical,
+    ];
+
+    /// The lowercase name used in config, the API and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+            Self::Critical => "critical",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A named business event recognised in a reply, e.g. `StockReservationFailed` for a 503 whose
+/// `x-reason` header says `inventory_shortage`.
+///
+/// Raw signals (status codes, headers) tell an operator what broke technically; a signal names
+/// what the business lost, which is what an alert should say.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Signal {
+    /// The event's name, as declared.
+    pub name: Arc<str>,
+    /// How much it matters.
+    pub severity: Severity,
+}
+
+/// What a probe's check returns: a verdict plus the business signals seen in the reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckResult {
+    /// How the check went.
+    pub verdict: Verdict,
+    /// Signals recognised in the reply, whatever the verdict.
+    pub signals: Vec<Signal>,
+}
+
+impl CheckResult {
+    /// A passing check without signals.
+    pub fn up() -> Self {
+        Self {
+            verdict: Verdict::Up,
+            signals: Vec::new(),
+        }
+    }
+
+    /// A failed check without signals.
+    pub fn failed(failure: Failure) -> Self {
+        Self {
+            verdict: Verdict::Failed(failure),
+            signals: Vec::new(),
+        }
+    }
+
+    /// The failure, if the check failed.
+    pub fn failure(&self) -> Option<&Failure> {
+        match &self.verdict {
+            Verdict::Failed(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+impl From<Result<(), Failure>> for CheckResult {
+    fn from(result: Result<(), Failure>) -> Self {
+        match result {
+            Ok(()) => Self::up(),
+            Err(f) => Self::failed(f),
+        }
+    }
+}
 
 /// One finished probe run, as kept in a target's history.
 ///
@@ -134,25 +247,38 @@ pub struct Outcome {
     latency_us: u32,
     /// `None` on success.
     reason: Option<FailureReason>,
+    /// Passed, but degraded.
+    degraded: bool,
 }
 
 impl Outcome {
-    /// Records a run that finished at `at` after `latency`.
-    pub fn new(at: SystemTime, latency: Duration, reason: Option<FailureReason>) -> Self {
+    /// Records a run that finished at `at` after `latency` with `verdict`.
+    pub fn new(at: SystemTime, latency: Duration, verdict: &Verdict) -> Self {
         let at_unix_ms = at
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let latency_us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        let (reason, degraded) = match verdict {
+            Verdict::Up => (None, false),
+            Verdict::Degraded(_) => (None, true),
+            Verdict::Failed(f) => (Some(f.reason), false),
+        };
         Self {
             at_unix_ms,
             latency_us,
             reason,
+            degraded,
         }
     }
 
-    /// Whether the run succeeded.
+    /// Whether the run passed (possibly degraded).
     pub fn ok(&self) -> bool {
         self.reason.is_none()
+    }
+
+    /// Whether the run passed but was degraded.
+    pub fn degraded(&self) -> bool {
+        self.degraded
     }
 
     /// The failure reason, `None` on success.
@@ -183,7 +309,11 @@ mod tests {
     #[test]
     fn outcome_round_trips_time_and_latency() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let o = Outcome::new(at, Duration::from_micros(1500), Some(FailureReason::Reset));
+        let o = Outcome::new(
+            at,
+            Duration::from_micros(1500),
+            &Verdict::Failed(Failure::new(FailureReason::Reset, "test")),
+        );
         assert_eq!(o.at(), at);
         assert_eq!(o.latency(), Duration::from_micros(1500));
         assert_eq!(o.reason(), Some(FailureReason::Reset));

@@ -165,10 +165,10 @@ mod tests {
     use std::num::NonZeroU32;
 
     fn machine(rise: u32, fall: u32) -> Hysteresis {
-        Hysteresis::new(Thresholds {
-            rise: NonZeroU32::new(rise).unwrap(),
-            fall: NonZeroU32::new(fall).unwrap(),
-        })
+        Hysteresis::new(Thresholds::new(
+            NonZeroU32::new(rise).unwrap(),
+            NonZeroU32::new(fall).unwrap(),
+        ))
     }
 
     #[test]

@@ -457,18 +457,59 @@ impl Default for Schedule {
 /// Hysteresis thresholds: consecutive results needed to change a verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Thresholds {
-    /// Consecutive successes to become healthy.
+    /// Consecutive passing results to reach a verdict (UP or DEGRADED) from PROBING.
     pub rise: NonZeroU32,
-    /// Consecutive failures to become unhealthy.
+    /// Consecutive failures to become DOWN.
     pub fall: NonZeroU32,
+    /// Consecutive degraded results to go from UP to DEGRADED.
+    pub degrade: NonZeroU32,
+    /// Consecutive good results to go from DEGRADED back to UP.
+    pub recover: NonZeroU32,
+}
+
+impl Thresholds {
+    /// Thresholds with `degrade` and `recover` equal to `rise`.
+    pub fn new(rise: NonZeroU32, fall: NonZeroU32) -> Self {
+        Self {
+            rise,
+            fall,
+            degrade: rise,
+            recover: rise,
+        }
+    }
 }
 
 impl Default for Thresholds {
-    /// `rise: 2`, `fall: 3`: a single lost packet never flips a verdict.
+    /// `rise: 2`, `fall: 3` (and `degrade`, `recover` 2): a single lost packet never flips a
+    /// verdict.
+    fn default() -> Self {
+        let two = NonZeroU32::MIN.saturating_add(1);
+        Self::new(two, two.saturating_add(1))
+    }
+}
+
+/// When a target counts as flapping: more than `transitions` verdict changes within `window`.
+///
+/// A flapping target is held in PROBING (and reported as flapping) until its results have
+/// pointed to the same verdict for `min_stable`, so an unstable target raises one signal instead
+/// of a page per flip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlapPolicy {
+    /// The most verdict changes allowed within `window`.
+    pub transitions: u32,
+    /// The window the changes are counted in.
+    pub window: Duration,
+    /// How long the results must agree before a flapping target gets a verdict again.
+    pub min_stable: Duration,
+}
+
+impl Default for FlapPolicy {
+    /// More than 4 changes in 5 minutes is flapping; 2 stable minutes end it.
     fn default() -> Self {
         Self {
-            rise: NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN),
-            fall: NonZeroU32::new(3).unwrap_or(NonZeroU32::MIN),
+            transitions: 4,
+            window: Duration::from_secs(300),
+            min_stable: Duration::from_secs(120),
         }
     }
 }
@@ -484,6 +525,25 @@ pub struct TargetSpec {
     pub schedule: Schedule,
     /// How many results change its verdict.
     pub thresholds: Thresholds,
+    /// When it counts as flapping; `None` turns flap detection off.
+    pub flap: Option<FlapPolicy>,
+    /// Declared maintenance windows.
+    pub maintenance: Vec<crate::maintenance::MaintenanceWindow>,
+}
+
+impl TargetSpec {
+    /// A target with the default schedule, thresholds and flap policy and no maintenance
+    /// windows; set the public fields to change them.
+    pub fn new(id: TargetId, probe: ProbeSpec) -> Self {
+        Self {
+            id,
+            probe,
+            schedule: Schedule::default(),
+            thresholds: Thresholds::default(),
+            flap: Some(FlapPolicy::default()),
+            maintenance: Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,17 @@ impl TcpProbe {
         Self { spec }
     }
 
+    async fn run(&self, deadline: Instant) -> Result<(), Failure> {
+        let addrs = self.resolve(deadline).await?;
+        let mut stream = self.connect_any(&addrs, deadline).await?;
+        let result = self.converse(&mut stream, deadline).await;
+        if self.spec.close == CloseMode::Graceful {
+            // Best effort: the verdict is already made, a failed FIN changes nothing.
+            let _ = timeout_at(deadline, stream.shutdown()).await;
+        }
+        result
+    }
+
     async fn resolve(&self, deadline: Instant) -> Result<Vec<SocketAddr>, Failure> {
         match &self.spec.address {
             Address::Socket(addr) => Ok(vec![*addr]),
@@ -85,7 +96,7 @@ impl TcpProbe {
         Err(last.unwrap_or_else(|| Failure::new(FailureReason::Dns, "no address to connect to")))
     }
 
-    async fn converse(&self, stream: &mut TcpStream, deadline: Instant) -> CheckResult {
+    async fn converse(&self, stream: &mut TcpStream, deadline: Instant) -> Result<(), Failure> {
         if let Some(payload) = &self.spec.send {
             match timeout_at(deadline, stream.write_all(payload)).await {
                 Err(_) => return Err(Failure::new(FailureReason::Timeout, "send timed out")),
@@ -177,14 +188,6 @@ fn start_connect(addr: SocketAddr, close: CloseMode, nodelay: bool) -> io::Resul
 #[async_trait::async_trait]
 impl Probe for TcpProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
-        let deadline = Instant::now() + timeout;
-        let addrs = self.resolve(deadline).await?;
-        let mut stream = self.connect_any(&addrs, deadline).await?;
-        let result = self.converse(&mut stream, deadline).await;
-        if self.spec.close == CloseMode::Graceful {
-            // Best effort: the verdict is already made, a failed FIN changes nothing.
-            let _ = timeout_at(deadline, stream.shutdown()).await;
-        }
-        result
+        self.run(Instant::now() + timeout).await.into()
     }
 }

@@ -404,10 +404,10 @@ impl Sched {
             }
         };
         let default = Thresholds::default();
-        let thresholds = Thresholds {
-            rise: self.rise.value().unwrap_or(default.rise),
-            fall: self.fall.value().unwrap_or(default.fall),
-        };
+        let thresholds = Thresholds::new(
+            self.rise.value().unwrap_or(default.rise),
+            self.fall.value().unwrap_or(default.fall),
+        );
         Some((schedule, thresholds))
     }
 }
@@ -624,10 +624,9 @@ fn parse_target(
 
     let spec = match (&id, probe, schedule) {
         (Some((id, _)), Some(probe), Some((schedule, thresholds))) => Some(TargetSpec {
-            id: id.clone(),
-            probe,
             schedule,
             thresholds,
+            ..TargetSpec::new(id.clone(), probe)
         }),
         _ => None,
     };
