@@ -10,9 +10,7 @@ use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::probe::Probe;
 use probe::scheduler::SchedulerConfig;
 use probe::state::HealthState;
-use probe::target::{
-    CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds,
-};
+use probe::target::{CustomProbe, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -73,7 +71,7 @@ fn target(
             NonZeroU32::new(rise).unwrap(),
             NonZeroU32::new(fall).unwrap(),
         ),
-        flap: Some(FlapPolicy::default()),
+        flap: None,
         maintenance: Vec::new(),
     }
 }
@@ -109,13 +107,17 @@ async fn hysteresis_needs_exactly_fall_failures_and_rise_successes() {
         states.push(engine.status(&id("db")).unwrap().state);
     }
     use HealthState::*;
+    // UP falls back to PROBING at the first failure and reaches DOWN at the third; DOWN goes to
+    // PROBING at the first success and UP at the second.
     assert_eq!(
         states,
-        [Probing, Probing, Up, Up, Up, Down, Down, Down, Up],
+        [
+            Probing, Probing, Up, Probing, Probing, Down, Down, Probing, Up
+        ],
         "states seen before each run"
     );
     let status = engine.status(&id("db")).unwrap();
-    assert_eq!(status.transitions, 3, "each transition counted once");
+    assert_eq!(status.transitions, 5, "each transition counted once");
     assert_eq!(status.history.len(), script.len());
     assert_eq!(
         status.last_failure.map(|f| f.reason),
@@ -322,6 +324,133 @@ async fn readiness_counts_healthy_targets() {
     engine.apply(Vec::new());
     assert_eq!(engine.readiness().total, 0);
     assert!(engine.readiness().ready);
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn maintenance_holds_the_state_keeps_probing_and_expires() {
+    let (engine, cancel) = start(8);
+    let mut events = engine.subscribe();
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
+    let interval = Duration::from_secs(10);
+    engine.apply(vec![target("db", probe, interval, 0.0, 1, 1)]);
+    starts.recv().await.unwrap();
+    starts.recv().await.unwrap();
+    assert_eq!(engine.status(&id("db")).unwrap().state, HealthState::Up);
+
+    let info = engine
+        .start_maintenance(&id("db"), "disk swap".into(), Duration::from_secs(1800))
+        .unwrap();
+    assert_eq!(info.reason, "disk swap");
+    let status = engine.status(&id("db")).unwrap();
+    assert_eq!(status.state, HealthState::Maintenance);
+    assert_eq!(status.maintenance.unwrap().reason, "disk swap");
+    assert!(
+        engine.readiness().ready,
+        "maintenance does not fail readiness"
+    );
+    assert_eq!(
+        engine.operator_maintenance().len(),
+        1,
+        "operator maintenance is listed for persisting"
+    );
+
+    // Probes keep running during maintenance.
+    let runs_before = engine.status(&id("db")).unwrap().history.len();
+    for _ in 0..3 {
+        starts.recv().await.unwrap();
+    }
+    let status = engine.status(&id("db")).unwrap();
+    assert!(status.history.len() > runs_before);
+    assert_eq!(status.state, HealthState::Maintenance);
+
+    // It expires by itself: the first run after 30 minutes ends it, in PROBING (never straight
+    // to UP); the next results decide from there.
+    tokio::time::sleep(Duration::from_secs(1800)).await;
+    let status = engine.status(&id("db")).unwrap();
+    assert!(status.maintenance.is_none());
+    assert_eq!(status.state, HealthState::Up);
+
+    let seen: Vec<_> = std::iter::from_fn(|| events.try_recv().ok())
+        .map(|e| (e.from, e.to, e.cause))
+        .collect();
+    use HealthState::*;
+    use probe::state::Cause;
+    assert_eq!(
+        seen,
+        [
+            (Probing, Up, Cause::Results),
+            (Up, Maintenance, Cause::MaintenanceStarted),
+            (Maintenance, Probing, Cause::MaintenanceEnded),
+            (Probing, Up, Cause::Results),
+        ]
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn ending_maintenance_early_and_errors() {
+    let (engine, cancel) = start(8);
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
+    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 1, 1)]);
+    starts.recv().await.unwrap();
+    use probe::engine::EngineError;
+    assert_eq!(
+        engine.end_maintenance(&id("db")),
+        Err(EngineError::NotInMaintenance(id("db")))
+    );
+    assert_eq!(
+        engine
+            .start_maintenance(&id("nope"), "x".into(), Duration::from_secs(1))
+            .unwrap_err(),
+        EngineError::UnknownTarget(id("nope"))
+    );
+    engine
+        .start_maintenance(&id("db"), "x".into(), Duration::from_secs(3600))
+        .unwrap();
+    engine.end_maintenance(&id("db")).unwrap();
+    assert_eq!(
+        engine.status(&id("db")).unwrap().state,
+        HealthState::Probing
+    );
+    assert!(engine.operator_maintenance().is_empty());
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn declared_windows_put_targets_in_maintenance() {
+    use probe::maintenance::{MaintenanceWindow, WindowStart};
+    let (engine, cancel) = start(8);
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
+    let mut spec = target("db", probe, Duration::from_secs(1), 0.0, 1, 1);
+    // A window that started a minute ago (wall clock) and lasts an hour.
+    spec.maintenance = vec![
+        MaintenanceWindow::try_new(
+            WindowStart::Once(std::time::SystemTime::now() - Duration::from_secs(60)),
+            Duration::from_secs(3600),
+        )
+        .unwrap(),
+    ];
+    engine.apply(vec![spec]);
+    starts.recv().await.unwrap();
+    starts.recv().await.unwrap();
+    let status = engine.status(&id("db")).unwrap();
+    assert_eq!(status.state, HealthState::Maintenance);
+    assert_eq!(
+        status.maintenance.unwrap().source,
+        probe::engine::MaintenanceSource::Window
+    );
+    // Ended early by an operator, the window does not restart.
+    engine.end_maintenance(&id("db")).unwrap();
+    starts.recv().await.unwrap();
+    starts.recv().await.unwrap();
+    assert_ne!(
+        engine.status(&id("db")).unwrap().state,
+        HealthState::Maintenance
+    );
     cancel.cancel();
     engine.stopped().await;
 }

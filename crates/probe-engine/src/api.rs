@@ -1,32 +1,52 @@
-//! The health API: read-only views of the engine's snapshot, never a probe on request.
+//! The health API: views of the engine's snapshot (never a probe on request), plus the few
+//! operator actions.
 //!
 //! | route | answer |
 //! |---|---|
 //! | `GET /livez` | 200 while the process serves at all |
-//! | `GET /readyz` | 200 when every target is UP, else 503 with a plain-text reason |
+//! | `GET /readyz` | 200 when every target is UP, DEGRADED or in MAINTENANCE, else 503 with a reason |
 //! | `GET /v1/targets` | every target's status as JSON |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
+//! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
+//! | `DELETE /v1/targets/{id}/maintenance` | end it |
+//! | `GET /v1/events` | state changes as Server-Sent Events |
 //! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
 //! | `GET /metrics` | Prometheus text exposition |
 //!
-//! Errors are JSON `{"error": "..."}`: 400 for a malformed id, 404 for an unknown target or path,
-//! 405 for a wrong method.
+//! Errors are JSON `{"error": "..."}`: 400 for a malformed id or body, 401/403 for a refused
+//! mutation, 404 for an unknown target or path, 405 for a wrong method, 409 for a conflict.
+//!
+//! Mutations are accepted from loopback peers only, unless a token is configured; then every
+//! mutation needs `Authorization: Bearer <token>`, wherever it comes from.
 
-use std::time::SystemTime;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures_util::Stream;
 use metrics_exporter_prometheus::PrometheusHandle;
-use probe::engine::{Engine, TargetStatus};
-use probe::outcome::Outcome;
+use probe::engine::{Engine, EngineError, Event, MaintenanceInfo, TargetStatus};
+use probe::outcome::{Outcome, Signal};
 use probe::state::HealthState;
 use probe::target::TargetId;
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::persist::StateStore;
+
+/// The longest maintenance an operator can set in one request.
+const MAX_MAINTENANCE: Duration = Duration::from_secs(30 * 86_400);
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -35,9 +55,16 @@ pub struct ApiState {
     pub engine: Engine,
     /// Renders `/metrics`; `None` when no recorder is installed (then `/metrics` is 404).
     pub metrics: Option<PrometheusHandle>,
+    /// When set, mutations need this bearer token; when not, they need a loopback peer.
+    pub token: Option<Arc<str>>,
+    /// Where operator maintenance is saved, so it survives a restart.
+    pub store: Option<StateStore>,
+    /// Ends long-lived responses (the event stream) when the daemon stops.
+    pub shutdown: CancellationToken,
 }
 
-/// Builds the router.
+/// Builds the router. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`: the
+/// mutation guard needs the peer address.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/livez", get(livez))
@@ -46,6 +73,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/targets", get(targets))
         .route("/v1/targets/{id}", get(target))
+        .route(
+            "/v1/targets/{id}/maintenance",
+            axum::routing::put(start_maintenance).delete(end_maintenance),
+        )
+        .route("/v1/events", get(events))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
@@ -54,7 +86,43 @@ pub fn router(state: ApiState) -> Router {
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
+    ApiError::new(status, message).into_response()
+}
+
+/// An error answer: a status and a reason, rendered as `{"error": "..."}`.
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({ "error": self.message }));
+        if self.status == StatusCode::UNAUTHORIZED {
+            (self.status, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response()
+        } else {
+            (self.status, body).into_response()
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let status = match e {
+            EngineError::UnknownTarget(_) => StatusCode::NOT_FOUND,
+            EngineError::NotInMaintenance(_) => StatusCode::CONFLICT,
+        };
+        Self::new(status, e.to_string())
+    }
 }
 
 async fn livez() -> &'static str {
@@ -95,7 +163,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     }
 }
 
-async fn targets(State(state): State<ApiState>) -> Json<Value> {
+async fn targets(State(state): State<ApiState>) -> Json<serde_json::Value> {
     let targets: Vec<TargetView> = state
         .engine
         .statuses()
@@ -105,22 +173,159 @@ async fn targets(State(state): State<ApiState>) -> Json<Value> {
     Json(json!({ "targets": targets }))
 }
 
-async fn target(State(state): State<ApiState>, Path(id): Path<String>) -> Response {
-    let id = match TargetId::new(&id) {
-        Ok(id) => id,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+fn parse_id(id: &str) -> Result<TargetId, ApiError> {
+    TargetId::new(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+fn detail(engine: &Engine, id: &TargetId) -> Result<Response, ApiError> {
+    let status = engine
+        .status(id)
+        .ok_or_else(|| EngineError::UnknownTarget(id.clone()))?;
+    Ok(Json(TargetDetail {
+        target: TargetView::from(&status),
+        history: status.history.iter().map(OutcomeView::from).collect(),
+    })
+    .into_response())
+}
+
+async fn target(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    detail(&state.engine, &parse_id(&id)?)
+}
+
+/// Lets a mutation through, or says why not.
+fn authorize(token: Option<&str>, peer: SocketAddr, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = token else {
+        return if peer.ip().to_canonical().is_loopback() {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "changes are accepted from loopback only unless the daemon has an --api-token",
+            ))
+        };
     };
-    match state.engine.status(&id) {
-        Some(status) => Json(TargetDetail {
-            target: TargetView::from(&status),
-            history: status.history.iter().map(OutcomeView::from).collect(),
-        })
-        .into_response(),
-        None => error(
-            StatusCode::NOT_FOUND,
-            format!("no target {:?}", id.as_str()),
-        ),
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token",
+        )),
+        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(_) => Err(ApiError::new(StatusCode::FORBIDDEN, "invalid bearer token")),
     }
+}
+
+/// Compares without an early exit, so response times do not reveal a token prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The body of `PUT /v1/targets/{id}/maintenance`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MaintenanceRequest {
+    reason: String,
+    duration: String,
+}
+
+impl MaintenanceRequest {
+    fn validate(self) -> Result<(String, Duration), String> {
+        let reason = self.reason.trim().to_owned();
+        if reason.is_empty() || reason.len() > 512 {
+            return Err("reason must be 1 to 512 characters".into());
+        }
+        let duration = humantime::parse_duration(&self.duration)
+            .map_err(|e| format!("invalid duration {:?}: {e}", self.duration))?;
+        if duration.is_zero() || duration > MAX_MAINTENANCE {
+            return Err("duration must be more than 0 and at most 30 days".into());
+        }
+        Ok((reason, duration))
+    }
+}
+
+async fn start_maintenance(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Json<MaintenanceRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    authorize(state.token.as_deref(), peer, &headers)?;
+    let id = parse_id(&id)?;
+    let (reason, duration) = body
+        .map_err(|e| e.body_text())
+        .and_then(|Json(r)| r.validate())
+        .map_err(|message| ApiError::new(StatusCode::BAD_REQUEST, message))?;
+    state.engine.start_maintenance(&id, reason, duration)?;
+    persist(&state);
+    detail(&state.engine, &id)
+}
+
+async fn end_maintenance(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    authorize(state.token.as_deref(), peer, &headers)?;
+    let id = parse_id(&id)?;
+    state.engine.end_maintenance(&id)?;
+    persist(&state);
+    detail(&state.engine, &id)
+}
+
+/// Saves operator maintenance; a failure is logged, the change itself stands.
+fn persist(state: &ApiState) {
+    if let Some(store) = &state.store
+        && let Err(e) = store.save(&state.engine.operator_maintenance())
+    {
+        tracing::error!(error = %e, "could not save maintenance state");
+    }
+}
+
+/// `GET /v1/events`: every state change as an SSE `transition` event with a JSON body.
+async fn events(
+    State(state): State<ApiState>,
+) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
+    let receiver = state.engine.subscribe();
+    let shutdown = state.shutdown.clone();
+    let stream = futures_util::stream::unfold(
+        (receiver, shutdown),
+        |(mut receiver, shutdown)| async move {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return None,
+                next = receiver.recv() => match next {
+                    Ok(event) => transition_event(&event),
+                    Err(RecvError::Lagged(missed)) => sse::Event::default()
+                        .event("lagged")
+                        .data(json!({ "missed": missed }).to_string()),
+                    Err(RecvError::Closed) => return None,
+                },
+            };
+            Some((Ok(event), (receiver, shutdown)))
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+fn transition_event(e: &Event) -> sse::Event {
+    sse::Event::default().event("transition").data(
+        json!({
+            "target": e.target.as_str(),
+            "from": e.from.as_str(),
+            "to": e.to.as_str(),
+            "cause": e.cause.as_str(),
+            "at": rfc3339(e.at),
+            "detail": e.detail,
+        })
+        .to_string(),
+    )
 }
 
 /// One target as `/v1/targets` shows it. Field names are a public contract.
@@ -129,8 +334,12 @@ struct TargetView {
     id: String,
     state: &'static str,
     healthy: bool,
+    flapping: bool,
     last: Option<OutcomeView>,
     last_failure: Option<FailureView>,
+    degraded_reasons: Vec<String>,
+    signals: Vec<SignalView>,
+    maintenance: Option<MaintenanceView>,
     consecutive_successes: u32,
     consecutive_failures: u32,
     transitions: u64,
@@ -149,6 +358,7 @@ struct TargetDetail {
 #[derive(Serialize)]
 struct OutcomeView {
     ok: bool,
+    degraded: bool,
     latency_ms: f64,
     reason: Option<&'static str>,
     at: String,
@@ -160,13 +370,46 @@ struct FailureView {
     detail: String,
 }
 
+#[derive(Serialize)]
+struct SignalView {
+    name: String,
+    severity: &'static str,
+}
+
+#[derive(Serialize)]
+struct MaintenanceView {
+    reason: String,
+    source: &'static str,
+    until: String,
+}
+
 impl From<&Outcome> for OutcomeView {
     fn from(o: &Outcome) -> Self {
         Self {
             ok: o.ok(),
+            degraded: o.degraded(),
             latency_ms: o.latency().as_secs_f64() * 1000.0,
             reason: o.reason().map(|r| r.as_str()),
             at: rfc3339(o.at()),
+        }
+    }
+}
+
+impl From<&Signal> for SignalView {
+    fn from(s: &Signal) -> Self {
+        Self {
+            name: s.name.to_string(),
+            severity: s.severity.as_str(),
+        }
+    }
+}
+
+impl From<&MaintenanceInfo> for MaintenanceView {
+    fn from(m: &MaintenanceInfo) -> Self {
+        Self {
+            reason: m.reason.clone(),
+            source: m.source.as_str(),
+            until: rfc3339(m.until),
         }
     }
 }
@@ -177,11 +420,15 @@ impl From<&TargetStatus> for TargetView {
             id: s.id.to_string(),
             state: s.state.as_str(),
             healthy: s.healthy(),
+            flapping: s.flapping,
             last: s.last.as_ref().map(OutcomeView::from),
             last_failure: s.last_failure.as_ref().map(|f| FailureView {
                 reason: f.reason.as_str(),
                 detail: f.detail.clone(),
             }),
+            degraded_reasons: s.degraded_reasons.clone(),
+            signals: s.signals.iter().map(SignalView::from).collect(),
+            maintenance: s.maintenance.as_ref().map(MaintenanceView::from),
             consecutive_successes: s.consecutive_successes,
             consecutive_failures: s.consecutive_failures,
             transitions: s.transitions,
@@ -205,7 +452,8 @@ enum CheckStatus {
 }
 
 /// `application/health+json`: `pass` when every target is UP, `fail` when any is DOWN, `warn`
-/// while verdicts are pending. Each target is a `checks` entry keyed `<id>:responseTime`.
+/// otherwise (DEGRADED, PROBING, MAINTENANCE). Each target is a `checks` entry keyed
+/// `<id>:responseTime`.
 async fn health(State(state): State<ApiState>) -> Response {
     let statuses = state.engine.statuses();
     let mut checks = serde_json::Map::new();
@@ -213,7 +461,9 @@ async fn health(State(state): State<ApiState>) -> Response {
     for s in &statuses {
         let status = match s.state {
             HealthState::Up => CheckStatus::Pass,
-            HealthState::Probing => CheckStatus::Warn,
+            HealthState::Degraded | HealthState::Probing | HealthState::Maintenance => {
+                CheckStatus::Warn
+            }
             HealthState::Down => CheckStatus::Fail,
         };
         overall = overall.max(status);
@@ -227,11 +477,21 @@ async fn health(State(state): State<ApiState>) -> Response {
             check["observedUnit"] = json!("ms");
             check["time"] = json!(rfc3339(last.at()));
         }
-        if status != CheckStatus::Pass {
-            let output = match (&s.last_failure, s.state) {
-                (Some(f), HealthState::Down) => format!("{}: {}", f.reason, f.detail),
-                _ => format!("state {}", s.state),
-            };
+        let output = match (s.state, &s.last_failure, &s.maintenance) {
+            (HealthState::Up, ..) => None,
+            (HealthState::Down, Some(f), _) => Some(format!("{}: {}", f.reason, f.detail)),
+            (HealthState::Degraded, ..) => {
+                Some(format!("degraded: {}", s.degraded_reasons.join("; ")))
+            }
+            (HealthState::Maintenance, _, Some(m)) => Some(format!(
+                "maintenance until {}: {}",
+                rfc3339(m.until),
+                m.reason
+            )),
+            (state, ..) if s.flapping => Some(format!("state {state}: flapping")),
+            (state, ..) => Some(format!("state {state}")),
+        };
+        if let Some(output) = output {
             check["output"] = json!(output);
         }
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
@@ -253,4 +513,53 @@ async fn health(State(state): State<ApiState>) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_token_only_loopback_peers_may_change_things() {
+        let none = HeaderMap::new();
+        for peer in ["127.0.0.1:1", "[::1]:1", "[::ffff:127.0.0.1]:1"] {
+            assert!(
+                authorize(None, peer.parse().unwrap(), &none).is_ok(),
+                "{peer}"
+            );
+        }
+        for peer in ["10.1.2.3:1", "[2001:db8::1]:1", "[::ffff:192.0.2.1]:1"] {
+            let refused = authorize(None, peer.parse().unwrap(), &none).unwrap_err();
+            assert_eq!(refused.status, StatusCode::FORBIDDEN, "{peer}");
+        }
+        // With a token, loopback is no excuse.
+        let refused = authorize(Some("t"), "127.0.0.1:1".parse().unwrap(), &none).unwrap_err();
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        let mut bearer = HeaderMap::new();
+        bearer.insert(header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        assert!(authorize(Some("t"), "192.0.2.1:1".parse().unwrap(), &bearer).is_ok());
+    }
+
+    #[test]
+    fn tokens_compare_by_content_and_length() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+    }
+
+    #[test]
+    fn maintenance_requests_are_validated() {
+        let req = |reason: &str, duration: &str| MaintenanceRequest {
+            reason: reason.into(),
+            duration: duration.into(),
+        };
+        assert_eq!(
+            req(" upgrade ", "30m").validate(),
+            Ok(("upgrade".into(), Duration::from_secs(1800)))
+        );
+        assert!(req("", "30m").validate().is_err());
+        assert!(req("x", "soon").validate().unwrap_err().contains("soon"));
+        assert!(req("x", "0s").validate().is_err());
+        assert!(req("x", "365d").validate().is_err());
+    }
 }

@@ -5,47 +5,114 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::{Diff, Engine, EngineConfig};
+use probe::target::TargetId;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
 use crate::config::{self, ConfigErrors};
+use crate::persist::{PersistError, StateStore};
 
-/// A running daemon: its engine and where its config comes from.
+/// How to start the daemon.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// A YAML file or a directory of them.
+    pub config: PathBuf,
+    /// Engine limits.
+    pub engine: EngineConfig,
+    /// Where operator maintenance is saved; `None` keeps it in memory only.
+    pub state_dir: Option<PathBuf>,
+    /// When set, API mutations need this bearer token (otherwise: loopback peers only).
+    pub api_token: Option<String>,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The config is invalid; every problem is listed.
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    /// The state directory cannot be used.
+    #[error("state directory: {0}")]
+    State(#[from] PersistError),
+}
+
+/// A running daemon: its engine, where its config comes from and where its state goes.
 pub struct Daemon {
     engine: Engine,
     config_path: PathBuf,
+    store: Option<StateStore>,
+    token: Option<Arc<str>>,
     cancel: CancellationToken,
 }
 
 impl Daemon {
-    /// Loads the config at `config_path`, starts the engine and schedules every target.
+    /// Loads the config, starts the engine, schedules every target and restores saved
+    /// maintenance.
     ///
     /// # Errors
-    /// Every problem of the config, located; nothing is started then.
-    pub fn start(
-        config_path: PathBuf,
-        engine_config: EngineConfig,
-        cancel: CancellationToken,
-    ) -> Result<Self, ConfigErrors> {
-        let loaded = config::load(&config_path)?;
-        let engine = Engine::start(engine_config, cancel.clone());
+    /// Every problem of the config, located, or an unusable state directory; nothing is
+    /// started then.
+    pub fn start(options: Options, cancel: CancellationToken) -> Result<Self, StartError> {
+        let loaded = config::load(&options.config)?;
+        let store = options
+            .state_dir
+            .as_deref()
+            .map(StateStore::open)
+            .transpose()?;
+        let engine = Engine::start(options.engine, cancel.clone());
         let diff = engine.apply(loaded.targets);
         tracing::info!(
             targets = diff.added.len(),
             files = loaded.files.len(),
-            config = %config_path.display(),
+            config = %options.config.display(),
             "config loaded"
         );
-        Ok(Self {
+        let daemon = Self {
             engine,
-            config_path,
+            config_path: options.config,
+            store,
+            token: options.api_token.map(Arc::from),
             cancel,
-        })
+        };
+        daemon.restore_maintenance();
+        Ok(daemon)
+    }
+
+    /// Re-applies saved operator maintenance that has not expired. A damaged state file is
+    /// reported and skipped: losing a maintenance flag must not keep the daemon down.
+    fn restore_maintenance(&self) {
+        let Some(store) = &self.store else { return };
+        let saved = match store.load() {
+            Ok(saved) => saved,
+            Err(e) => {
+                tracing::error!(error = %e, "saved maintenance not restored");
+                return;
+            }
+        };
+        let now = SystemTime::now();
+        for entry in saved {
+            let left = entry
+                .until()
+                .and_then(|until| until.duration_since(now).ok());
+            let (Ok(id), Some(left)) = (TargetId::new(&entry.target), left) else {
+                tracing::info!(target_id = %entry.target, "saved maintenance expired or invalid; dropped");
+                continue;
+            };
+            match self.engine.start_maintenance(&id, entry.reason, left) {
+                Ok(info) => tracing::info!(
+                    target_id = %id,
+                    until = %humantime::format_rfc3339_seconds(info.until),
+                    "maintenance restored"
+                ),
+                Err(e) => tracing::warn!(error = %e, "saved maintenance not restored"),
+            }
+        }
     }
 
     /// The engine, for embedding tests and the API.
@@ -104,10 +171,16 @@ impl Daemon {
         let app = api::router(ApiState {
             engine: self.engine.clone(),
             metrics,
+            token: self.token.clone(),
+            store: self.store.clone(),
+            shutdown: self.cancel.clone(),
         });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(self.cancel.clone().cancelled_owned())
-            .await?;
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(self.cancel.clone().cancelled_owned())
+        .await?;
         tracing::info!("stopping: waiting for probes in flight");
         if tokio::time::timeout(grace, self.engine.stopped())
             .await

@@ -7,3 +7,4 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod persist;

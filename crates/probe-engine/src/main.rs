@@ -54,6 +54,13 @@ enum Command {
         /// How long to wait for probes in flight when stopping.
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         shutdown_grace: Duration,
+        /// Directory for state that survives restarts (operator maintenance).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Require this bearer token for API changes (otherwise only loopback peers may change
+        /// anything).
+        #[arg(long, env = "PROBE_ENGINE_API_TOKEN", hide_env_values = true)]
+        api_token: Option<String>,
     },
     /// Validate a config: exit 0 with a summary, or 1 with every error.
     Check {
@@ -74,16 +81,23 @@ fn main() -> ExitCode {
             max_in_flight,
             min_workers,
             shutdown_grace,
+            state_dir,
+            api_token,
         } => {
-            let engine = EngineConfig {
-                scheduler: SchedulerConfig {
-                    max_in_flight,
-                    min_workers,
-                    ..SchedulerConfig::default()
+            let options = daemon::Options {
+                config,
+                engine: EngineConfig {
+                    scheduler: SchedulerConfig {
+                        max_in_flight,
+                        min_workers,
+                        ..SchedulerConfig::default()
+                    },
+                    ..EngineConfig::default()
                 },
-                ..EngineConfig::default()
+                state_dir,
+                api_token,
             };
-            match run(config, listen, engine, shutdown_grace) {
+            match run(options, listen, shutdown_grace) {
                 Ok(code) => code,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -115,20 +129,21 @@ fn check(path: &std::path::Path) -> ExitCode {
 
 #[tokio::main]
 async fn run(
-    config: PathBuf,
+    options: daemon::Options,
     listen: SocketAddr,
-    engine: EngineConfig,
     grace: Duration,
 ) -> anyhow::Result<ExitCode> {
     let metrics = install_metrics()?;
     let cancel = CancellationToken::new();
-    let daemon = match Daemon::start(config.clone(), engine, cancel.clone()) {
+    let config = options.config.clone();
+    let daemon = match Daemon::start(options, cancel.clone()) {
         Ok(d) => d,
-        Err(errors) => {
+        Err(daemon::StartError::Config(errors)) => {
             eprintln!("{errors}");
             eprintln!("{} errors in {}", errors.0.len(), config.display());
             return Ok(ExitCode::FAILURE);
         }
+        Err(e) => return Err(e.into()),
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await

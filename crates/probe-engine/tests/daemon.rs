@@ -27,10 +27,15 @@ struct Daemon {
 
 impl Daemon {
     fn start(config: &Path) -> Self {
+        Self::start_with(config, &[])
+    }
+
+    fn start_with(config: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args(["--log-format", "json", "run", "--listen", "127.0.0.1:0"])
             .arg("--config")
             .arg(config)
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -77,6 +82,27 @@ impl Daemon {
 
     async fn get(&self, path: &str) -> reqwest::Response {
         self.http.get(self.url(path)).send().await.unwrap()
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_owned());
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
     }
 
     async fn targets(&self) -> Vec<Value> {
@@ -362,4 +388,180 @@ fn run_refuses_an_invalid_config() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("t.yaml:1:"));
+}
+
+const PUT: reqwest::Method = reqwest::Method::PUT;
+const DELETE: reqwest::Method = reqwest::Method::DELETE;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_is_set_validated_and_survives_a_restart() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    write_targets(dir.path(), &[("db", listener.local_addr().unwrap())]);
+    let state_arg = state.to_str().unwrap();
+    let mut daemon = Daemon::start_with(dir.path(), &["--state-dir", state_arg]);
+    daemon.wait_states(&[("db", "UP")]).await;
+
+    let path = "/v1/targets/db/maintenance";
+    let good = r#"{"reason": "disk swap", "duration": "30m"}"#;
+    for (body, want) in [
+        ("{not json", "parse the request body as JSON"),
+        (r#"{"reason": "x"}"#, "duration"),
+        (r#"{"reason": "x", "duration": "soon"}"#, "invalid duration"),
+        (r#"{"reason": "", "duration": "1h"}"#, "reason"),
+        (
+            r#"{"reason": "x", "duration": "1h", "extra": 1}"#,
+            "unknown field",
+        ),
+    ] {
+        let (status, body) = daemon.send(PUT, path, None, Some(body)).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body["error"].as_str().unwrap().contains(want), "{body}");
+    }
+    let (status, _) = daemon
+        .send(PUT, "/v1/targets/nope/maintenance", None, Some(good))
+        .await;
+    assert_eq!(status, 404);
+
+    let (status, body) = daemon.send(PUT, path, None, Some(good)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "MAINTENANCE");
+    assert_eq!(body["maintenance"]["reason"], "disk swap");
+    assert_eq!(body["maintenance"]["source"], "operator");
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    assert_eq!(health["status"], "warn");
+
+    // Restart with the same state directory: still in maintenance, same reason.
+    daemon.signal("-TERM");
+    assert!(daemon.wait_exit().success());
+    let daemon = Daemon::start_with(dir.path(), &["--state-dir", state_arg]);
+    let restored: Value = daemon.get("/v1/targets/db").await.json().await.unwrap();
+    assert_eq!(restored["state"], "MAINTENANCE");
+    assert_eq!(restored["maintenance"]["reason"], "disk swap");
+
+    let (status, body) = daemon.send(DELETE, path, None, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(body["state"], "MAINTENANCE");
+    assert!(body["maintenance"].is_null());
+    let (status, body) = daemon.send(DELETE, path, None, None).await;
+    assert_eq!(status, 409, "{body}");
+    daemon.wait_states(&[("db", "UP")]).await;
+    drop(listener);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_token_guards_every_change() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("db", listener.local_addr().unwrap())]);
+    let daemon = Daemon::start_with(dir.path(), &["--api-token", "s3cret"]);
+    let path = "/v1/targets/db/maintenance";
+    let body = r#"{"reason": "r", "duration": "5m"}"#;
+
+    let response = daemon
+        .http
+        .put(daemon.url(path))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    let (status, _) = daemon.send(PUT, path, Some("wrong"), Some(body)).await;
+    assert_eq!(status, 403);
+    let (status, _) = daemon.send(DELETE, path, Some("wrong"), None).await;
+    assert_eq!(status, 403);
+    // Reading needs no token.
+    assert_eq!(daemon.get("/v1/targets/db").await.status(), 200);
+    let (status, body) = daemon.send(PUT, path, Some("s3cret"), Some(body)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = daemon.send(DELETE, path, Some("s3cret"), None).await;
+    assert_eq!(status, 200);
+    // The token never shows up in logs or the API.
+    let targets = daemon.get("/v1/targets").await.text().await.unwrap();
+    assert!(!targets.contains("s3cret"));
+    drop(listener);
+}
+
+/// Reads SSE `transition` events for `id` until `want` were seen in order.
+async fn expect_transitions(
+    stream: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    buffer: &mut String,
+    id: &str,
+    want: &[(&str, &str)],
+) {
+    use futures_util::StreamExt;
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while seen.len() < want.len() {
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            if !frame.contains("event: transition") {
+                continue;
+            }
+            let data = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            let event: Value = serde_json::from_str(data).unwrap();
+            if event["target"] == id {
+                seen.push((
+                    event["from"].as_str().unwrap().to_owned(),
+                    event["to"].as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+        if seen.len() >= want.len() {
+            break;
+        }
+        let chunk = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("saw only {seen:?}, want {want:?}"))
+            .unwrap()
+            .unwrap();
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let want: Vec<_> = want
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    assert_eq!(seen, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_each_transition_in_order() {
+    let port = closed_port();
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("svc", port)]);
+    let mut daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("svc", "DOWN")]).await;
+
+    let response = daemon.get("/v1/events").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = Box::pin(response.bytes_stream());
+    let mut buffer = String::new();
+
+    let listener = std::net::TcpListener::bind(port).unwrap();
+    expect_transitions(
+        &mut stream,
+        &mut buffer,
+        "svc",
+        &[("DOWN", "PROBING"), ("PROBING", "UP")],
+    )
+    .await;
+    drop(listener);
+    expect_transitions(
+        &mut stream,
+        &mut buffer,
+        "svc",
+        &[("UP", "PROBING"), ("PROBING", "DOWN")],
+    )
+    .await;
+    // An open event stream does not hold up a stop.
+    daemon.signal("-TERM");
+    assert!(daemon.wait_exit().success());
 }

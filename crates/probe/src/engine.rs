@@ -18,14 +18,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
 
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::SuccessWindow;
-use crate::outcome::{CheckResult, Failure, FailureReason, Outcome};
+use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
-use crate::state::{HealthState, Hysteresis, Transition};
+use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
 use crate::target::{Schedule, TargetId, TargetSpec};
 
 /// Engine settings.
@@ -73,17 +74,25 @@ impl Diff {
 pub struct TargetStatus {
     /// The target's id.
     pub id: TargetId,
-    /// The current verdict.
+    /// The current state.
     pub state: HealthState,
+    /// Whether the target is held in PROBING for flapping.
+    pub flapping: bool,
     /// The latest run, if any.
     pub last: Option<Outcome>,
     /// The latest failure with its detail, kept after later successes for diagnosis.
     pub last_failure: Option<Failure>,
-    /// Successes in a row.
+    /// Why the latest run was degraded; empty when it was not.
+    pub degraded_reasons: Vec<String>,
+    /// The business signals of the latest run.
+    pub signals: Vec<Signal>,
+    /// The maintenance in force, if any.
+    pub maintenance: Option<MaintenanceInfo>,
+    /// Passing results in a row.
     pub consecutive_successes: u32,
     /// Failures in a row.
     pub consecutive_failures: u32,
-    /// Verdict changes since the target was added.
+    /// State changes since the target was added.
     pub transitions: u64,
     /// The target's schedule.
     pub schedule: Schedule,
@@ -92,22 +101,80 @@ pub struct TargetStatus {
 }
 
 impl TargetStatus {
-    /// Whether the target counts as healthy (UP).
+    /// Whether the target serves (UP or DEGRADED).
     pub fn healthy(&self) -> bool {
-        self.state == HealthState::Up
+        self.state.is_healthy()
     }
 }
 
-/// The engine's readiness verdict: ready when every target is healthy.
+/// Where a maintenance comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceSource {
+    /// Set through the API (or restored from the daemon's state file).
+    Operator,
+    /// A window declared with the target.
+    Window,
+}
+
+impl MaintenanceSource {
+    /// The lowercase name used in the API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Operator => "operator",
+            Self::Window => "window",
+        }
+    }
+}
+
+/// A maintenance in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaintenanceInfo {
+    /// Why, as the operator said (or "scheduled window").
+    pub reason: String,
+    /// Who set it.
+    pub source: MaintenanceSource,
+    /// When it ends by itself (wall clock).
+    pub until: SystemTime,
+}
+
+/// One state change, as broadcast to subscribers ([`Engine::subscribe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The target that moved.
+    pub target: TargetId,
+    /// The state before.
+    pub from: HealthState,
+    /// The state after.
+    pub to: HealthState,
+    /// Why it moved.
+    pub cause: Cause,
+    /// When (wall clock).
+    pub at: SystemTime,
+    /// The failure or maintenance reason behind it, when there is one.
+    pub detail: Option<String>,
+}
+
+/// Why an operator request on a target could not be done.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// No target has this id.
+    #[error("no target {:?}", .0.as_str())]
+    UnknownTarget(TargetId),
+    /// Ending maintenance of a target that is not in maintenance.
+    #[error("target {:?} is not in maintenance", .0.as_str())]
+    NotInMaintenance(TargetId),
+}
+
+/// The engine's readiness verdict: ready when every target is UP, DEGRADED or in MAINTENANCE.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Readiness {
-    /// Whether every target is healthy.
+    /// Whether every target serves or is out on purpose.
     pub ready: bool,
     /// Targets in the engine.
     pub total: usize,
-    /// Targets that are UP.
+    /// Targets that keep the engine ready (UP, DEGRADED or MAINTENANCE).
     pub healthy: usize,
-    /// A short reason when not ready, naming up to five unhealthy targets.
+    /// A short reason when not ready, naming up to five of the other targets.
     pub reason: Option<String>,
 }
 
@@ -115,14 +182,18 @@ pub struct Readiness {
 #[derive(Default)]
 struct Tally {
     total: AtomicUsize,
-    healthy: AtomicUsize,
+    ready: AtomicUsize,
 }
+
+/// How many state changes a slow subscriber may fall behind before it misses some.
+const EVENT_BACKLOG: usize = 1024;
 
 /// The probe engine. Cheap to clone; clones share the same targets.
 #[derive(Clone)]
 pub struct Engine {
     targets: Arc<RwLock<BTreeMap<TargetId, Arc<Target>>>>,
     tally: Arc<Tally>,
+    events: broadcast::Sender<Event>,
     scheduler: Scheduler,
     history: usize,
 }
@@ -136,6 +207,7 @@ impl Engine {
         Self {
             targets: Arc::default(),
             tally: Arc::default(),
+            events: broadcast::channel(EVENT_BACKLOG).0,
             scheduler: Scheduler::start(config.scheduler, cancel),
             history: config.history,
         }
@@ -176,15 +248,26 @@ impl Engine {
     }
 
     fn launch(&self, spec: TargetSpec) -> Arc<Target> {
-        let target = Arc::new(Target::new(spec, self.tally.clone(), self.history));
+        let target = Arc::new(Target::new(
+            spec,
+            self.tally.clone(),
+            self.events.clone(),
+            self.history,
+        ));
         self.scheduler.insert(target.clone());
         target
     }
 
+    fn target(&self, id: &TargetId) -> Result<Arc<Target>, EngineError> {
+        read(&self.targets)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownTarget(id.clone()))
+    }
+
     /// One target's status with its recent history.
     pub fn status(&self, id: &TargetId) -> Option<TargetStatus> {
-        let target = read(&self.targets).get(id).cloned()?;
-        Some(target.status(true))
+        Some(self.target(id).ok()?.status(true))
     }
 
     /// Every target's status, sorted by id, without history.
@@ -193,10 +276,10 @@ impl Engine {
         targets.iter().map(|t| t.status(false)).collect()
     }
 
-    /// Whether every target is healthy; O(1) when it is.
+    /// Whether every target is UP, DEGRADED or in MAINTENANCE; O(1) when it is.
     pub fn readiness(&self) -> Readiness {
         let total = self.tally.total.load(Ordering::Acquire);
-        let healthy = self.tally.healthy.load(Ordering::Acquire);
+        let healthy = self.tally.ready.load(Ordering::Acquire);
         if healthy >= total {
             return Readiness {
                 ready: true,
@@ -206,19 +289,19 @@ impl Engine {
             };
         }
         const NAMED: usize = 5;
-        let unhealthy: Vec<String> = read(&self.targets)
+        let others: Vec<String> = read(&self.targets)
             .values()
             .filter_map(|t| {
                 let state = t.lock().machine.state();
-                (state != HealthState::Up).then(|| format!("{} ({state})", t.spec.id))
+                (!state.counts_as_ready()).then(|| format!("{} ({state})", t.spec.id))
             })
             .take(NAMED)
             .collect();
-        let more = (total - healthy).saturating_sub(unhealthy.len());
+        let more = (total - healthy).saturating_sub(others.len());
         let mut reason = format!(
             "{} of {total} targets not healthy: {}",
             total - healthy,
-            unhealthy.join(", ")
+            others.join(", ")
         );
         if more > 0 {
             reason.push_str(&format!(" and {more} more"));
@@ -229,6 +312,79 @@ impl Engine {
             healthy,
             reason: Some(reason),
         }
+    }
+
+    /// Puts a target in maintenance for `duration`, replacing any maintenance in force. Probes
+    /// keep running; the state stays MAINTENANCE until it expires or [`Engine::end_maintenance`].
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`].
+    pub fn start_maintenance(
+        &self,
+        id: &TargetId,
+        reason: String,
+        duration: Duration,
+    ) -> Result<MaintenanceInfo, EngineError> {
+        let target = self.target(id)?;
+        let info = MaintenanceInfo {
+            reason,
+            source: MaintenanceSource::Operator,
+            until: SystemTime::now() + duration,
+        };
+        let transition = {
+            let mut status = target.lock();
+            status.maintenance = Some(ActiveMaintenance {
+                info: info.clone(),
+                deadline: Some(Instant::now() + duration),
+            });
+            let t = status.machine.start_maintenance();
+            target.change(&mut status, t)
+        };
+        target.announce(transition, Some(&info.reason));
+        Ok(info)
+    }
+
+    /// Ends a target's maintenance now: the target goes to PROBING. Ending a declared window
+    /// keeps it from starting again until the window is over.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`], or [`EngineError::NotInMaintenance`].
+    pub fn end_maintenance(&self, id: &TargetId) -> Result<(), EngineError> {
+        let target = self.target(id)?;
+        let transition = {
+            let mut status = target.lock();
+            let ended = status
+                .maintenance
+                .take()
+                .ok_or_else(|| EngineError::NotInMaintenance(id.clone()))?;
+            if ended.info.source == MaintenanceSource::Window {
+                status.window_ended_early = Some(ended.info.until);
+            }
+            let t = status.machine.end_maintenance();
+            target.change(&mut status, t)
+        };
+        target.announce(transition, Some("ended by operator"));
+        Ok(())
+    }
+
+    /// Maintenance set by operators and still in force, for a front end to persist.
+    pub fn operator_maintenance(&self) -> Vec<(TargetId, MaintenanceInfo)> {
+        let targets: Vec<_> = read(&self.targets).values().cloned().collect();
+        targets
+            .iter()
+            .filter_map(|t| {
+                let status = t.lock();
+                let m = status.maintenance.as_ref()?;
+                (m.info.source == MaintenanceSource::Operator)
+                    .then(|| (t.spec.id.clone(), m.info.clone()))
+            })
+            .collect()
+    }
+
+    /// A stream of every state change from now on. A subscriber that falls more than 1024
+    /// events behind misses the oldest (and is told so by `RecvError::Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
     }
 
     /// The scheduler, for its live figures (workers, probes in flight).
@@ -260,6 +416,7 @@ struct Target {
     probe: Arc<dyn Probe>,
     status: Mutex<Status>,
     tally: Arc<Tally>,
+    events: broadcast::Sender<Event>,
     history: usize,
     /// Handles registered once, so a probe run updates metrics without a registry lookup.
     success: metrics::Gauge,
@@ -267,19 +424,45 @@ struct Target {
     duration: metrics::Histogram,
 }
 
+struct ActiveMaintenance {
+    info: MaintenanceInfo,
+    /// When an operator's maintenance expires, on the engine's clock (so paused-time tests and
+    /// wall-clock jumps agree). Windows end by the wall clock instead.
+    deadline: Option<Instant>,
+}
+
+impl ActiveMaintenance {
+    fn is_over(&self, now: Instant, wall: SystemTime) -> bool {
+        match self.deadline {
+            Some(deadline) => now >= deadline,
+            None => wall >= self.info.until,
+        }
+    }
+}
+
 struct Status {
-    machine: Hysteresis,
+    machine: StateMachine,
     window: SuccessWindow,
     last: Option<Outcome>,
     last_failure: Option<Failure>,
+    degraded_reasons: Vec<String>,
+    signals: Vec<Signal>,
     history: VecDeque<Outcome>,
     transitions: u64,
+    maintenance: Option<ActiveMaintenance>,
+    /// A declared window an operator ended early: it does not restart before this time.
+    window_ended_early: Option<SystemTime>,
     /// Set when the target leaves the engine: its late results no longer move the totals.
     retired: bool,
 }
 
 impl Target {
-    fn new(spec: TargetSpec, tally: Arc<Tally>, history: usize) -> Self {
+    fn new(
+        spec: TargetSpec,
+        tally: Arc<Tally>,
+        events: broadcast::Sender<Event>,
+        history: usize,
+    ) -> Self {
         tally.total.fetch_add(1, Ordering::AcqRel);
         let label = spec.id.as_str().to_owned();
         let up = metrics::gauge!("probe_target_up", "target" => label.clone());
@@ -287,15 +470,20 @@ impl Target {
         Self {
             probe: probe::build(&spec.probe),
             status: Mutex::new(Status {
-                machine: Hysteresis::new(spec.thresholds),
+                machine: StateMachine::new(spec.thresholds, spec.flap),
                 window: SuccessWindow::default(),
                 last: None,
                 last_failure: None,
+                degraded_reasons: Vec::new(),
+                signals: Vec::new(),
                 history: VecDeque::new(),
                 transitions: 0,
+                maintenance: None,
+                window_ended_early: None,
                 retired: false,
             }),
             tally,
+            events,
             history,
             success: metrics::gauge!("probe_success", "target" => label.clone()),
             up,
@@ -316,8 +504,8 @@ impl Target {
         if !status.retired {
             status.retired = true;
             self.tally.total.fetch_sub(1, Ordering::AcqRel);
-            if status.machine.state() == HealthState::Up {
-                self.tally.healthy.fetch_sub(1, Ordering::AcqRel);
+            if status.machine.state().counts_as_ready() {
+                self.tally.ready.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
@@ -327,8 +515,12 @@ impl Target {
         TargetStatus {
             id: self.spec.id.clone(),
             state: status.machine.state(),
+            flapping: status.machine.is_flapping(),
             last: status.last,
             last_failure: status.last_failure.clone(),
+            degraded_reasons: status.degraded_reasons.clone(),
+            signals: status.signals.clone(),
+            maintenance: status.maintenance.as_ref().map(|m| m.info.clone()),
             consecutive_successes: status.machine.consecutive_successes(),
             consecutive_failures: status.machine.consecutive_failures(),
             transitions: status.transitions,
@@ -341,36 +533,96 @@ impl Target {
         }
     }
 
-    /// Records one run: status, totals, metrics and the transition log, all in one place.
+    /// Books a transition under the status lock: counts it and moves the readiness totals.
+    /// Returns it for announcing once the lock is released, unless the target was retired.
+    fn change(&self, status: &mut Status, t: Option<Transition>) -> Option<Transition> {
+        let t = t?;
+        status.transitions += 1;
+        if status.retired {
+            return None;
+        }
+        match (t.from.counts_as_ready(), t.to.counts_as_ready()) {
+            (false, true) => {
+                self.tally.ready.fetch_add(1, Ordering::AcqRel);
+            }
+            (true, false) => {
+                self.tally.ready.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+        Some(t)
+    }
+
+    /// Starts or ends maintenance as its expiry and the declared windows say, at a run.
+    fn sync_maintenance(
+        &self,
+        status: &mut Status,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Option<Transition> {
+        if let Some(m) = &status.maintenance {
+            if !m.is_over(now, wall) {
+                return None;
+            }
+            status.maintenance = None;
+            let t = status.machine.end_maintenance();
+            return self.change(status, t);
+        }
+        let until = self
+            .spec
+            .maintenance
+            .iter()
+            .filter_map(|w| w.active_until(wall))
+            .max()?;
+        if status.window_ended_early.is_some_and(|skip| skip >= until) {
+            return None;
+        }
+        status.maintenance = Some(ActiveMaintenance {
+            info: MaintenanceInfo {
+                reason: "scheduled window".into(),
+                source: MaintenanceSource::Window,
+                until,
+            },
+            deadline: None,
+        });
+        let t = status.machine.start_maintenance();
+        self.change(status, t)
+    }
+
+    /// Records one run: status, totals, metrics, events and logs, all in one place.
     /// Returns the step to the next run.
     fn record(&self, result: CheckResult, latency: Duration) -> Duration {
-        let outcome = Outcome::new(SystemTime::now(), latency, &result.verdict);
-        let (transition, step, retired) = {
+        let wall = SystemTime::now();
+        let now = Instant::now();
+        let outcome = Outcome::new(wall, latency, &result.verdict);
+        let (maintenance_change, result_change, step, maintenance_reason) = {
             let mut status = self.lock();
-            let ok = outcome.ok();
-            status.window.record(ok);
+            let maintenance_change = self.sync_maintenance(&mut status, now, wall);
+            status.window.record(outcome.ok());
             status.last = Some(outcome);
-            if let Some(failure) = result.failure() {
-                status.last_failure = Some(failure.clone());
+            match &result.verdict {
+                Verdict::Failed(failure) => {
+                    status.last_failure = Some(failure.clone());
+                    status.degraded_reasons.clear();
+                }
+                Verdict::Degraded(reasons) => status.degraded_reasons.clone_from(reasons),
+                Verdict::Up => status.degraded_reasons.clear(),
             }
+            status.signals.clone_from(&result.signals);
             if self.history > 0 {
                 if status.history.len() >= self.history {
                     status.history.pop_front();
                 }
                 status.history.push_back(outcome);
             }
-            let transition = status.machine.observe(ok);
-            if let Some(t) = transition {
-                status.transitions += 1;
-                if !status.retired {
-                    self.move_totals(t);
-                }
-            }
+            let t = status.machine.observe(Quality::from(&result.verdict), now);
+            let result_change = self.change(&mut status, t);
             let step =
                 status
                     .machine
                     .next_delay(&self.spec.schedule, &status.window, &mut rand::rng());
-            (transition, step, status.retired)
+            let reason = status.maintenance.as_ref().map(|m| m.info.reason.clone());
+            (maintenance_change, result_change, step, reason)
         };
         self.success.set(if outcome.ok() { 1.0 } else { 0.0 });
         self.duration.record(latency);
@@ -382,21 +634,27 @@ impl Target {
             )
             .increment(1);
         }
-        if let Some(t) = transition.filter(|_| !retired) {
-            self.announce(t, result.failure());
+        for signal in &result.signals {
+            metrics::counter!(
+                "probe_signals_total",
+                "target" => self.spec.id.as_str().to_owned(),
+                "signal" => signal.name.to_string()
+            )
+            .increment(1);
         }
+        self.announce(maintenance_change, maintenance_reason.as_deref());
+        let detail = match &result.verdict {
+            Verdict::Failed(f) => Some(format!("{}: {}", f.reason, f.detail)),
+            Verdict::Degraded(reasons) => Some(reasons.join("; ")),
+            Verdict::Up => None,
+        };
+        self.announce(result_change, detail.as_deref());
         step
     }
 
-    fn move_totals(&self, t: Transition) {
-        if t.to == HealthState::Up {
-            self.tally.healthy.fetch_add(1, Ordering::AcqRel);
-        } else if t.from == HealthState::Up {
-            self.tally.healthy.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    fn announce(&self, t: Transition, failure: Option<&Failure>) {
+    /// Logs, counts and broadcasts a transition: the one place an event is emitted.
+    fn announce(&self, t: Option<Transition>, detail: Option<&str>) {
+        let Some(t) = t else { return };
         let id = self.spec.id.as_str();
         self.up.set(if t.to == HealthState::Up { 1.0 } else { 0.0 });
         metrics::counter!(
@@ -406,22 +664,35 @@ impl Target {
             "to" => t.to.as_str()
         )
         .increment(1);
-        match failure {
-            Some(f) => tracing::warn!(
+        let detail_text = detail.unwrap_or("");
+        if t.to == HealthState::Down {
+            tracing::warn!(
                 target_id = id,
                 from = t.from.as_str(),
                 to = t.to.as_str(),
-                reason = f.reason.as_str(),
-                detail = %f.detail,
+                cause = t.cause.as_str(),
+                detail = detail_text,
                 "target state changed"
-            ),
-            None => tracing::info!(
+            );
+        } else {
+            tracing::info!(
                 target_id = id,
                 from = t.from.as_str(),
                 to = t.to.as_str(),
+                cause = t.cause.as_str(),
+                detail = detail_text,
                 "target state changed"
-            ),
+            );
         }
+        // No subscribers is fine: the event is still logged and counted.
+        let _ = self.events.send(Event {
+            target: self.spec.id.clone(),
+            from: t.from,
+            to: t.to,
+            cause: t.cause,
+            at: SystemTime::now(),
+            detail: detail.map(str::to_owned),
+        });
     }
 }
 
@@ -492,4 +763,8 @@ pub fn describe_metrics() {
         "Delay between a run's planned and actual start."
     );
     describe_gauge!("probe_in_flight", "Probe runs in progress.");
+    describe_counter!(
+        "probe_signals_total",
+        "Business signals recognised in probe replies, by target and signal."
+    );
 }

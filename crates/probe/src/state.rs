@@ -1,29 +1,46 @@
-//! The per-target health state machine: hysteresis over consecutive results.
+//! The per-target state machine: UP, DEGRADED, PROBING, MAINTENANCE, DOWN.
 //!
-//! A target starts in `PROBING` (no verdict yet). `rise` consecutive successes make it `UP`;
-//! `fall` consecutive failures make it `DOWN`. Between verdicts a single contrary result does not
-//! flip anything, which is what keeps one lost packet from paging anyone.
+//! Verdicts move on consecutive results (hysteresis), so one lost packet pages no one:
+//! - a new target is PROBING; `rise` passing results make it UP (or DEGRADED, if the latest pass
+//!   was degraded), `fall` failures make it DOWN;
+//! - UP and DEGRADED swap after `degrade` degraded / `recover` good results in a row;
+//! - the first failure takes UP or DEGRADED back to PROBING, where the target is re-checked at
+//!   the fast interval until `fall` failures make it DOWN (or `rise` passes restore it);
+//! - the first pass takes DOWN to PROBING, and from there as above;
+//! - MAINTENANCE is entered and left only by an operator or a declared window, and is always
+//!   left to PROBING, never straight to UP;
+//! - a target whose verdict changes more than [`FlapPolicy::transitions`] times within the
+//!   policy's window is *flapping*: it is held in PROBING until its results have pointed to the
+//!   same verdict for `min_stable`.
 //!
-//! The machine only decides; it reports a [`Transition`] exactly once, when it happens, and the
-//! caller logs and counts it. It also answers how soon the target should be probed again
-//! ([`Hysteresis::next_delay`]), because that depends on how settled the verdict is.
+//! Every change goes through one function that checks it against [`is_legal`], the single list
+//! of allowed transitions; the property tests drive random inputs and check both the list and
+//! the thresholds. The machine only decides and reports each [`Transition`] once; the engine logs,
+//! counts and broadcasts it.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
 use rand::RngExt;
+use tokio::time::Instant;
 
 use crate::backoff::SuccessWindow;
-use crate::target::{Schedule, Thresholds};
+use crate::outcome::Verdict;
+use crate::target::{FlapPolicy, Schedule, Thresholds};
 
 /// A target's health verdict. The names (`as_str`) are a public contract of the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HealthState {
-    /// No verdict yet: the target is new, or its results are still deciding.
+    /// No verdict yet: new, deciding after a contrary result, flapping, or back from maintenance.
     Probing,
-    /// `rise` consecutive successes: the target does its job.
+    /// Does its job.
     Up,
-    /// `fall` consecutive failures: the target is down.
+    /// Does its job, but not well (slow, read-only, ...).
+    Degraded,
+    /// Taken out on purpose; results are recorded but do not change the state.
+    Maintenance,
+    /// Does not do its job.
     Down,
 }
 
@@ -33,8 +50,20 @@ impl HealthState {
         match self {
             Self::Probing => "PROBING",
             Self::Up => "UP",
+            Self::Degraded => "DEGRADED",
+            Self::Maintenance => "MAINTENANCE",
             Self::Down => "DOWN",
         }
+    }
+
+    /// Whether the target serves (UP or DEGRADED).
+    pub const fn is_healthy(self) -> bool {
+        matches!(self, Self::Up | Self::Degraded)
+    }
+
+    /// Whether the target keeps an engine ready: it serves, or it is out on purpose.
+    pub const fn counts_as_ready(self) -> bool {
+        matches!(self, Self::Up | Self::Degraded | Self::Maintenance)
     }
 }
 
@@ -44,91 +73,316 @@ impl fmt::Display for HealthState {
     }
 }
 
-/// A change of verdict, reported once.
+/// What moved a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// Probe results crossed a threshold.
+    Results,
+    /// Too many changes within the flap window: held in PROBING.
+    Flapping,
+    /// A flapping target's results have agreed long enough to give a verdict again.
+    Settled,
+    /// Maintenance began (operator or window).
+    MaintenanceStarted,
+    /// Maintenance ended (operator, expiry or end of window).
+    MaintenanceEnded,
+}
+
+impl Cause {
+    /// The snake-case name used in events and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Results => "results",
+            Self::Flapping => "flapping",
+            Self::Settled => "settled",
+            Self::MaintenanceStarted => "maintenance_started",
+            Self::MaintenanceEnded => "maintenance_ended",
+        }
+    }
+}
+
+/// A change of state, reported once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transition {
     /// The state before.
     pub from: HealthState,
     /// The state after.
     pub to: HealthState,
+    /// Why.
+    pub cause: Cause,
+}
+
+/// The transition table: whether a target may move `from` → `to` for `cause`.
+///
+/// The direct moves UP/DEGRADED → DOWN and DOWN → UP/DEGRADED exist for `fall: 1` and `rise: 1`,
+/// where a single result is already a verdict.
+// One arm per group of legal moves reads as the table it is; `matches!` would hide the rows.
+#[allow(clippy::match_like_matches_macro)]
+pub fn is_legal(from: HealthState, to: HealthState, cause: Cause) -> bool {
+    use Cause::*;
+    use HealthState::*;
+    match (from, to, cause) {
+        (Maintenance, Probing, MaintenanceEnded) => true,
+        (Probing | Up | Degraded | Down, Maintenance, MaintenanceStarted) => true,
+        (Probing, Up | Degraded | Down, Results | Settled) => true,
+        (Up, Degraded, Results) | (Degraded, Up, Results) => true,
+        (Up | Degraded | Down, Probing, Results | Flapping) => true,
+        (Up | Degraded, Down, Results) => true,
+        (Down, Up | Degraded, Results) => true,
+        _ => false,
+    }
+}
+
+/// The kind of one result, as the machine counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quality {
+    /// Passed cleanly.
+    Good,
+    /// Passed, degraded.
+    Degraded,
+    /// Failed.
+    Failed,
+}
+
+impl From<&Verdict> for Quality {
+    fn from(v: &Verdict) -> Self {
+        match v {
+            Verdict::Up => Self::Good,
+            Verdict::Degraded(_) => Self::Degraded,
+            Verdict::Failed(_) => Self::Failed,
+        }
+    }
 }
 
 /// How many recent results feed the backoff's success-rate feedback (seed 002 uses 10).
 const FEEDBACK_WINDOW: u8 = 10;
 
-/// Counts consecutive results and flips the verdict at the thresholds.
+/// One target's state machine.
 #[derive(Clone, Debug)]
-pub struct Hysteresis {
+pub struct StateMachine {
     thresholds: Thresholds,
+    flap: Option<FlapPolicy>,
     state: HealthState,
-    successes: u32,
+    /// Passing results in a row (good or degraded).
+    passes: u32,
+    /// Good results in a row.
+    goods: u32,
+    /// Degraded results in a row.
+    degradeds: u32,
+    /// Failures in a row.
     failures: u32,
+    /// The quality of the latest result, which picks UP or DEGRADED when passes reach `rise`.
+    last: Option<Quality>,
+    /// When recent result-driven transitions happened, for flap detection.
+    recent: VecDeque<Instant>,
+    /// While flapping: the verdict the results point to, and since when.
+    flapping: Option<(Option<HealthState>, Instant)>,
 }
 
-impl Hysteresis {
-    /// A new machine in `PROBING`.
-    pub fn new(thresholds: Thresholds) -> Self {
+impl StateMachine {
+    /// A new machine in PROBING.
+    pub fn new(thresholds: Thresholds, flap: Option<FlapPolicy>) -> Self {
         Self {
             thresholds,
+            flap,
             state: HealthState::Probing,
-            successes: 0,
+            passes: 0,
+            goods: 0,
+            degradeds: 0,
             failures: 0,
+            last: None,
+            recent: VecDeque::new(),
+            flapping: None,
         }
     }
 
-    /// Feeds one result; returns the transition it caused, if any.
-    pub fn observe(&mut self, ok: bool) -> Option<Transition> {
-        let from = self.state;
-        if ok {
-            self.successes = self.successes.saturating_add(1);
-            self.failures = 0;
-            if from != HealthState::Up && self.successes >= self.thresholds.rise.get() {
-                self.state = HealthState::Up;
-            }
-        } else {
-            self.failures = self.failures.saturating_add(1);
-            self.successes = 0;
-            if from != HealthState::Down && self.failures >= self.thresholds.fall.get() {
-                self.state = HealthState::Down;
-            }
-        }
-        (self.state != from).then_some(Transition {
-            from,
-            to: self.state,
-        })
-    }
-
-    /// The current verdict.
+    /// The current state.
     pub fn state(&self) -> HealthState {
         self.state
     }
 
-    /// Successes in a row, 0 after any failure.
-    pub fn consecutive_successes(&self) -> u32 {
-        self.successes
+    /// Whether the target is held in PROBING for flapping.
+    pub fn is_flapping(&self) -> bool {
+        self.flapping.is_some()
     }
 
-    /// Failures in a row, 0 after any success.
+    /// Passing results in a row.
+    pub fn consecutive_successes(&self) -> u32 {
+        self.passes
+    }
+
+    /// Failures in a row.
     pub fn consecutive_failures(&self) -> u32 {
         self.failures
     }
 
-    /// Whether recent results contradict the verdict, so the next result may change it.
+    /// Feeds one result observed at `now`; returns the transition it caused, if any.
+    pub fn observe(&mut self, quality: Quality, now: Instant) -> Option<Transition> {
+        self.count(quality);
+        match self.state {
+            HealthState::Maintenance => None,
+            _ if self.flapping.is_some() => self.observe_flapping(now),
+            _ => {
+                let to = self.next_state(quality)?;
+                self.verdict(to, now)
+            }
+        }
+    }
+
+    /// Enters maintenance; `None` if already in it.
+    pub fn start_maintenance(&mut self) -> Option<Transition> {
+        self.go(HealthState::Maintenance, Cause::MaintenanceStarted)
+    }
+
+    /// Leaves maintenance for PROBING, with fresh counters; `None` if not in maintenance.
+    pub fn end_maintenance(&mut self) -> Option<Transition> {
+        if self.state != HealthState::Maintenance {
+            return None;
+        }
+        self.passes = 0;
+        self.goods = 0;
+        self.degradeds = 0;
+        self.failures = 0;
+        self.recent.clear();
+        self.flapping = None;
+        self.go(HealthState::Probing, Cause::MaintenanceEnded)
+    }
+
+    fn count(&mut self, quality: Quality) {
+        match quality {
+            Quality::Good => {
+                self.passes = self.passes.saturating_add(1);
+                self.goods = self.goods.saturating_add(1);
+                self.degradeds = 0;
+                self.failures = 0;
+            }
+            Quality::Degraded => {
+                self.passes = self.passes.saturating_add(1);
+                self.degradeds = self.degradeds.saturating_add(1);
+                self.goods = 0;
+                self.failures = 0;
+            }
+            Quality::Failed => {
+                self.failures = self.failures.saturating_add(1);
+                self.passes = 0;
+                self.goods = 0;
+                self.degradeds = 0;
+            }
+        }
+        self.last = Some(quality);
+    }
+
+    /// The verdict the counters support on their own, if any.
+    fn settled(&self) -> Option<HealthState> {
+        if self.failures >= self.thresholds.fall.get() {
+            Some(HealthState::Down)
+        } else if self.passes >= self.thresholds.rise.get() {
+            Some(self.pass_state())
+        } else {
+            None
+        }
+    }
+
+    fn pass_state(&self) -> HealthState {
+        if self.last == Some(Quality::Degraded) {
+            HealthState::Degraded
+        } else {
+            HealthState::Up
+        }
+    }
+
+    /// Where a result takes the target, by state (outside maintenance and flapping).
+    fn next_state(&self, quality: Quality) -> Option<HealthState> {
+        use HealthState::*;
+        let t = &self.thresholds;
+        match (self.state, quality) {
+            (Probing, _) => self.settled(),
+            (Up, Quality::Degraded) if self.degradeds >= t.degrade.get() => Some(Degraded),
+            (Degraded, Quality::Good) if self.goods >= t.recover.get() => Some(Up),
+            (Up | Degraded, Quality::Failed) | (Down, Quality::Good | Quality::Degraded) => {
+                Some(self.settled().unwrap_or(Probing))
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies a result-driven change, unless it makes the target flap.
+    fn verdict(&mut self, to: HealthState, now: Instant) -> Option<Transition> {
+        if let Some(policy) = self.flap {
+            while self
+                .recent
+                .front()
+                .is_some_and(|t| now.saturating_duration_since(*t) > policy.window)
+            {
+                self.recent.pop_front();
+            }
+            if self.recent.len() >= policy.transitions as usize {
+                self.flapping = Some((self.settled(), now));
+                return self.go(HealthState::Probing, Cause::Flapping);
+            }
+            self.recent.push_back(now);
+        }
+        self.go(to, Cause::Results)
+    }
+
+    fn observe_flapping(&mut self, now: Instant) -> Option<Transition> {
+        let (leaning, since) = self.flapping?;
+        let settled = self.settled();
+        if settled != leaning {
+            self.flapping = Some((settled, now));
+            return None;
+        }
+        let min_stable = self.flap.map_or(Duration::ZERO, |p| p.min_stable);
+        let to = settled?;
+        if now.saturating_duration_since(since) < min_stable {
+            return None;
+        }
+        self.flapping = None;
+        self.recent.clear();
+        self.go(to, Cause::Settled)
+    }
+
+    /// The one place the state changes: only along the table.
+    fn go(&mut self, to: HealthState, cause: Cause) -> Option<Transition> {
+        if to == self.state {
+            return None;
+        }
+        let legal = is_legal(self.state, to, cause);
+        debug_assert!(
+            legal,
+            "illegal transition {} -> {to} ({cause:?})",
+            self.state
+        );
+        if !legal {
+            return None;
+        }
+        let t = Transition {
+            from: self.state,
+            to,
+            cause,
+        };
+        self.state = to;
+        Some(t)
+    }
+
+    /// Whether recent results contradict the state, so the next result may change it.
     pub fn is_deciding(&self) -> bool {
         match self.state {
             HealthState::Probing => true,
-            HealthState::Up => self.failures > 0,
-            HealthState::Down => self.successes > 0,
+            HealthState::Up => self.failures > 0 || self.degradeds > 0,
+            HealthState::Degraded => self.failures > 0 || self.goods > 0,
+            HealthState::Down => self.passes > 0,
+            HealthState::Maintenance => false,
         }
     }
 
     /// How long after this run the next one should start.
     ///
-    /// - settled UP: the interval;
-    /// - deciding (PROBING, or a contrary result in UP/DOWN): the fast interval, so a verdict is
-    ///   reached in about `fall * fast_interval` rather than `fall * interval`;
-    /// - settled DOWN: the backoff, attempt `failures - fall`, with feedback from the success rate
-    ///   of the last 10 results.
+    /// - settled UP or DEGRADED, or MAINTENANCE: the interval;
+    /// - deciding (PROBING, or a contrary result): the fast interval, so a verdict is reached in
+    ///   about `fall * fast_interval` rather than `fall * interval`;
+    /// - settled DOWN: the backoff, attempt `failures - fall`, with feedback from the success
+    ///   rate of the last 10 results.
     pub fn next_delay(
         &self,
         schedule: &Schedule,
@@ -140,7 +394,7 @@ impl Hysteresis {
         }
         match self.state {
             HealthState::Down => {
-                let attempt = self.failures - self.thresholds.fall.get();
+                let attempt = self.failures.saturating_sub(self.thresholds.fall.get());
                 schedule
                     .backoff()
                     .delay(attempt, window.rate(FEEDBACK_WINDOW), rng)
@@ -161,119 +415,237 @@ pub(crate) fn jitter(step: Duration, fraction: f64, rng: &mut impl rand::Rng) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use HealthState::*;
+    use Quality::{Degraded as D, Failed as F, Good as G};
     use proptest::prelude::*;
     use std::num::NonZeroU32;
 
-    fn machine(rise: u32, fall: u32) -> Hysteresis {
-        Hysteresis::new(Thresholds::new(
-            NonZeroU32::new(rise).unwrap(),
-            NonZeroU32::new(fall).unwrap(),
-        ))
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    fn machine(rise: u32, fall: u32, flap: Option<FlapPolicy>) -> StateMachine {
+        StateMachine::new(Thresholds::new(nz(rise), nz(fall)), flap)
+    }
+
+    /// Feeds results one second apart; returns the state after each.
+    fn run(m: &mut StateMachine, results: &[Quality]) -> Vec<HealthState> {
+        let t0 = Instant::now();
+        results
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                m.observe(*q, t0 + Duration::from_secs(i as u64));
+                m.state()
+            })
+            .collect()
     }
 
     #[test]
-    fn exactly_fall_failures_go_down_and_rise_successes_come_back() {
-        let mut m = machine(2, 3);
-        assert_eq!(m.observe(true), None);
+    fn rise_and_fall_with_probing_in_between() {
+        let mut m = machine(2, 3, None);
         assert_eq!(
-            m.observe(true),
-            Some(Transition {
-                from: HealthState::Probing,
-                to: HealthState::Up
-            })
-        );
-        assert_eq!(m.observe(false), None);
-        assert_eq!(m.observe(false), None);
-        assert!(m.is_deciding());
-        assert_eq!(
-            m.observe(false),
-            Some(Transition {
-                from: HealthState::Up,
-                to: HealthState::Down
-            })
-        );
-        // Further failures are not new transitions.
-        assert_eq!(m.observe(false), None);
-        assert_eq!(m.observe(true), None);
-        assert_eq!(
-            m.observe(true),
-            Some(Transition {
-                from: HealthState::Down,
-                to: HealthState::Up
-            })
+            run(&mut m, &[G, G, F, F, F, F, G, G]),
+            [Probing, Up, Probing, Probing, Down, Down, Probing, Up]
         );
     }
 
     #[test]
-    fn an_interrupted_streak_starts_over() {
-        let mut m = machine(2, 3);
-        m.observe(true);
-        m.observe(true);
-        m.observe(false);
-        m.observe(false);
-        m.observe(true);
-        m.observe(false);
-        m.observe(false);
-        assert_eq!(m.state(), HealthState::Up);
-        assert_eq!(m.observe(false).map(|t| t.to), Some(HealthState::Down));
+    fn degraded_results_reach_degraded_and_recover_to_up() {
+        let mut m = machine(2, 3, None);
+        assert_eq!(run(&mut m, &[D, D]), [Probing, Degraded]);
+        assert_eq!(
+            run(&mut m, &[G, D, G, G]),
+            [Degraded, Degraded, Degraded, Up]
+        );
+        assert_eq!(run(&mut m, &[D, G, D, D]), [Up, Up, Up, Degraded]);
+        // A failure sends a degraded target back to PROBING too.
+        assert_eq!(run(&mut m, &[F]), [Probing]);
     }
 
     #[test]
-    fn delays_follow_the_verdict() {
-        let schedule = Schedule::try_new(
-            Duration::from_secs(10),
-            Duration::from_secs(1),
-            0.0,
-            Some(Duration::from_secs(2)),
-            Some(Duration::from_secs(80)),
-            Some(0.0),
-        )
-        .unwrap();
-        let mut rng = rand::rng();
-        let mut window = SuccessWindow::default();
-        let mut m = machine(1, 2);
-        let mut step = |m: &mut Hysteresis, ok| {
-            m.observe(ok);
-            window.record(ok);
-            m.next_delay(&schedule, &window, &mut rng)
+    fn single_result_thresholds_go_straight_between_verdicts() {
+        let mut m = machine(1, 1, None);
+        assert_eq!(run(&mut m, &[G, F, G, D]), [Up, Down, Up, Degraded]);
+    }
+
+    #[test]
+    fn maintenance_holds_the_state_and_ends_in_probing() {
+        let mut m = machine(2, 2, None);
+        run(&mut m, &[G, G]);
+        let t = m.start_maintenance().unwrap();
+        assert_eq!(
+            (t.from, t.to, t.cause),
+            (Up, Maintenance, Cause::MaintenanceStarted)
+        );
+        assert_eq!(m.start_maintenance(), None, "already in maintenance");
+        assert_eq!(run(&mut m, &[F, F, F, G, G]), [Maintenance; 5]);
+        let t = m.end_maintenance().unwrap();
+        assert_eq!(
+            (t.from, t.to, t.cause),
+            (Maintenance, Probing, Cause::MaintenanceEnded)
+        );
+        // Fresh counters: `rise` new passes are needed, never straight to UP.
+        assert_eq!(run(&mut m, &[G, G]), [Probing, Up]);
+        assert_eq!(m.end_maintenance(), None);
+    }
+
+    #[test]
+    fn flapping_holds_probing_until_stable() {
+        let policy = FlapPolicy {
+            transitions: 4,
+            window: Duration::from_secs(60),
+            min_stable: Duration::from_secs(30),
         };
-        assert_eq!(step(&mut m, true), Duration::from_secs(10)); // UP, settled
-        assert_eq!(step(&mut m, false), Duration::from_secs(2)); // deciding
-        // DOWN: backoff from the interval, base raised by the poor success rate (1 of 3 ok:
-        // factor 1 + 2 * 2/3).
-        let down = step(&mut m, false);
-        assert!(down > Duration::from_secs(10), "{down:?}");
-        let later = step(&mut m, false);
-        assert!(later > down, "{later:?} <= {down:?}");
-        assert_eq!(step(&mut m, false), Duration::from_secs(80)); // capped
+        let mut m = machine(1, 1, Some(policy));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Four flips in a minute are allowed...
+        for (i, q) in [G, F, G, F].into_iter().enumerate() {
+            assert_eq!(m.observe(q, at(i as u64)).unwrap().cause, Cause::Results);
+        }
+        // ...the fifth makes it flapping.
+        let t = m.observe(G, at(4)).unwrap();
+        assert_eq!((t.from, t.to, t.cause), (Down, Probing, Cause::Flapping));
+        assert!(m.is_flapping());
+        // Still flipping: held in PROBING.
+        for s in 5..20 {
+            let q = if s % 2 == 0 { G } else { F };
+            assert_eq!(m.observe(q, at(s)), None);
+        }
+        // Stable from 20 s on: a verdict again only after 30 s of agreement.
+        for s in 20..50 {
+            assert_eq!(m.observe(G, at(s)), None, "released early at {s}s");
+        }
+        let t = m.observe(G, at(50)).unwrap();
+        assert_eq!((t.from, t.to, t.cause), (Probing, Up, Cause::Settled));
+        assert!(!m.is_flapping());
+    }
+
+    #[test]
+    fn old_transitions_leave_the_flap_window() {
+        let policy = FlapPolicy {
+            transitions: 2,
+            window: Duration::from_secs(10),
+            min_stable: Duration::from_secs(5),
+        };
+        let mut m = machine(1, 1, Some(policy));
+        let t0 = Instant::now();
+        for (s, q) in [(0, G), (1, F), (20, G), (21, F)] {
+            let t = m.observe(q, t0 + Duration::from_secs(s)).unwrap();
+            assert_eq!(t.cause, Cause::Results, "at {s}s");
+        }
+    }
+
+    #[test]
+    fn the_table_allows_no_self_loops_and_guards_maintenance() {
+        let states = [Probing, Up, Degraded, Maintenance, Down];
+        let causes = [
+            Cause::Results,
+            Cause::Flapping,
+            Cause::Settled,
+            Cause::MaintenanceStarted,
+            Cause::MaintenanceEnded,
+        ];
+        for from in states {
+            for to in states {
+                for cause in causes {
+                    if !is_legal(from, to, cause) {
+                        continue;
+                    }
+                    assert_ne!(from, to);
+                    assert_eq!(to == Maintenance, cause == Cause::MaintenanceStarted);
+                    assert_eq!(from == Maintenance, cause == Cause::MaintenanceEnded);
+                    if from == Maintenance {
+                        assert_eq!(to, Probing, "maintenance never ends straight in a verdict");
+                    }
+                }
+            }
+        }
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Result(Quality),
+        StartMaintenance,
+        EndMaintenance,
+    }
+
+    fn op() -> impl Strategy<Value = (Op, u64)> {
+        let op = prop_oneof![
+            10 => Just(Op::Result(G)),
+            5 => Just(Op::Result(D)),
+            10 => Just(Op::Result(F)),
+            1 => Just(Op::StartMaintenance),
+            1 => Just(Op::EndMaintenance),
+        ];
+        (op, 0u64..40)
     }
 
     proptest! {
         #[test]
-        fn verdicts_respect_thresholds(
-            rise in 1u32..6,
-            fall in 1u32..6,
-            results in proptest::collection::vec(any::<bool>(), 0..200),
+        fn every_transition_is_legal_and_respects_thresholds(
+            rise in 1u32..5,
+            fall in 1u32..5,
+            degrade in 1u32..5,
+            recover in 1u32..5,
+            flap_n in 1u32..6,
+            flap_on: bool,
+            ops in proptest::collection::vec(op(), 0..300),
         ) {
-            let mut m = machine(rise, fall);
-            let (mut run_ok, mut run_fail) = (0u32, 0u32);
-            for ok in results {
+            let window = Duration::from_secs(120);
+            let policy = FlapPolicy { transitions: flap_n, window, min_stable: Duration::from_secs(30) };
+            let thresholds = Thresholds { rise: nz(rise), fall: nz(fall), degrade: nz(degrade), recover: nz(recover) };
+            let mut m = StateMachine::new(thresholds, flap_on.then_some(policy));
+            let mut now = Instant::now();
+            let mut result_changes: Vec<Instant> = Vec::new();
+            for (op, gap) in ops {
+                now += Duration::from_secs(gap);
                 let before = m.state();
-                let t = m.observe(ok);
-                if ok { run_ok += 1; run_fail = 0; } else { run_fail += 1; run_ok = 0; }
-                match t {
-                    Some(Transition { to: HealthState::Up, from }) => {
-                        prop_assert_ne!(from, HealthState::Up);
-                        prop_assert_eq!(run_ok, rise);
+                let t = match op {
+                    Op::Result(q) => m.observe(q, now),
+                    Op::StartMaintenance => m.start_maintenance(),
+                    Op::EndMaintenance => m.end_maintenance(),
+                };
+                let Some(t) = t else {
+                    prop_assert_eq!(m.state(), before);
+                    continue;
+                };
+                prop_assert_eq!(t.from, before);
+                prop_assert_eq!(t.to, m.state());
+                prop_assert!(is_legal(t.from, t.to, t.cause), "illegal {:?}", t);
+                match (op, t.cause) {
+                    (Op::StartMaintenance, c) => prop_assert_eq!(c, Cause::MaintenanceStarted),
+                    (Op::EndMaintenance, c) => prop_assert_eq!(c, Cause::MaintenanceEnded),
+                    (Op::Result(_), c) => {
+                        prop_assert_ne!(before, Maintenance, "results moved a target in maintenance");
+                        prop_assert!(matches!(c, Cause::Results | Cause::Flapping | Cause::Settled));
                     }
-                    Some(Transition { to: HealthState::Down, from }) => {
-                        prop_assert_ne!(from, HealthState::Down);
-                        prop_assert_eq!(run_fail, fall);
+                }
+                if matches!(t.cause, Cause::Results | Cause::Settled) {
+                    match t.to {
+                        Down => prop_assert!(m.consecutive_failures() >= fall),
+                        Up | Degraded if t.from == Probing || t.from == Down => {
+                            prop_assert!(m.consecutive_successes() >= rise)
+                        }
+                        Degraded => prop_assert!(m.degradeds >= degrade),
+                        Up => prop_assert!(m.goods >= recover),
+                        Probing => prop_assert!(m.consecutive_failures() == 1 || m.consecutive_successes() == 1),
+                        Maintenance => prop_assert!(false),
                     }
-                    Some(Transition { to: HealthState::Probing, .. }) => {
-                        prop_assert!(false, "nothing returns to PROBING");
+                }
+                if t.cause == Cause::Results {
+                    result_changes.push(now);
+                    if flap_on {
+                        let in_window = result_changes
+                            .iter()
+                            .filter(|at| now.saturating_duration_since(**at) <= window)
+                            .count();
+                        prop_assert!(in_window <= flap_n as usize, "{in_window} changes within the flap window");
                     }
-                    None => prop_assert_eq!(m.state(), before),
+                }
+                if t.cause == Cause::MaintenanceEnded || t.cause == Cause::Settled {
+                    result_changes.clear();
                 }
             }
         }

@@ -504,10 +504,11 @@ pub struct FlapPolicy {
 }
 
 impl Default for FlapPolicy {
-    /// More than 4 changes in 5 minutes is flapping; 2 stable minutes end it.
+    /// More than 6 changes in 5 minutes is flapping (three blips, each UP → PROBING → UP);
+    /// 2 stable minutes end it.
     fn default() -> Self {
         Self {
-            transitions: 4,
+            transitions: 6,
             window: Duration::from_secs(300),
             min_stable: Duration::from_secs(120),
         }
