@@ -454,3 +454,43 @@ async fn declared_windows_put_targets_in_maintenance() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flapping_target_is_held_in_probing_until_stable() {
+    use probe::target::FlapPolicy;
+    let (engine, cancel) = start(8);
+    // Alternating results flip a rise 1 / fall 1 target on every run; then it stays up.
+    let script: Vec<bool> = (0..20).map(|i| i % 2 == 0).collect();
+    let (probe, mut starts) = Scripted::new(&script, Duration::from_millis(1));
+    let mut spec = target("flaky", probe, Duration::from_secs(10), 0.0, 1, 1);
+    spec.flap = Some(FlapPolicy {
+        transitions: 4,
+        window: Duration::from_secs(600),
+        min_stable: Duration::from_secs(60),
+    });
+    engine.apply(vec![spec]);
+    let mut events = engine.subscribe();
+    for _ in 0..21 {
+        starts.recv().await.unwrap();
+    }
+    let status = engine.status(&id("flaky")).unwrap();
+    assert!(status.flapping);
+    assert_eq!(status.state, HealthState::Probing);
+    // 19 flips, yet only the first 4 became transitions, then one into PROBING for flapping.
+    assert_eq!(status.transitions, 5);
+    // The script ends in successes: after 60 s of agreement the target is released with the
+    // verdict the results point to.
+    let released = loop {
+        let e = events.recv().await.unwrap();
+        if e.cause == probe::state::Cause::Settled {
+            break e;
+        }
+    };
+    assert_eq!(
+        (released.from, released.to),
+        (HealthState::Probing, HealthState::Up)
+    );
+    assert!(!engine.status(&id("flaky")).unwrap().flapping);
+    cancel.cancel();
+    engine.stopped().await;
+}
