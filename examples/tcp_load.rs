@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::probe::Probe;
 use probe::target::{
@@ -788,22 +788,8 @@ fn install_metrics(mode: MetricsMode) -> anyhow::Result<Counters> {
         MetricsMode::Prometheus => {
             // The daemon's configuration: bucketed histograms for the per-target durations and
             // the scheduler lag.
-            const DURATION_BUCKETS: &[f64] = &[
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0,
-            ];
-            const LAG_BUCKETS: &[f64] = &[
-                0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-            ];
-            let handle = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full("probe_duration_seconds".into()),
-                    DURATION_BUCKETS,
-                )?
-                .set_buckets_for_metric(
-                    Matcher::Full("probe_scheduler_lag_seconds".into()),
-                    LAG_BUCKETS,
-                )?
+            // The daemon's own exporter settings, so the figures match what it pays.
+            let handle = probe_engine::daemon::prometheus_builder()?
                 .install_recorder()
                 .context("installing the Prometheus recorder")?;
             probe::engine::describe_metrics();

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::engine::{Diff, Engine, EngineConfig};
 use probe::target::TargetId;
 use tokio::net::TcpListener;
@@ -209,6 +209,31 @@ pub async fn metrics_upkeep(handle: PrometheusHandle, period: Duration, cancel: 
             }
         }
     }
+}
+
+/// A Prometheus exporter builder with the daemon's histogram buckets.
+///
+/// Histograms get explicit buckets (rather than the exporter's default summaries) so they can be
+/// aggregated across instances; the buckets span loopback microseconds to multi-second timeouts.
+///
+/// # Errors
+/// Never with these constant buckets; the exporter's API is fallible.
+pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
+    const DURATION_BUCKETS: &[f64] = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    const LAG_BUCKETS: &[f64] = &[
+        0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("probe_duration_seconds".into()),
+            DURATION_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("probe_scheduler_lag_seconds".into()),
+            LAG_BUCKETS,
+        )
 }
 
 /// Registers descriptions of the daemon's own metrics and the library's.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::EngineConfig;
 use probe::scheduler::SchedulerConfig;
 use probe_engine::daemon::{self, Daemon};
@@ -185,21 +185,7 @@ async fn run(
 }
 
 fn install_metrics() -> anyhow::Result<PrometheusHandle> {
-    const DURATION_BUCKETS: &[f64] = &[
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-    ];
-    const LAG_BUCKETS: &[f64] = &[
-        0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    ];
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full("probe_duration_seconds".into()),
-            DURATION_BUCKETS,
-        )?
-        .set_buckets_for_metric(
-            Matcher::Full("probe_scheduler_lag_seconds".into()),
-            LAG_BUCKETS,
-        )?
+    let handle = daemon::prometheus_builder()?
         .install_recorder()
         .context("installing the metrics recorder")?;
     daemon::describe_metrics();

@@ -664,26 +664,14 @@ impl Target {
             "to" => t.to.as_str()
         )
         .increment(1);
-        let detail_text = detail.unwrap_or("");
-        if t.to == HealthState::Down {
-            tracing::warn!(
-                target_id = id,
-                from = t.from.as_str(),
-                to = t.to.as_str(),
-                cause = t.cause.as_str(),
-                detail = detail_text,
-                "target state changed"
-            );
-        } else {
-            tracing::info!(
-                target_id = id,
-                from = t.from.as_str(),
-                to = t.to.as_str(),
-                cause = t.cause.as_str(),
-                detail = detail_text,
-                "target state changed"
-            );
-        }
+        tracing::info!(
+            target_id = id,
+            from = t.from.as_str(),
+            to = t.to.as_str(),
+            cause = t.cause.as_str(),
+            detail = detail.unwrap_or(""),
+            "target state changed"
+        );
         // No subscribers is fine: the event is still logged and counted.
         let _ = self.events.send(Event {
             target: self.spec.id.clone(),
