@@ -6,7 +6,17 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use probe::target::{Address, CloseMode, Expect, ProbeSpec, Schedule, TcpSpec, Thresholds};
+use std::num::NonZeroU32;
+use std::time::SystemTime;
+
+use probe::http::{
+    HeaderMatch, HttpSpec, JsonMatch, JsonScalar, Method, StatusPattern, StatusSet, TlsTrust,
+};
+use probe::maintenance::{MaintenanceWindow, WindowStart};
+use probe::outcome::Severity;
+use probe::target::{
+    Address, CloseMode, Expect, FlapPolicy, ProbeSpec, Schedule, TcpSpec, Thresholds,
+};
 use probe_engine::config::{self, Config, ConfigError, ConfigErrors};
 
 /// Joins lines, so that a case's line numbers are the indices (plus one) of its lines.
@@ -31,6 +41,13 @@ fn tcp(config: &Config, index: usize) -> &TcpSpec {
     match &config.targets[index].probe {
         ProbeSpec::Tcp(tcp) => tcp,
         other => panic!("expected a tcp probe, got {other:?}"),
+    }
+}
+
+fn http(config: &Config, index: usize) -> &HttpSpec {
+    match &config.targets[index].probe {
+        ProbeSpec::Http(http) => http,
+        other => panic!("expected an http probe, got {other:?}"),
     }
 }
 
@@ -68,7 +85,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "tcp", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff""#,
+            r#"unknown field "colour" in target; expected one of "id", "tcp", "http", "maintenance", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap""#,
         )],
     },
     Case {
@@ -217,7 +234,11 @@ const CASES: &[Case] = &[
     Case {
         name: "target without a probe",
         yaml: &["targets:", "  - id: db", "    interval: 5s"],
-        errors: &[(2, 5, r#"target "db" has no probe: add a "tcp" section"#)],
+        errors: &[(
+            2,
+            5,
+            r#"target "db" has no probe: add one of "tcp", "http""#,
+        )],
     },
     Case {
         name: "missing id and missing address",
@@ -488,6 +509,369 @@ const CASES: &[Case] = &[
         name: "several documents in one file",
         yaml: &["targets: []", "---", "targets: []"],
         errors: &[(3, 1, "invalid YAML: ")],
+    },
+    Case {
+        name: "http: invalid URLs, without echoing credentials",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http: {url: \"ftp://x/ready\"}",
+            "  - id: b",
+            "    http: {url: \"http://user:hunter2@x/\"}",
+            "  - id: c",
+            "    http: {url: /ready}",
+        ],
+        errors: &[
+            (
+                3,
+                17,
+                r#"URL scheme "ftp" is not supported; expected http or https"#,
+            ),
+            (
+                5,
+                17,
+                "URL has credentials; send them in an Authorization header instead",
+            ),
+            (7, 17, "invalid URL: relative URL without a base"),
+        ],
+    },
+    Case {
+        name: "http: unknown keys and methods",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      method: GTE",
+            "      follow_redirect: true",
+            "      expect: {statuss: 200}",
+            "  - id: b",
+            "    http: {url: \"http://127.0.0.1:1/\", method: FETCH}",
+        ],
+        errors: &[
+            (
+                5,
+                15,
+                r#"unknown method "GTE" for "method", did you mean "GET"?"#,
+            ),
+            (
+                6,
+                7,
+                r#"unknown field "follow_redirect" in http, did you mean "follow_redirects"?"#,
+            ),
+            (
+                7,
+                16,
+                r#"unknown field "statuss" in expect, did you mean "status"?"#,
+            ),
+            (
+                9,
+                48,
+                r#"unknown method "FETCH" for "method"; expected one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"#,
+            ),
+        ],
+    },
+    Case {
+        name: "http: status patterns",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      expect: {status: [200, \"6xx\", 2000]}",
+            "  - id: b",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      expect: {status: []}",
+        ],
+        errors: &[
+            (
+                5,
+                30,
+                r#"invalid status "6xx": expected a code from 100 to 599 or a class from "1xx" to "5xx""#,
+            ),
+            (5, 37, r#"invalid status "2000""#),
+            (
+                9,
+                24,
+                "status list is empty: give at least one code or class",
+            ),
+        ],
+    },
+    Case {
+        name: "http: JSON paths and values",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      expect:",
+            "        json: {\"$.a..b\": 1, status: UP, \"$.ok\": {x: 1}}",
+            "      degraded_if:",
+            "        json: {\"$[*]\": 1}",
+        ],
+        errors: &[
+            (
+                6,
+                16,
+                r#"invalid JSON path "$.a..b": empty field name at offset 3 of JSON path"#,
+            ),
+            (
+                6,
+                29,
+                r#"invalid JSON path "status": JSON path must start with "$""#,
+            ),
+            (
+                6,
+                49,
+                r#"invalid type for "http.expect.json.$.ok": expected a string, number, boolean or null, found a mapping"#,
+            ),
+            (
+                8,
+                16,
+                r#"invalid JSON path "$[*]": invalid array index "*""#,
+            ),
+        ],
+    },
+    Case {
+        name: "http: headers, environment variables and conditions on headers",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      headers:",
+            "        Authorization: \"Bearer ${PROBE_ENGINE_TEST_SURELY_UNSET}\"",
+            "        \"bad name\": x",
+            "        Content-Length: 5",
+            "        X-Bad: \"${1X}\"",
+            "      expect:",
+            "        header: {\"bad name\": x}",
+        ],
+        errors: &[
+            (
+                6,
+                24,
+                r#"in header "Authorization": environment variable PROBE_ENGINE_TEST_SURELY_UNSET is not set"#,
+            ),
+            (7, 9, r#"invalid header name "bad name""#),
+            (
+                8,
+                9,
+                r#"header "content-length" is managed by the probe and cannot be set"#,
+            ),
+            (
+                9,
+                16,
+                r#"in header "X-Bad": invalid variable name "1X" in "${...}""#,
+            ),
+            (11, 18, r#"invalid header name "bad name""#),
+        ],
+    },
+    Case {
+        name: "http: TLS settings",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: https://127.0.0.1:1/",
+            "      tls: {insecure_skip_verify: true, ca_file: ca.pem}",
+            "  - id: b",
+            "    http:",
+            "      url: https://127.0.0.1:1/",
+            "      tls: {ca_file: /nonexistent/ca.pem, insecure: true}",
+        ],
+        errors: &[
+            (
+                5,
+                41,
+                r#""insecure_skip_verify" and "ca_file" are mutually exclusive: keep only one"#,
+            ),
+            (
+                9,
+                22,
+                "cannot read CA file /nonexistent/ca.pem: No such file or directory",
+            ),
+            (
+                9,
+                43,
+                r#"unknown field "insecure" in tls; expected one of "insecure_skip_verify", "ca_file""#,
+            ),
+        ],
+    },
+    Case {
+        name: "http: booleans, latency and a second probe kind",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    tcp: {address: \"a:1\"}",
+            "    http: {url: \"http://127.0.0.1:1/\"}",
+            "  - id: b",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      fresh_connection: yes",
+            "      degraded_if: {latency_over: fast}",
+        ],
+        errors: &[
+            (4, 5, r#"target "a" has more than one probe: keep only one"#),
+            (
+                8,
+                25,
+                r#"invalid type for "http.fresh_connection": expected a boolean, found string "yes""#,
+            ),
+            (9, 35, r#"invalid duration "fast" for "latency_over""#),
+        ],
+    },
+    Case {
+        name: "http: signals",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      signals:",
+            "        - {name: Shortage, severity: hgh, when: {status: 503}}",
+            "        - {name: \"no spaces\", severity: low, when: {status: 503}}",
+            "        - {name: Always, severity: info, when: {}}",
+            "        - {name: Shortage, severity: fatal, when: {status: 5xx}}",
+            "        - {name: Late, severity: low}",
+            "        - {name: Odd, severity: low, when: {body_contains: x}}",
+        ],
+        errors: &[
+            (
+                6,
+                38,
+                r#"unknown severity "hgh" for "severity", did you mean "high"?"#,
+            ),
+            (
+                7,
+                18,
+                r#"signal name "no spaces" is invalid: use 1 to 128 of A-Z, a-z, 0-9, '_', '.', ':' and '-'"#,
+            ),
+            (
+                8,
+                48,
+                r#"signal "Always" has no condition: give at least one of status, header, json"#,
+            ),
+            (
+                9,
+                38,
+                r#"unknown severity "fatal" for "severity"; expected one of info, low, medium, high, critical"#,
+            ),
+            (10, 11, r#"missing field "when" in signal"#),
+            (
+                11,
+                45,
+                r#"unknown field "body_contains" in when; expected one of "status", "header", "json""#,
+            ),
+        ],
+    },
+    Case {
+        name: "http: duplicate signal names",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    http:",
+            "      url: http://127.0.0.1:1/",
+            "      signals:",
+            "        - {name: Shortage, severity: high, when: {status: 503}}",
+            "        - {name: Shortage, severity: low, when: {status: 500}}",
+        ],
+        errors: &[(7, 18, r#"duplicate signal name "Shortage""#)],
+    },
+    Case {
+        name: "degrade_after, recover_after and flap",
+        yaml: &[
+            "defaults:",
+            "  degrade_after: 0",
+            "  flap: yes",
+            "targets:",
+            "  - id: a",
+            "    recover_after: -1",
+            "    flap: {transitions: 0, window: 0s, min_stabel: 1m}",
+            "    tcp: {address: \"a:1\"}",
+            "  - id: b",
+            "    flap: {window: 2days}",
+            "    tcp: {address: \"a:1\"}",
+        ],
+        errors: &[
+            (2, 18, "degrade_after must be at least 1"),
+            (
+                3,
+                9,
+                r#"invalid type for "flap": expected a mapping, found string "yes""#,
+            ),
+            (
+                6,
+                20,
+                r#"invalid value for "recover_after": expected an integer between 0 and 4294967295, found integer -1"#,
+            ),
+            (7, 25, "flap.transitions must be at least 1"),
+            (7, 36, "flap.window must be greater than zero"),
+            (
+                7,
+                40,
+                r#"unknown field "min_stabel" in flap, did you mean "min_stable"?"#,
+            ),
+            (10, 20, r#"flap.window must be at most 1day, got "2days""#),
+        ],
+    },
+    Case {
+        name: "maintenance windows",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    tcp: {address: \"a:1\"}",
+            "    maintenance:",
+            "      - {start: \"2026-13-01T00:00:00Z\", duration: 1h}",
+            "      - {daily: \"24:00\", duration: 30m}",
+            "      - {daily: \"02:00\", duration: 25h}",
+            "      - {start: \"2026-12-01T02:00:00Z\", daily: \"02:00\", duration: 1h}",
+            "      - {duration: 1h}",
+            "      - {daily: \"02:00\"}",
+            "      - {start: \"2026-12-01T02:00:00+02:00\", duration: 0s}",
+            "      - {daily: \"2:00\", duration: 1h, every: day}",
+        ],
+        errors: &[
+            (
+                5,
+                17,
+                r#"invalid time "2026-13-01T00:00:00Z" for "start": numeric component is out of range; expected an RFC 3339 UTC time such as 2026-12-01T02:00:00Z"#,
+            ),
+            (
+                6,
+                17,
+                r#"invalid time of day "24:00" for "daily"; expected HH:MM or HH:MM:SS (UTC), from 00:00 to 23:59:59"#,
+            ),
+            (7, 36, "a daily maintenance window lasts at most 24h"),
+            (
+                8,
+                41,
+                r#""start" and "daily" are mutually exclusive: keep only one"#,
+            ),
+            (
+                9,
+                9,
+                r#"maintenance window needs "start" (a UTC time such as 2026-12-01T02:00:00Z) or "daily" (a UTC time of day such as "02:00")"#,
+            ),
+            (10, 9, r#"missing field "duration" in maintenance window"#),
+            (
+                11,
+                17,
+                r#"invalid time "2026-12-01T02:00:00+02:00" for "start": timestamp format is invalid"#,
+            ),
+            (11, 56, "duration must be greater than zero"),
+            (
+                12,
+                39,
+                r#"unknown field "every" in maintenance window; expected one of "start", "daily", "duration""#,
+            ),
+        ],
+    },
+    Case {
+        name: "maintenance is per target, not a default",
+        yaml: &["defaults:", "  maintenance: []", "targets: []"],
+        errors: &[(2, 3, r#"unknown field "maintenance" in defaults"#)],
     },
     Case {
         name: "kitchen sink: every target and section reports its own errors",
@@ -1002,4 +1386,235 @@ fn an_empty_file_in_a_directory_is_valid() {
     let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     assert!(config.targets.is_empty());
     assert_eq!(config.files.len(), 1);
+}
+
+#[test]
+fn http_section_is_fully_mapped() {
+    let text = doc(&[
+        "targets:",
+        "  - id: orders-api",
+        "    http:",
+        "      url: http://127.0.0.1:8080/ready",
+        "      method: post",
+        "      headers: { Authorization: \"Bearer ${ORDERS_TOKEN}\", X-Price: \"$$5\" }",
+        "      body: '{\"probe\": true}'",
+        "      tls: { insecure_skip_verify: true }",
+        "      follow_redirects: true",
+        "      fresh_connection: true",
+        "      expect:",
+        "        status: [200, 204, \"3xx\"]",
+        "        body_contains: ok",
+        "        json: { \"$.status\": UP, \"$.count\": 3, \"$.ok\": true, \"$.error\": null, \"$[\\\"a.b\\\"][0]\": 1.5 }",
+        "        header: { Content-Type: application/json }",
+        "      degraded_if:",
+        "        latency_over: 300ms",
+        "        json: { \"$.mode\": readonly }",
+        "      signals:",
+        "        - name: StockReservationFailed",
+        "          severity: high",
+        "          when: { status: [503], header: { x-reason: inventory_shortage }, json: { \"$.error.code\": OUT_OF_STOCK } }",
+        "        - { name: Slow, severity: info, when: { status: 2xx } }",
+        "  - id: minimal",
+        "    http: { url: \"https://example.invalid/\" }",
+    ]);
+    let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
+    let config =
+        config::parse_with_env(Path::new("t.yaml"), &text, &env).unwrap_or_else(|e| panic!("{e}"));
+    let spec = http(&config, 0);
+    assert_eq!(spec.url.to_string(), "http://127.0.0.1:8080/ready");
+    assert_eq!(spec.method, Method::POST);
+    let headers = spec.headers.expose();
+    assert_eq!(headers["authorization"], "Bearer t0k3n");
+    assert_eq!(headers["x-price"], "$5");
+    assert_eq!(spec.body.as_deref(), Some(&br#"{"probe": true}"#[..]));
+    assert_eq!(spec.tls, TlsTrust::InsecureSkipVerify);
+    assert!(spec.follow_redirects && spec.fresh_connection);
+
+    let code = StatusPattern::Code;
+    assert_eq!(
+        spec.expect.status,
+        StatusSet::new(vec![code(200), code(204), StatusPattern::Class(3)]).unwrap()
+    );
+    assert_eq!(spec.expect.body_contains.as_deref(), Some("ok"));
+    let m = |path: &str, value| JsonMatch {
+        path: path.parse().unwrap(),
+        value,
+    };
+    assert_eq!(
+        spec.expect.json,
+        vec![
+            m("$.status", JsonScalar::String("UP".into())),
+            m("$.count", JsonScalar::Number(3.into())),
+            m("$.ok", JsonScalar::Bool(true)),
+            m("$.error", JsonScalar::Null),
+            m(
+                r#"$["a.b"][0]"#,
+                JsonScalar::Number(serde_json::Number::from_f64(1.5).unwrap())
+            ),
+        ]
+    );
+    assert_eq!(
+        spec.expect.headers,
+        vec![HeaderMatch {
+            name: probe::http::header::CONTENT_TYPE,
+            value: "application/json".into(),
+        }]
+    );
+    assert_eq!(
+        spec.degraded_if.latency_over,
+        Some(Duration::from_millis(300))
+    );
+    assert_eq!(
+        spec.degraded_if.json,
+        vec![m("$.mode", JsonScalar::String("readonly".into()))]
+    );
+    assert_eq!(spec.signals.len(), 2);
+    let rule = &spec.signals[0];
+    assert_eq!(&*rule.signal().name, "StockReservationFailed");
+    assert_eq!(rule.signal().severity, Severity::High);
+    assert_eq!(
+        rule.when().status,
+        Some(StatusSet::new(vec![code(503)]).unwrap())
+    );
+    assert_eq!(rule.when().headers.len(), 1);
+    assert_eq!(
+        rule.when().json,
+        vec![m("$.error.code", JsonScalar::String("OUT_OF_STOCK".into()))]
+    );
+    assert_eq!(spec.signals[1].signal().severity, Severity::Info);
+    // A single status needs no list.
+    assert_eq!(
+        spec.signals[1].when().status,
+        Some(StatusSet::new(vec![StatusPattern::Class(2)]).unwrap())
+    );
+
+    let minimal = http(&config, 1);
+    assert_eq!(
+        minimal,
+        &HttpSpec::get("https://example.invalid/".parse().unwrap())
+    );
+}
+
+#[test]
+fn ca_files_are_read_relative_to_the_config_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = params.self_signed(&key).expect("CA");
+    fs::create_dir(dir.path().join("certs")).expect("mkdir");
+    fs::write(dir.path().join("certs/ca.pem"), ca.pem()).expect("write CA");
+    fs::write(dir.path().join("certs/garbage.pem"), "not a certificate").expect("write");
+
+    let file = write(
+        dir.path(),
+        "api.yaml",
+        &[
+            "targets:",
+            "  - id: api",
+            "    http:",
+            "      url: https://127.0.0.1:8443/",
+            "      tls: {ca_file: certs/ca.pem}",
+        ],
+    );
+    let config = config::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    match &http(&config, 0).tls {
+        TlsTrust::WithCa(bundle) => {
+            assert_eq!(bundle.certificates(), std::slice::from_ref(ca.der()));
+        }
+        other => panic!("expected a CA, got {other:?}"),
+    }
+
+    let file = write(
+        dir.path(),
+        "api.yaml",
+        &[
+            "targets:",
+            "  - id: api",
+            "    http:",
+            "      url: https://127.0.0.1:8443/",
+            "      tls: {ca_file: certs/garbage.pem}",
+        ],
+    );
+    let errors = config::load(&file).expect_err("not a CA").0;
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0].line, errors[0].column), (5, 22));
+    assert_eq!(errors[0].message, "no certificate in CA file");
+}
+
+#[test]
+fn thresholds_flap_and_maintenance_are_mapped() {
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  rise: 3",
+        "  degrade_after: 4",
+        "  flap: { transitions: 6, window: 10m }",
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: b",
+        "    recover_after: 5",
+        "    degrade_after: 1",
+        "    flap: false",
+        "    tcp: {address: \"a:1\"}",
+        "    maintenance:",
+        "      - { start: \"2026-12-01T02:00:00Z\", duration: 1h }",
+        "      - { daily: \"02:00\", duration: 30m }",
+        "      - { daily: \"23:30:15\", duration: 24h }",
+        "  - id: c",
+        "    flap: true",
+        "    tcp: {address: \"a:1\"}",
+    ]));
+    let n = |v| NonZeroU32::new(v).unwrap();
+    let a = &config.targets[0];
+    assert_eq!(
+        a.thresholds,
+        Thresholds {
+            rise: n(3),
+            fall: n(3),
+            degrade: n(4),
+            // Not set anywhere: follows rise.
+            recover: n(3),
+        }
+    );
+    assert_eq!(
+        a.flap,
+        Some(FlapPolicy {
+            transitions: 6,
+            window: Duration::from_secs(600),
+            min_stable: FlapPolicy::default().min_stable,
+        })
+    );
+    assert!(a.maintenance.is_empty());
+
+    let b = &config.targets[1];
+    assert_eq!((b.thresholds.degrade, b.thresholds.recover), (n(1), n(5)));
+    assert_eq!(b.flap, None);
+    let once = humantime::parse_rfc3339("2026-12-01T02:00:00Z").unwrap();
+    assert_eq!(
+        b.maintenance,
+        vec![
+            MaintenanceWindow::try_new(WindowStart::Once(once), Duration::from_secs(3600)).unwrap(),
+            MaintenanceWindow::try_new(
+                WindowStart::Daily(Duration::from_secs(2 * 3600)),
+                Duration::from_secs(1800)
+            )
+            .unwrap(),
+            MaintenanceWindow::try_new(
+                WindowStart::Daily(Duration::from_secs(23 * 3600 + 30 * 60 + 15)),
+                Duration::from_secs(86_400)
+            )
+            .unwrap(),
+        ]
+    );
+    assert!(once > SystemTime::UNIX_EPOCH);
+
+    let c = &config.targets[2];
+    assert_eq!(c.flap, Some(FlapPolicy::default()));
+    assert_eq!(c.thresholds.degrade, n(4));
+
+    // Nothing set: the library's defaults.
+    let plain = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
+    assert_eq!(plain.targets[0].flap, Some(FlapPolicy::default()));
+    assert_eq!(plain.targets[0].thresholds, Thresholds::default());
 }

@@ -10,6 +10,8 @@
 //! - [`outcome`]: one probe result and the closed set of failure reasons;
 //! - [`probe`]: the small trait every probe tier implements;
 //! - [`tcp`]: the TCP connect tier;
+//! - [`http`]: the HTTP tier: one request per check, judged by status, body, header and JSON
+//!   conditions, with degraded verdicts and business signals;
 //! - [`state`]: the per-target health state machine (hysteresis);
 //! - [`backoff`]: jittered exponential backoff with success-rate feedback;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
@@ -41,6 +43,7 @@
 
 pub mod backoff;
 pub mod engine;
+pub mod http;
 pub mod maintenance;
 pub mod outcome;
 pub mod probe;

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::http::HttpSpec;
 use crate::outcome::CheckResult;
 use crate::target::ProbeSpec;
 
@@ -25,6 +26,7 @@ pub trait Probe: Send + Sync + 'static {
 pub fn build(spec: &ProbeSpec) -> Arc<dyn Probe> {
     match spec {
         ProbeSpec::Tcp(tcp) => Arc::new(crate::tcp::TcpProbe::new(tcp.clone())),
+        ProbeSpec::Http(http) => Arc::new(crate::http::HttpProbe::new(HttpSpec::clone(http))),
         ProbeSpec::Custom(custom) => custom.probe().clone(),
     }
 }

@@ -248,6 +248,9 @@ impl TcpSpec {
 pub enum ProbeSpec {
     /// A TCP connect probe.
     Tcp(TcpSpec),
+    /// An HTTP request judged by conditions. Boxed: it is much larger than the other variants,
+    /// and a target's spec is cloned on every apply.
+    Http(Box<crate::http::HttpSpec>),
     /// A probe supplied in code by an embedder (or a test).
     Custom(CustomProbe),
 }

@@ -13,6 +13,9 @@
 //!   jitter: 0.1        # fraction of the interval, 0..=1
 //!   fast_interval: 2s  # default: interval / 2
 //!   backoff: { max: 20s, jitter: 0.5 }   # DOWN-state backoff; default max: 4 * interval
+//!   degrade_after: 2   # consecutive degraded results to go UP -> DEGRADED; default: rise
+//!   recover_after: 2   # consecutive good results to go DEGRADED -> UP; default: rise
+//!   flap: { transitions: 4, window: 5m, min_stable: 2m }   # or `flap: false`; the default shown
 //! targets:
 //!   - id: orders-db    # unique across all files, [a-z0-9._-]+
 //!     tcp:
@@ -22,11 +25,41 @@
 //!       expect_regex: "^\\+PONG"  # ...or a regex over the reply bytes (not both)
 //!       close: reset              # reset (default) | graceful
 //!     interval: 2s                # any `defaults` key can be set per target
+//!     maintenance:                # per target only; UTC
+//!       - { start: "2026-12-01T02:00:00Z", duration: 1h }   # once (RFC 3339, UTC)
+//!       - { daily: "02:00", duration: 30m }                # every day at HH:MM
+//!   - id: orders-api
+//!     http:
+//!       url: https://orders.internal/ready   # http or https, no credentials
+//!       method: GET                          # default GET
+//!       headers: { Authorization: "Bearer ${ORDERS_TOKEN}" }  # ${VAR}: from the environment
+//!       body: '{"probe": true}'              # optional request body
+//!       tls: { insecure_skip_verify: false, ca_file: ca.pem }  # ca_file: relative to this file
+//!       follow_redirects: false              # default false; at most 5 when true
+//!       fresh_connection: false              # default false: reuse a kept-alive connection
+//!       expect:                              # all must hold
+//!         status: [200, "3xx"]               # codes and classes; default "2xx"
+//!         body_contains: ok                  # -> reason "body"
+//!         header: { content-type: application/json }   # exact values -> "assertion"
+//!         json: { "$.status": UP }           # scalar at a JSON path -> "assertion"
+//!       degraded_if:                         # each that holds is one degraded reason
+//!         latency_over: 300ms
+//!         json: { "$.mode": readonly }
+//!       signals:                             # business events, on every reply
+//!         - name: StockReservationFailed
+//!           severity: high                   # info | low | medium | high | critical
+//!           when: { status: 503, header: { x-reason: inventory_shortage } }  # all must match
 //! ```
+//!
+//! JSON paths are the subset documented in [`probe::http::json_path`]: `$`, `.name`,
+//! `["name"]` and `[index]`. Header values may reference environment variables as `${VAR}`
+//! (`$$` for a literal `$`); they are expanded at load, an unset variable is an error naming it,
+//! and the values are never shown in errors, logs or `Debug` output.
 //!
 //! A key set on a target wins over the same key in `defaults`, which wins over the built-in
 //! default (the constants on [`Schedule`] and [`Thresholds::default`]). `backoff.max` and
-//! `backoff.jitter` are merged separately.
+//! `backoff.jitter` are merged separately; `flap` is taken whole (a target's `flap: {window: 1m}`
+//! replaces the defaults' `flap` entirely, with the built-in values for the fields it leaves out).
 //!
 //! # Errors
 //!
@@ -36,6 +69,7 @@
 //! schedules, duplicate ids across files. Only YAML syntax errors (and the parser's safety budget)
 //! stop a file at the first error, since nothing after them can be trusted.
 
+mod http;
 mod node;
 
 use std::collections::HashMap;
@@ -46,14 +80,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use probe::backoff::BackoffError;
+use probe::maintenance::{MaintenanceWindow, WindowError, WindowStart};
 use probe::target::{
-    Address, CloseMode, Expect, ProbeSpec, Schedule, ScheduleError, TargetId, TargetSpec, TcpSpec,
-    Thresholds,
+    Address, CloseMode, Expect, FlapPolicy, ProbeSpec, Schedule, ScheduleError, TargetId,
+    TargetSpec, TcpSpec, Thresholds,
 };
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use node::{Kind, Node, Pos, Sp, collect};
+use node::{BoolOr, Kind, Node, Pos, Sp, collect};
 
 /// A loaded, fully validated configuration.
 ///
@@ -130,7 +165,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let outcomes = files
         .iter()
         .map(|file| match read_file(file) {
-            Ok(text) => parse_text(&text),
+            Ok(text) => parse_text(&text, &Source::new(file, &process_env)),
             Err(message) => FileOutcome::failed(Pos::NONE, message),
         })
         .collect();
@@ -139,13 +174,53 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 
 /// Parses one YAML document held in memory.
 ///
-/// `file` is only used to name the source in errors and in [`Config::files`]; nothing is read
-/// from disk. This is what tests, `--check` style tools and non-file sources use.
+/// `file` names the source in errors and in [`Config::files`], and its directory anchors relative
+/// paths in the document (`tls.ca_file`); the document itself is not read from disk. This is what
+/// tests, `--check` style tools and non-file sources use. `${VAR}` references are looked up in the
+/// process environment.
 ///
 /// # Errors
 /// All problems found in the document.
 pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigErrors> {
-    finish(vec![file.to_path_buf()], vec![parse_text(text)])
+    parse_with_env(file, text, &process_env)
+}
+
+/// [`parse`], with `${VAR}` references looked up through `env` instead of the process
+/// environment: for sources that keep secrets elsewhere, and for tests.
+///
+/// # Errors
+/// All problems found in the document.
+pub fn parse_with_env(
+    file: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    finish(
+        vec![file.to_path_buf()],
+        vec![parse_text(text, &Source::new(file, env))],
+    )
+}
+
+/// A variable of the process environment; one that is not valid UTF-8 counts as unset.
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// What parsing needs to know about where a document comes from.
+struct Source<'a> {
+    /// The directory relative paths are resolved against.
+    dir: &'a Path,
+    /// Looks up `${VAR}` references.
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl<'a> Source<'a> {
+    fn new(file: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Self {
+            dir: file.parent().unwrap_or(Path::new("")),
+            env,
+        }
+    }
 }
 
 /// The largest configuration file read; larger ones are rejected rather than parsed.
@@ -156,7 +231,10 @@ const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The probe kinds a target can have, exactly one of which it must have.
-const PROBE_KINDS: &[&str] = &["tcp"];
+const PROBE_KINDS: &[&str] = &["tcp", "http"];
+
+/// The longest accepted one-time maintenance window. Daily windows last at most a day.
+const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// The accepted `close` modes.
 const CLOSE_MODES: &[&str] = &["reset", "graceful"];
@@ -193,6 +271,9 @@ macro_rules! schedule_section {
             jitter: Option<Sp<f64>>,
             fast_interval: Option<Sp<String>>,
             backoff: Option<Sp<RawBackoff>>,
+            degrade_after: Option<Sp<u32>>,
+            recover_after: Option<Sp<u32>>,
+            flap: Option<Sp<BoolOr<RawFlap>>>,
         }
 
         impl $name {
@@ -205,6 +286,9 @@ macro_rules! schedule_section {
                     jitter: self.jitter.as_ref(),
                     fast_interval: self.fast_interval.as_ref(),
                     backoff: self.backoff.as_ref(),
+                    degrade_after: self.degrade_after.as_ref(),
+                    recover_after: self.recover_after.as_ref(),
+                    flap: self.flap.as_ref(),
                 }
             }
         }
@@ -223,6 +307,9 @@ schedule_section! {
     struct RawTarget {
         id: Option<Sp<String>>,
         tcp: Option<Sp<RawTcp>>,
+        http: Option<Sp<http::RawHttp>>,
+        // Only checked to be a sequence here: each window is then read on its own, see `each`.
+        maintenance: Option<Vec<IgnoredAny>>,
     }
 }
 
@@ -231,6 +318,24 @@ schedule_section! {
 struct RawBackoff {
     max: Option<Sp<String>>,
     jitter: Option<Sp<f64>>,
+}
+
+/// `flap: {...}`; `flap: false` is the other side of the [`BoolOr`].
+#[derive(Deserialize)]
+#[serde(rename = "flap", deny_unknown_fields)]
+struct RawFlap {
+    transitions: Option<Sp<u32>>,
+    window: Option<Sp<String>>,
+    min_stable: Option<Sp<String>>,
+}
+
+/// One entry of `maintenance`.
+#[derive(Deserialize)]
+#[serde(rename = "maintenance window", deny_unknown_fields)]
+struct RawWindow {
+    start: Option<Sp<String>>,
+    daily: Option<Sp<String>>,
+    duration: Sp<String>,
 }
 
 #[derive(Deserialize)]
@@ -252,6 +357,9 @@ struct RawSchedule<'a> {
     jitter: Option<&'a Sp<f64>>,
     fast_interval: Option<&'a Sp<String>>,
     backoff: Option<&'a Sp<RawBackoff>>,
+    degrade_after: Option<&'a Sp<u32>>,
+    recover_after: Option<&'a Sp<u32>>,
+    flap: Option<&'a Sp<BoolOr<RawFlap>>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,6 +417,10 @@ struct Sched {
     backoff_jitter: Slot<f64>,
     /// Where the `backoff` key is, for backoff errors whose own field is absent.
     backoff: Option<Pos>,
+    degrade: Slot<NonZeroU32>,
+    recover: Slot<NonZeroU32>,
+    /// `Set { value: None }` for `flap: false`.
+    flap: Slot<Option<FlapPolicy>>,
 }
 
 impl Sched {
@@ -333,6 +445,9 @@ impl Sched {
                 BackoffError::JitterOutOfRange(j).to_string()
             }),
             backoff: raw.backoff.map(|b| b.key),
+            degrade: count(raw.degrade_after, "degrade_after", diags),
+            recover: count(raw.recover_after, "recover_after", diags),
+            flap: flap(raw.flap, diags),
         }
     }
 
@@ -348,6 +463,9 @@ impl Sched {
             backoff_max: self.backoff_max.or(defaults.backoff_max),
             backoff_jitter: self.backoff_jitter.or(defaults.backoff_jitter),
             backoff: self.backoff.or(defaults.backoff),
+            degrade: self.degrade.or(defaults.degrade),
+            recover: self.recover.or(defaults.recover),
+            flap: self.flap.or(defaults.flap),
         }
     }
 
@@ -360,11 +478,14 @@ impl Sched {
             || self.fast_interval.is_invalid()
             || self.backoff_max.is_invalid()
             || self.backoff_jitter.is_invalid()
+            || self.degrade.is_invalid()
+            || self.recover.is_invalid()
+            || self.flap.is_invalid()
     }
 
-    /// Builds the schedule and thresholds, reporting a cross-field error at the key that was set
-    /// (on the target, or in `defaults` when it came from there), or at `fallback`.
-    fn build(&self, fallback: Pos, diags: &mut Diags) -> Option<(Schedule, Thresholds)> {
+    /// Builds the schedule, thresholds and flap policy, reporting a cross-field error at the key
+    /// that was set (on the target, or in `defaults` when it came from there), or at `fallback`.
+    fn build(&self, fallback: Pos, diags: &mut Diags) -> Option<Health> {
         if self.any_invalid() {
             return None;
         }
@@ -404,11 +525,64 @@ impl Sched {
             }
         };
         let default = Thresholds::default();
-        let thresholds = Thresholds::new(
-            self.rise.value().unwrap_or(default.rise),
-            self.fall.value().unwrap_or(default.fall),
-        );
-        Some((schedule, thresholds))
+        let rise = self.rise.value().unwrap_or(default.rise);
+        let thresholds = Thresholds {
+            degrade: self.degrade.value().unwrap_or(rise),
+            recover: self.recover.value().unwrap_or(rise),
+            ..Thresholds::new(rise, self.fall.value().unwrap_or(default.fall))
+        };
+        Some(Health {
+            schedule,
+            thresholds,
+            flap: self.flap.value().unwrap_or(Some(FlapPolicy::default())),
+        })
+    }
+}
+
+/// A target's timing and verdict rules, from its section and the defaults.
+struct Health {
+    schedule: Schedule,
+    thresholds: Thresholds,
+    flap: Option<FlapPolicy>,
+}
+
+/// `flap: false`, `flap: true` (the built-in policy) or `flap: {...}` (built-in values for the
+/// fields left out).
+fn flap(raw: Option<&Sp<BoolOr<RawFlap>>>, diags: &mut Diags) -> Slot<Option<FlapPolicy>> {
+    let Some(raw) = raw else {
+        return Slot::Absent;
+    };
+    let value = match &raw.value {
+        BoolOr::Bool(false) => None,
+        BoolOr::Bool(true) => Some(FlapPolicy::default()),
+        BoolOr::Value(f) => {
+            let default = FlapPolicy::default();
+            let transitions = match &f.transitions {
+                Some(t) if t.value == 0 => {
+                    diags.push((t.pos, "flap.transitions must be at least 1".to_owned()));
+                    None
+                }
+                Some(t) => Some(t.value),
+                None => Some(default.transitions),
+            };
+            let window = duration(f.window.as_ref(), "flap.window", true, diags);
+            let min_stable = duration(f.min_stable.as_ref(), "flap.min_stable", true, diags);
+            if window.is_invalid() || min_stable.is_invalid() {
+                return Slot::Invalid;
+            }
+            Some(FlapPolicy {
+                transitions: match transitions {
+                    Some(t) => t,
+                    None => return Slot::Invalid,
+                },
+                window: window.value().unwrap_or(default.window),
+                min_stable: min_stable.value().unwrap_or(default.min_stable),
+            })
+        }
+    };
+    Slot::Set {
+        value,
+        key: raw.key,
     }
 }
 
@@ -416,6 +590,16 @@ fn duration(
     raw: Option<&Sp<String>>,
     name: &str,
     positive: bool,
+    diags: &mut Diags,
+) -> Slot<Duration> {
+    duration_at_most(raw, name, positive, MAX_DURATION, diags)
+}
+
+fn duration_at_most(
+    raw: Option<&Sp<String>>,
+    name: &str,
+    positive: bool,
+    max: Duration,
     diags: &mut Diags,
 ) -> Slot<Duration> {
     let Some(raw) = raw else {
@@ -426,11 +610,11 @@ fn duration(
             raw.pos,
             format!("invalid duration {} for {name:?}: {e}", quote(&raw.value)),
         )),
-        Ok(d) if d > MAX_DURATION => diags.push((
+        Ok(d) if d > max => diags.push((
             raw.pos,
             format!(
                 "{name} must be at most {}, got {}",
-                humantime::format_duration(MAX_DURATION),
+                humantime::format_duration(max),
                 quote(&raw.value)
             ),
         )),
@@ -536,6 +720,84 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
     })
 }
 
+/// One `maintenance` entry: `{start: RFC 3339 UTC time, duration}` or `{daily: "HH:MM", duration}`.
+fn parse_window(window: RawWindow, pos: Pos, diags: &mut Diags) -> Option<MaintenanceWindow> {
+    let duration = duration_at_most(Some(&window.duration), "duration", true, MAX_WINDOW, diags);
+    let start = match (window.start, window.daily) {
+        (Some(_), Some(daily)) => {
+            diags.push((
+                daily.key,
+                r#""start" and "daily" are mutually exclusive: keep only one"#.to_owned(),
+            ));
+            None
+        }
+        (None, None) => {
+            diags.push((
+                pos,
+                r#"maintenance window needs "start" (a UTC time such as 2026-12-01T02:00:00Z) or "daily" (a UTC time of day such as "02:00")"#.to_owned(),
+            ));
+            None
+        }
+        (Some(start), None) => match humantime::parse_rfc3339(start.value.trim()) {
+            Ok(at) => Some((WindowStart::Once(at), start.pos)),
+            Err(e) => {
+                diags.push((
+                    start.pos,
+                    format!(
+                        "invalid time {} for \"start\": {e}; expected an RFC 3339 UTC time such as 2026-12-01T02:00:00Z",
+                        quote(&start.value)
+                    ),
+                ));
+                None
+            }
+        },
+        (None, Some(daily)) => match time_of_day(daily.value.trim()) {
+            Some(offset) => Some((WindowStart::Daily(offset), daily.pos)),
+            None => {
+                diags.push((
+                    daily.pos,
+                    format!(
+                        "invalid time of day {} for \"daily\"; expected HH:MM or HH:MM:SS (UTC), from 00:00 to 23:59:59",
+                        quote(&daily.value)
+                    ),
+                ));
+                None
+            }
+        },
+    };
+    let (start, start_pos) = start?;
+    let duration = duration.value()?;
+    MaintenanceWindow::try_new(start, duration)
+        .map_err(|e| {
+            let pos = match e {
+                WindowError::TimeOfDay => start_pos,
+                WindowError::ZeroDuration | WindowError::DailyTooLong => window.duration.pos,
+            };
+            diags.push((pos, e.to_string()));
+        })
+        .ok()
+}
+
+/// `HH:MM` or `HH:MM:SS`, as the offset from midnight.
+fn time_of_day(text: &str) -> Option<Duration> {
+    let parts: Vec<&str> = text.split(':').collect();
+    if !(2..=3).contains(&parts.len()) {
+        return None;
+    }
+    let mut seconds = 0;
+    for (part, (max, unit)) in parts.iter().zip([(23, 3600), (59, 60), (59, 1)]) {
+        if part.len() != 2 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let value: u64 = part.parse().ok()?;
+        if value > max {
+            return None;
+        }
+        seconds += value * unit;
+    }
+    Some(Duration::from_secs(seconds))
+}
+
 /// The one line of a regex syntax error that says what is wrong (the others draw a caret).
 fn regex_message(e: &regex::Error) -> String {
     let text = e.to_string();
@@ -557,6 +819,7 @@ struct ParsedTarget {
 fn parse_target(
     node: &Node,
     src: &str,
+    source: &Source<'_>,
     defaults: &Sched,
     defaults_clean: bool,
     diags: &mut Diags,
@@ -589,10 +852,21 @@ fn parse_target(
     };
 
     let sched = Sched::parse(&raw.schedule(), diags).or(defaults);
-    let schedule = if clean && defaults_clean {
+    let health = if clean && defaults_clean {
         sched.build(node.pos, diags)
     } else {
         None
+    };
+    let maintenance = if raw.maintenance.is_some() {
+        let windows = each::<RawWindow>(value_of(node, src, "maintenance"), src, diags);
+        // Every window is checked (and reports its errors) before any failure counts.
+        let parsed: Vec<_> = windows
+            .into_iter()
+            .map(|w| w.and_then(|(window, pos)| parse_window(window, pos, diags)))
+            .collect();
+        parsed.into_iter().collect::<Option<Vec<_>>>()
+    } else {
+        Some(Vec::new())
     };
 
     // Exactly one probe kind. A new kind is one more line here and one more field on RawTarget.
@@ -600,6 +874,13 @@ fn parse_target(
     if let Some(tcp) = raw.tcp {
         probes.push((tcp.key, parse_tcp(tcp.value, diags).map(ProbeSpec::Tcp)));
     }
+    if let Some(section) = raw.http {
+        let node = value_of(node, src, "http");
+        let spec = http::parse(section.value, node, src, source, diags);
+        probes.push((section.key, spec.map(|h| ProbeSpec::Http(Box::new(h)))));
+    }
+    // The second in document order is the one to remove.
+    probes.sort_by_key(|(pos, _)| *pos);
     let probe = match probes.as_mut_slice() {
         [] => {
             if clean {
@@ -622,15 +903,53 @@ fn parse_target(
         }
     };
 
-    let spec = match (&id, probe, schedule) {
-        (Some((id, _)), Some(probe), Some((schedule, thresholds))) => Some(TargetSpec {
-            schedule,
-            thresholds,
+    let spec = match (&id, probe, health, maintenance) {
+        (Some((id, _)), Some(probe), Some(health), Some(maintenance)) => Some(TargetSpec {
+            schedule: health.schedule,
+            thresholds: health.thresholds,
+            flap: health.flap,
+            maintenance,
             ..TargetSpec::new(id.clone(), probe)
         }),
         _ => None,
     };
     ParsedTarget { id, spec }
+}
+
+/// The value of `key` in the mapping `node`, unless absent or null.
+fn value_of<'a>(node: &'a Node, src: &str, key: &str) -> Option<&'a Node> {
+    node.entries()
+        .iter()
+        .find(|(k, _)| k.text(src) == Some(key))
+        .map(|(_, value)| value)
+        .filter(|value| !matches!(value.kind, Kind::Null))
+}
+
+/// Deserializes every item of the sequence `node` on its own, so that each item reports its own
+/// structural errors (deserialized as part of the list, the first error would drop the whole
+/// list). An item with structural errors is `None`: checking its values would report the
+/// consequences of what was dropped from it. Each item comes with its position.
+fn each<T: serde::de::DeserializeOwned>(
+    node: Option<&Node>,
+    src: &str,
+    diags: &mut Diags,
+) -> Vec<Option<(T, Pos)>> {
+    let Some(Node {
+        kind: Kind::Seq(items),
+        ..
+    }) = node
+    else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|item| {
+            let (value, errors) = collect::<T>(item, src);
+            let clean = errors.is_empty();
+            diags.extend(errors);
+            value.filter(|_| clean).map(|value| (value, item.pos))
+        })
+        .collect()
 }
 
 /// What parsing one file produced.
@@ -678,7 +997,7 @@ fn yaml_options() -> serde_saphyr::Options {
     }
 }
 
-fn parse_text(text: &str) -> FileOutcome {
+fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
     let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) => root,
         Ok(None) => return FileOutcome::empty(),
@@ -699,13 +1018,7 @@ fn parse_text(text: &str) -> FileOutcome {
     }
 
     let (_, mut diags) = collect::<RawDocument>(&root, text);
-    let section = |name: &str| {
-        root.entries()
-            .iter()
-            .find(|(key, _)| key.text(text) == Some(name))
-            .map(|(_, value)| value)
-            .filter(|value| !matches!(value.kind, Kind::Null))
-    };
+    let section = |name: &str| value_of(&root, text, name);
 
     let (defaults, defaults_clean) = match section("defaults") {
         None => (Sched::default(), true),
@@ -730,6 +1043,7 @@ fn parse_text(text: &str) -> FileOutcome {
             targets.push(parse_target(
                 item,
                 text,
+                source,
                 &defaults,
                 defaults_clean,
                 &mut diags,

@@ -247,6 +247,114 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for SpVisitor<T> {
     }
 }
 
+const BOOL_OR_MARKER: &str = "$__probe_engine_config_bool_or";
+const ONE_OR_MANY_MARKER: &str = "$__probe_engine_config_one_or_many";
+
+/// Either a boolean or a `T`, for keys such as `flap: false` / `flap: {window: 5m}`.
+///
+/// serde's untagged enums would lose the positions (they buffer the value first), so [`NodeDe`]
+/// answers a private newtype marker: a boolean node is visited as a boolean, anything else is
+/// deserialized as `T` with the usual context and positions.
+#[derive(Debug)]
+pub(crate) enum BoolOr<T> {
+    Bool(bool),
+    Value(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for BoolOr<T> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = BoolOr<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a boolean or a mapping")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<BoolOr<T>, E> {
+                Ok(BoolOr::Bool(v))
+            }
+            fn visit_newtype_struct<D: de::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<BoolOr<T>, D::Error> {
+                T::deserialize(d).map(BoolOr::Value)
+            }
+        }
+        deserializer.deserialize_newtype_struct(BOOL_OR_MARKER, V(PhantomData))
+    }
+}
+
+/// A sequence, or a single value read as a sequence of one: `status: 200` or `status: [200, 204]`.
+/// Like [`BoolOr`], answered by [`NodeDe`] through a private marker so positions are kept.
+#[derive(Debug)]
+pub(crate) struct OneOrMany<T>(pub Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a value or a sequence")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(OneOrMany(items))
+            }
+            fn visit_newtype_struct<D: de::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                Vec::<T>::deserialize(d).map(OneOrMany)
+            }
+        }
+        deserializer.deserialize_newtype_struct(ONE_OR_MANY_MARKER, V(PhantomData))
+    }
+}
+
+/// The entries of a mapping whose keys are data (header names, JSON paths), in document order.
+/// Each value is located, and [`Sp::key`] is where its key is, for errors about the key.
+#[derive(Debug)]
+pub(crate) struct Entries<V>(pub Vec<(String, Sp<V>)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Vis<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Vis<V> {
+            type Value = Entries<V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Vis(PhantomData))
+    }
+}
+
+/// Feeds a single node as a one-element sequence, for [`OneOrMany`].
+struct OneSeq<'a> {
+    de: Option<NodeDe<'a>>,
+}
+
+impl<'de> de::SeqAccess<'de> for OneSeq<'_> {
+    type Error = DeErr;
+
+    fn next_element_seed<T: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DeErr> {
+        self.de.take().map(|de| seed.deserialize(de)).transpose()
+    }
+}
+
 /// A structural error found while deserializing from the tree. Boxed: it travels through every
 /// level of the deserializer as the `Err` of a `Result`.
 #[derive(Debug)]
@@ -540,10 +648,13 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
         name: &'static str,
         visitor: V,
     ) -> Result<V::Value, DeErr> {
-        let r = if name == SPAN_MARKER {
-            visitor.visit_seq(SpanSeq { de: self, index: 0 })
-        } else {
-            visitor.visit_newtype_struct(self)
+        let r = match (name, &self.node.kind) {
+            (SPAN_MARKER, _) => visitor.visit_seq(SpanSeq { de: self, index: 0 }),
+            (BOOL_OR_MARKER, Kind::Bool(b)) => visitor.visit_bool(*b),
+            (ONE_OR_MANY_MARKER, kind) if !matches!(kind, Kind::Seq(_)) => {
+                visitor.visit_seq(OneSeq { de: Some(self) })
+            }
+            _ => visitor.visit_newtype_struct(self),
         };
         self.fail(r)
     }

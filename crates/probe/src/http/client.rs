@@ -1,0 +1,289 @@
+//! The HTTP client behind a probe, and the mapping of its errors onto [`FailureReason`]s.
+//!
+//! Each probe owns one `reqwest::Client`, built once, so a kept-alive connection is reused from
+//! one check to the next (unless `fresh_connection` is set). The client is set up for probing
+//! rather than browsing: no proxy from the environment (a probe tests the path to the target, not
+//! to a proxy), no retries (a retry would hide the very failure a probe is for), no automatic
+//! `Referer`, HTTP/1.1 only, redirects as the spec says.
+//!
+//! TLS is rustls with the pure-Rust `ring` provider, configured here and handed to reqwest, so
+//! the library installs no process-wide crypto provider that an embedder might want to choose.
+//!
+//! Name resolution goes through [`Resolver`], a thin wrapper of the system resolver whose errors
+//! have their own type: reqwest's default resolver reports failures as plain I/O errors, which
+//! could not be told apart from a connection failure.
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use super::spec::{HttpSpec, TlsTrust};
+use crate::outcome::{Failure, FailureReason};
+
+/// Sent as `User-Agent`, so that probes are recognisable in the target's access logs.
+const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
+
+/// Builds the client a spec needs. Fails only on TLS set-up problems (no usable trust store).
+pub(super) fn build(spec: &HttpSpec) -> Result<reqwest::Client, Failure> {
+    // A plain-HTTP probe that follows no redirect never makes a TLS connection: it does not need
+    // the system trust store (which may be missing on a minimal host).
+    let tls_needed = spec.url.is_https() || spec.follow_redirects;
+    let tls = tls_config(if tls_needed { Some(&spec.tls) } else { None })?;
+    let redirect = if spec.follow_redirects {
+        reqwest::redirect::Policy::limited(HttpSpec::MAX_REDIRECTS)
+    } else {
+        reqwest::redirect::Policy::none()
+    };
+    let mut builder = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .no_proxy()
+        .retry(reqwest::retry::never())
+        .referer(false)
+        .redirect(redirect)
+        .user_agent(USER_AGENT)
+        .dns_resolver(Arc::new(Resolver));
+    if spec.fresh_connection {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    builder.build().map_err(|e| {
+        Failure::new(
+            FailureReason::Io,
+            format_args!("cannot build the HTTP client: {}", innermost(&e)),
+        )
+    })
+}
+
+fn tls_failure(detail: impl std::fmt::Display) -> Failure {
+    Failure::new(FailureReason::Tls, detail)
+}
+
+/// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used.
+fn tls_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(tls_failure)?;
+    let mut config = match trust {
+        None => builder.with_root_certificates(RootCertStore::empty()),
+        Some(TlsTrust::InsecureSkipVerify) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SkipVerify(provider))),
+        Some(TlsTrust::System) => {
+            let verifier = WebPkiServerVerifier::builder_with_provider(system_roots()?, provider)
+                .build()
+                .map_err(tls_failure)?;
+            builder.with_webpki_verifier(verifier)
+        }
+        Some(TlsTrust::WithCa(ca)) => {
+            // Roots of a store already in use can be shared, not extended: copy them.
+            let mut roots = match system_roots() {
+                Ok(system) => RootCertStore::clone(&system),
+                Err(_) => RootCertStore::empty(),
+            };
+            for cert in ca.certificates() {
+                roots.add(cert.clone()).map_err(tls_failure)?;
+            }
+            let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(tls_failure)?;
+            builder.with_webpki_verifier(verifier)
+        }
+    }
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The system's trust store, read once per process and shared by every probe.
+///
+/// A store holds about 150 certificates (~200 KiB parsed); 10 000 HTTPS targets each loading
+/// their own would take seconds of CPU at every load and gigabytes of memory. The cost of sharing
+/// is that a change to the system store is seen after a restart, as with most daemons.
+fn system_roots() -> Result<Arc<RootCertStore>, Failure> {
+    static ROOTS: OnceLock<Result<Arc<RootCertStore>, String>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let loaded = rustls_native_certs::load_native_certs();
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(loaded.certs);
+            if roots.is_empty() {
+                let why = loaded
+                    .errors
+                    .first()
+                    .map_or_else(|| "none found".to_owned(), ToString::to_string);
+                Err(format!(
+                    "no CA certificates could be loaded from the system trust store ({why}); \
+                     install the CA certificates or set tls.ca_file"
+                ))
+            } else {
+                Ok(Arc::new(roots))
+            }
+        })
+        .clone()
+        .map_err(tls_failure)
+}
+
+/// Accepts any certificate for any name (`insecure_skip_verify`), but still checks that the
+/// handshake is signed by the certificate's key, so the session is at least not trivially
+/// tampered with.
+#[derive(Debug)]
+struct SkipVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for SkipVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A name that did not resolve.
+#[derive(Debug, thiserror::Error)]
+#[error("resolving {host}: {detail}")]
+struct DnsError {
+    host: String,
+    detail: String,
+}
+
+/// The system resolver (`getaddrinfo` on tokio's blocking pool), with typed errors.
+struct Resolver;
+
+impl Resolve for Resolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let result = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map(Iterator::collect::<Vec<SocketAddr>>);
+            match result {
+                Ok(addrs) => {
+                    if addrs.is_empty() {
+                        Err(DnsError {
+                            host,
+                            detail: "no addresses".into(),
+                        }
+                        .into())
+                    } else {
+                        Ok(Box::new(addrs.into_iter()) as Addrs)
+                    }
+                }
+                Err(e) => Err(DnsError {
+                    host,
+                    detail: e.to_string(),
+                }
+                .into()),
+            }
+        })
+    }
+}
+
+/// Classifies a reqwest error met while `doing` something ("request", "reading the body").
+///
+/// The cause is found by walking the error's source chain: our [`DnsError`], a rustls error (also
+/// when wrapped in an I/O error, as the TLS stream does), an I/O error (refused, reset, ...), or
+/// hyper's "connection closed before the message completed", which is a reset from the probe's
+/// point of view. The detail is the innermost error's message, which says what happened without
+/// reqwest's generic wrappers (and never contains a header value).
+pub(super) fn classify(err: &reqwest::Error, doing: &str) -> Failure {
+    if err.is_redirect() {
+        return Failure::new(
+            FailureReason::Status,
+            format_args!("more than {} redirects", HttpSpec::MAX_REDIRECTS),
+        );
+    }
+    let mut reason = None;
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        match cause(e) {
+            // A definite cause ends the walk: what wraps deeper is detail.
+            Some(definite @ (FailureReason::Dns | FailureReason::Tls)) => {
+                reason = Some(definite);
+                break;
+            }
+            // Otherwise the deepest cause is the most precise.
+            Some(found) => reason = Some(found),
+            None => {}
+        }
+        source = e.source();
+    }
+    let phase = if err.is_connect() { "connect" } else { doing };
+    Failure::new(
+        reason.unwrap_or(FailureReason::Io),
+        format_args!("{phase}: {}", innermost(err)),
+    )
+}
+
+/// What one error of the chain says about the cause, if anything.
+fn cause(e: &(dyn StdError + 'static)) -> Option<FailureReason> {
+    if e.is::<DnsError>() {
+        return Some(FailureReason::Dns);
+    }
+    if e.is::<rustls::Error>() {
+        return Some(FailureReason::Tls);
+    }
+    if let Some(io) = e.downcast_ref::<std::io::Error>() {
+        // An I/O error's `source()` skips the error it wraps (the TLS stream and the connector
+        // wrap theirs in I/O errors): look at it directly.
+        let inner = io.get_ref().map(|inner| inner as &(dyn StdError + 'static));
+        return match inner.and_then(cause) {
+            Some(definite @ (FailureReason::Dns | FailureReason::Tls)) => Some(definite),
+            _ => Some(FailureReason::from_io(io)),
+        };
+    }
+    e.downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_incomplete_message)
+        .then_some(FailureReason::Reset)
+}
+
+/// The message of the deepest error in the chain, including what an I/O error wraps.
+fn innermost(err: &(dyn StdError + 'static)) -> String {
+    let mut last = err;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
