@@ -25,6 +25,17 @@ struct Daemon {
     http: reqwest::Client,
 }
 
+/// A plain HTTP client for the API.
+///
+/// The workspace builds reqwest with `rustls-no-provider` (the `probe` crate's HTTP tier hands
+/// reqwest its own rustls configuration), so a client built the default way needs a process-wide
+/// crypto provider to be installed first.
+fn client() -> reqwest::Client {
+    // An error only says that one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 impl Daemon {
     fn start(config: &Path) -> Self {
         Self::start_with(config, &[])
@@ -56,7 +67,7 @@ impl Daemon {
             child,
             logs,
             addr: "127.0.0.1:1".parse().unwrap(),
-            http: reqwest::Client::new(),
+            http: client(),
         };
         let listening = daemon.wait_log("listening");
         daemon.addr = listening["addr"].as_str().unwrap().parse().unwrap();
@@ -564,4 +575,102 @@ async fn events_stream_each_transition_in_order() {
     // An open event stream does not hold up a stop.
     daemon.signal("-TERM");
     assert!(daemon.wait_exit().success());
+}
+
+/// An HTTP service the test switches between healthy (0), read-only (1) and failing (2).
+async fn switchable_service() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU8>) {
+    use axum::http::StatusCode;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let mode = std::sync::Arc::new(AtomicU8::new(0));
+    let shared = mode.clone();
+    let app = axum::Router::new().route(
+        "/ready",
+        axum::routing::get(move || {
+            let mode = shared.load(Ordering::SeqCst);
+            async move {
+                match mode {
+                    0 => (StatusCode::OK, r#"{"status":"UP","mode":"rw"}"#),
+                    1 => (StatusCode::OK, r#"{"status":"UP","mode":"readonly"}"#),
+                    _ => (StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"DOWN"}"#),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, mode)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_a_service_through_every_state() {
+    use std::sync::atomic::Ordering;
+    let (addr, mode) = switchable_service().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("api.yaml"),
+        format!(
+            r#"targets:
+  - id: orders-api
+    interval: 300ms
+    timeout: 200ms
+    rise: 2
+    fall: 1
+    degrade_after: 2
+    http:
+      url: http://{addr}/ready
+      expect:
+        status: [200]
+        json: {{ "$.status": "UP" }}
+      degraded_if:
+        json: {{ "$.mode": "readonly" }}
+"#
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("orders-api", "UP")]).await;
+
+    let response = daemon.get("/v1/events").await;
+    let mut stream = Box::pin(response.bytes_stream());
+    let mut buffer = String::new();
+    let id = "orders-api";
+
+    mode.store(1, Ordering::SeqCst);
+    expect_transitions(&mut stream, &mut buffer, id, &[("UP", "DEGRADED")]).await;
+    let degraded: Value = daemon
+        .get("/v1/targets/orders-api")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(degraded["healthy"], true);
+    assert!(
+        degraded["degraded_reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("$.mode"),
+        "{degraded}"
+    );
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    assert_eq!(health["status"], "warn");
+
+    mode.store(2, Ordering::SeqCst);
+    expect_transitions(&mut stream, &mut buffer, id, &[("DEGRADED", "DOWN")]).await;
+    let down: Value = daemon
+        .get("/v1/targets/orders-api")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(down["last"]["reason"], "status");
+
+    mode.store(0, Ordering::SeqCst);
+    expect_transitions(
+        &mut stream,
+        &mut buffer,
+        id,
+        &[("DOWN", "PROBING"), ("PROBING", "UP")],
+    )
+    .await;
 }
