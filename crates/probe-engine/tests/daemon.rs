@@ -25,6 +25,17 @@ struct Daemon {
     http: reqwest::Client,
 }
 
+/// A plain HTTP client for the API.
+///
+/// The workspace builds reqwest with `rustls-no-provider` (the `probe` crate's HTTP tier hands
+/// reqwest its own rustls configuration), so a client built the default way needs a process-wide
+/// crypto provider to be installed first.
+fn client() -> reqwest::Client {
+    // An error only says that one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 impl Daemon {
     fn start(config: &Path) -> Self {
         let mut child = Command::new(BIN)
@@ -51,7 +62,7 @@ impl Daemon {
             child,
             logs,
             addr: "127.0.0.1:1".parse().unwrap(),
-            http: reqwest::Client::new(),
+            http: client(),
         };
         let listening = daemon.wait_log("listening");
         daemon.addr = listening["addr"].as_str().unwrap().parse().unwrap();
