@@ -15,7 +15,7 @@
 //!   backoff: { max: 20s, jitter: 0.5 }   # DOWN-state backoff; default max: 4 * interval
 //!   degrade_after: 2   # consecutive degraded results to go UP -> DEGRADED; default: rise
 //!   recover_after: 2   # consecutive good results to go DEGRADED -> UP; default: rise
-//!   flap: { transitions: 6, window: 5m, min_stable: 2m }   # or `flap: false`; the default shown
+//!   flap: { transitions: 6, window: 5m, min_stable: 2m }   # `false`: off; unset: FlapPolicy::default()
 //! targets:
 //!   - id: orders-db    # unique across all files, [a-z0-9._-]+
 //!     tcp:

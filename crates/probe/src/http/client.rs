@@ -48,7 +48,13 @@ pub(super) fn build(spec: &HttpSpec) -> Result<reqwest::Client, Failure> {
         .referer(false)
         .redirect(redirect)
         .user_agent(USER_AGENT)
-        .dns_resolver(Arc::new(Resolver));
+        .dns_resolver(Arc::new(Resolver))
+        // The check's deadline bounds every wait; TCP keepalive probes and a user timeout would
+        // only add four system calls to every new connection.
+        .tcp_keepalive(None)
+        .tcp_keepalive_interval(None)
+        .tcp_keepalive_retries(None)
+        .tcp_user_timeout(None);
     if spec.fresh_connection {
         builder = builder.pool_max_idle_per_host(0);
     }

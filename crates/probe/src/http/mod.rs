@@ -20,6 +20,12 @@
 //!
 //! The one piece of process-wide state is a read-only copy of the system's trust store, loaded
 //! on first use and shared by every HTTPS probe (see `client::system_roots`).
+//!
+//! For embedders that use reqwest themselves: this tier hands reqwest its own rustls
+//! configuration (with the pure-Rust `ring` provider) and so enables reqwest's
+//! `rustls-no-provider` feature. Cargo unifies features, so in the same build a `reqwest::Client`
+//! created the default way finds no crypto provider and panics; install one at start-up, e.g.
+//! `rustls::crypto::ring::default_provider().install_default()`.
 
 mod client;
 pub mod conditions;

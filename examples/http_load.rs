@@ -1,0 +1,511 @@
+//! Load harness: HTTP probes per CPU-second of the library's HTTP tier, with kept-alive
+//! connections and with a fresh connection per probe, against Prometheus' blackbox_exporter.
+//!
+//! ```text
+//! cargo run --release --example http_load -- [--duration-s 10] [--warmup-s 2]
+//!     [--concurrency 64] [--threads 1] [--server-threads 1]
+//!     [--mode both|reuse|fresh] [--blackbox PATH|none] [--blackbox-concurrency 64]
+//! ```
+//!
+//! **Server**: a minimal axum server (`GET /ready` answers `200`, a small JSON body) runs in a
+//! child process (this same binary with `--serve`, `--server-threads` tokio workers), so that its
+//! CPU is not counted as the prober's. It is shared by every phase.
+//!
+//! **Prober phases** (`reuse`, then `fresh`): this process runs `--concurrency` tasks on a
+//! `--threads`-worker tokio runtime, each with its own [`HttpProbe`] (as the engine has one per
+//! target) and checking in a loop, as fast as the server answers: a saturating load, so the
+//! figure is the prober's cost per probe, not a rate someone chose. The spec is a plain `GET`
+//! expecting `2xx` (what blackbox's `http_2xx` module checks), with `fresh_connection` off, then
+//! on. Each phase warms up for `--warmup-s`, then measures `--duration-s`: probes completed and
+//! this process's CPU time (`utime + stime` from `/proc/self/stat`). The server's CPU is shown
+//! for information.
+//!
+//! **blackbox_exporter phase**: starts `--blackbox` (default `prometheus-blackbox-exporter`, the
+//! Debian package's binary; skipped with a note when missing or with `--blackbox none`) on a
+//! loopback port with an `http_2xx` module, and drives its `/probe?target=...&module=http_2xx`
+//! endpoint from this process with `--blackbox-concurrency` concurrent requests (kept-alive
+//! connections to the exporter, each reply checked for `probe_success 1`). blackbox_exporter
+//! makes a new HTTP client, and so a new connection, for every probe: it compares with the
+//! `fresh` phase. Its CPU is read from `/proc/PID/stat`; the driver's own CPU is not counted.
+//!
+//! The report gives probes per CPU-second and CPU microseconds per probe for each phase, and the
+//! ratios to blackbox_exporter (goal: `fresh` at least 8x blackbox_exporter).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use probe::http::{HttpProbe, HttpSpec};
+use probe::outcome::Verdict;
+use probe::probe::Probe;
+use tokio::time::Instant;
+
+const USAGE: &str = "usage: http_load [--duration-s S] [--warmup-s S] [--concurrency N] \
+[--threads N] [--server-threads N] [--mode both|reuse|fresh] [--blackbox PATH|none] \
+[--blackbox-concurrency N]";
+
+/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`, 100 on every Linux ABI.
+const TICKS_PER_SEC: f64 = 100.0;
+/// The per-probe timeout, for the library's probes and blackbox_exporter's module alike.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The goal: the library in fresh-connection mode against blackbox_exporter, per CPU-second.
+const GOAL_RATIO: f64 = 8.0;
+/// The body the test server answers with.
+const BODY: &str = r#"{"status":"UP"}"#;
+
+struct Args {
+    duration: Duration,
+    warmup: Duration,
+    concurrency: usize,
+    threads: usize,
+    server_threads: usize,
+    reuse: bool,
+    fresh: bool,
+    blackbox: Option<String>,
+    blackbox_concurrency: usize,
+}
+
+impl Args {
+    fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Self> {
+        let mut args = Self {
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(2),
+            concurrency: 64,
+            threads: 1,
+            server_threads: 1,
+            reuse: true,
+            fresh: true,
+            blackbox: Some("prometheus-blackbox-exporter".into()),
+            blackbox_concurrency: 64,
+        };
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--duration-s" => args.duration = Duration::from_secs(num(&flag, &value()?)?),
+                "--warmup-s" => args.warmup = Duration::from_secs(num(&flag, &value()?)?),
+                "--concurrency" => args.concurrency = num(&flag, &value()?)?,
+                "--threads" => args.threads = num(&flag, &value()?)?,
+                "--server-threads" => args.server_threads = num(&flag, &value()?)?,
+                "--blackbox-concurrency" => args.blackbox_concurrency = num(&flag, &value()?)?,
+                "--blackbox" => {
+                    let path = value()?;
+                    args.blackbox = (path != "none").then_some(path);
+                }
+                "--mode" => {
+                    (args.reuse, args.fresh) = match value()?.as_str() {
+                        "both" => (true, true),
+                        "reuse" => (true, false),
+                        "fresh" => (false, true),
+                        other => bail!("--mode {other:?}: expected both, reuse or fresh"),
+                    }
+                }
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?}\n{USAGE}"),
+            }
+        }
+        if args.duration.is_zero()
+            || args.concurrency == 0
+            || args.threads == 0
+            || args.server_threads == 0
+            || args.blackbox_concurrency == 0
+        {
+            bail!("--duration-s, --concurrency, the thread counts must be at least 1");
+        }
+        Ok(args)
+    }
+}
+
+fn num<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    value
+        .parse()
+        .with_context(|| format!("{flag} {value:?} is not a valid number"))
+}
+
+fn main() -> std::process::ExitCode {
+    let mut argv = std::env::args().skip(1).peekable();
+    let result = if argv.peek().map(String::as_str) == Some("--serve") {
+        argv.next();
+        serve(argv)
+    } else {
+        Args::parse(argv).and_then(run)
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server process.
+
+/// `--serve THREADS`: binds 127.0.0.1:0, prints the port on stdout, serves until stdin closes
+/// (the harness holds it open, so the server cannot outlive the harness).
+fn serve(mut argv: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let threads: usize = num(
+        "--serve",
+        &argv.next().context("--serve needs a thread count")?,
+    )?;
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        std::process::exit(0);
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("{}", listener.local_addr()?.port());
+        std::io::stdout().flush()?;
+        let app = axum::Router::new().route(
+            "/ready",
+            axum::routing::get(|| async {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    BODY,
+                )
+            }),
+        );
+        axum::serve(listener, app).await?;
+        anyhow::Ok(())
+    })
+}
+
+/// A child process that is killed (by its own pid) when dropped.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server(threads: usize) -> anyhow::Result<(ChildGuard, SocketAddr)> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["--serve", &threads.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the server process")?;
+    let stdout = child.stdout.take().context("server stdout")?;
+    let guard = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .context("reading the server's port")?;
+    let port: u16 = line.trim().parse().context("the server's port")?;
+    Ok((guard, SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring.
+
+/// `utime + stime` (fields 14 and 15) of `/proc/PID/stat`, in ticks.
+fn cpu_ticks(pid: &str) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name (field 2) is parenthesised and may contain spaces: split after it.
+    let (_, rest) = stat.rsplit_once(')').context("malformed /proc stat line")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> anyhow::Result<u64> {
+        let raw = fields.get(n - 3).context("short /proc stat line")?;
+        raw.parse()
+            .with_context(|| format!("field {n} of /proc stat: {raw:?}"))
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+/// One phase's figures over its measured window.
+struct Measured {
+    name: &'static str,
+    probes: u64,
+    failed: u64,
+    wall: Duration,
+    /// CPU of the process doing the probing (this one, or blackbox_exporter).
+    cpu_ticks: u64,
+    /// CPU of the test server, for information.
+    server_ticks: u64,
+}
+
+impl Measured {
+    fn cpu_s(&self) -> f64 {
+        self.cpu_ticks as f64 / TICKS_PER_SEC
+    }
+    fn per_cpu_s(&self) -> f64 {
+        self.probes as f64 / self.cpu_s().max(f64::MIN_POSITIVE)
+    }
+    fn print(&self) {
+        println!(
+            "{:<10} {:>9} {:>7} {:>7.2} {:>9.0} {:>7.2} {:>13.0} {:>10.1} {:>11.2}",
+            self.name,
+            self.probes,
+            self.failed,
+            self.wall.as_secs_f64(),
+            self.probes as f64 / self.wall.as_secs_f64(),
+            self.cpu_s(),
+            self.per_cpu_s(),
+            self.cpu_s() * 1e6 / self.probes.max(1) as f64,
+            self.server_ticks as f64 / TICKS_PER_SEC,
+        );
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Counts {
+    fn read(&self) -> (u64, u64) {
+        let failed = self.failed.load(Ordering::Relaxed);
+        (self.ok.load(Ordering::Relaxed) + failed, failed)
+    }
+}
+
+/// Runs `tasks` loops of `probe` (one per task) for warm-up plus duration, measuring `pid`'s CPU
+/// over the window after the warm-up.
+async fn measure(
+    name: &'static str,
+    args: &Args,
+    probes: Vec<Arc<dyn Probe>>,
+    pid: &str,
+    server_pid: &str,
+) -> anyhow::Result<Measured> {
+    let counts = Arc::new(Counts::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    let mut first_failure = None;
+    for probe in probes {
+        let (counts, stop) = (counts.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            let mut failure = None;
+            while !stop.load(Ordering::Relaxed) {
+                let result = probe.check(PROBE_TIMEOUT).await;
+                if let Verdict::Failed(f) = result.verdict {
+                    counts.failed.fetch_add(1, Ordering::Relaxed);
+                    failure.get_or_insert(f);
+                } else {
+                    counts.ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            failure
+        }));
+    }
+    tokio::time::sleep(args.warmup).await;
+    let (probes0, failed0) = counts.read();
+    let (cpu0, server0, at0) = (cpu_ticks(pid)?, cpu_ticks(server_pid)?, Instant::now());
+    tokio::time::sleep(args.duration).await;
+    let (cpu1, server1, at1) = (cpu_ticks(pid)?, cpu_ticks(server_pid)?, Instant::now());
+    let (probes1, failed1) = counts.read();
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        if let Some(f) = handle.await.context("a probe task panicked")? {
+            first_failure.get_or_insert(f);
+        }
+    }
+    if let Some(f) = first_failure {
+        println!("{name}: first failure: {f}");
+    }
+    Ok(Measured {
+        name,
+        probes: probes1 - probes0,
+        failed: failed1 - failed0,
+        wall: at1 - at0,
+        cpu_ticks: cpu1 - cpu0,
+        server_ticks: server1 - server0,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases.
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let (server, addr) = start_server(args.server_threads)?;
+    let server_pid = server.pid().to_string();
+    let target = format!("http://{addr}/ready");
+    println!(
+        "http_load: server {target} (pid {server_pid}, {} threads); prober: {} concurrent \
+         probes on {} runtime threads; {} s warm-up + {} s measured per phase",
+        args.server_threads,
+        args.concurrency,
+        args.threads,
+        args.warmup.as_secs(),
+        args.duration.as_secs()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()?;
+    let mut phases = Vec::new();
+    for (name, fresh, wanted) in [("reuse", false, args.reuse), ("fresh", true, args.fresh)] {
+        if !wanted {
+            continue;
+        }
+        let probes = (0..args.concurrency)
+            .map(|_| {
+                let mut spec = HttpSpec::get(target.parse()?);
+                spec.fresh_connection = fresh;
+                Ok(Arc::new(HttpProbe::new(spec)) as Arc<dyn Probe>)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        phases.push(runtime.block_on(measure(name, &args, probes, "self", &server_pid))?);
+    }
+    let blackbox = match &args.blackbox {
+        None => None,
+        Some(path) => match which(path) {
+            Some(binary) => {
+                Some(runtime.block_on(blackbox_phase(&args, &binary, &target, &server_pid))?)
+            }
+            None => {
+                println!(
+                    "blackbox_exporter: {path:?} not found, comparison skipped \
+                     (apt-get install prometheus-blackbox-exporter)"
+                );
+                None
+            }
+        },
+    };
+
+    println!();
+    println!(
+        "{:<10} {:>9} {:>7} {:>7} {:>9} {:>7} {:>13} {:>10} {:>11}",
+        "phase",
+        "probes",
+        "failed",
+        "wall_s",
+        "probes/s",
+        "cpu_s",
+        "probes/cpu_s",
+        "us/probe",
+        "server_cpu"
+    );
+    for phase in phases.iter().chain(&blackbox) {
+        phase.print();
+    }
+    if let Some(bb) = &blackbox {
+        println!();
+        for phase in &phases {
+            let ratio = phase.per_cpu_s() / bb.per_cpu_s().max(f64::MIN_POSITIVE);
+            let goal = if phase.name == "fresh" {
+                let verdict = if ratio >= GOAL_RATIO { "met" } else { "MISSED" };
+                format!(" (goal >= {GOAL_RATIO:.0}x: {verdict})")
+            } else {
+                String::new()
+            };
+            println!(
+                "{} / blackbox_exporter, probes per CPU-second: {ratio:.1}x{goal}",
+                phase.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `path` if it names a file, else the first `PATH` entry holding it.
+fn which(path: &str) -> Option<std::path::PathBuf> {
+    let direct = std::path::PathBuf::from(path);
+    if path.contains('/') {
+        return direct.is_file().then_some(direct);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A free loopback port (bound, then released for the exporter to bind).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn blackbox_phase(
+    args: &Args,
+    binary: &std::path::Path,
+    target: &str,
+    server_pid: &str,
+) -> anyhow::Result<Measured> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("blackbox.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "modules:\n  http_2xx:\n    prober: http\n    timeout: {}s\n    http:\n      \
+             preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
+            PROBE_TIMEOUT.as_secs()
+        ),
+    )?;
+    let port = free_port()?;
+    let exporter = ChildGuard(
+        Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?,
+    );
+    let version = Command::new(binary)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            text.lines().next().unwrap_or_default().to_owned()
+        })
+        .unwrap_or_default();
+    println!(
+        "blackbox_exporter: {} (pid {}, 127.0.0.1:{port}), module http_2xx, driven by {} \
+         concurrent /probe requests",
+        version.trim(),
+        exporter.pid(),
+        args.blackbox_concurrency
+    );
+
+    let probe_url = format!("http://127.0.0.1:{port}/probe?target={target}&module=http_2xx");
+    let mut spec = HttpSpec::get(probe_url.parse()?);
+    spec.expect.body_contains = Some("probe_success 1".into());
+    // Wait until the exporter answers, and answers a probe successfully.
+    let ready = HttpProbe::new(spec.clone());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let result = ready.check(PROBE_TIMEOUT).await;
+        match result.verdict {
+            Verdict::Failed(f) if Instant::now() >= deadline => {
+                bail!("blackbox_exporter did not come up: {f}")
+            }
+            Verdict::Failed(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            _ => break,
+        }
+    }
+    let probes = (0..args.blackbox_concurrency)
+        .map(|_| Arc::new(HttpProbe::new(spec.clone())) as Arc<dyn Probe>)
+        .collect();
+    let pid = exporter.pid().to_string();
+    measure("blackbox", args, probes, &pid, server_pid).await
+}
