@@ -29,7 +29,9 @@
 //! `fresh` phase. Its CPU is read from `/proc/PID/stat`; the driver's own CPU is not counted.
 //!
 //! The report gives probes per CPU-second and CPU microseconds per probe for each phase, and the
-//! ratios to blackbox_exporter (goal: `fresh` at least 8x blackbox_exporter).
+//! ratios to blackbox_exporter (goal: `fresh` at least 8x blackbox_exporter). After each prober
+//! phase it also counts the `TIME_WAIT` sockets towards the server's port (`/proc/net/tcp`):
+//! none are expected, since `fresh_connection` resets its connections.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -374,6 +376,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         phases.push(runtime.block_on(measure(name, &args, probes, "self", &server_pid))?);
+        println!(
+            "{name}: TIME_WAIT sockets towards the server port: {}",
+            time_wait(addr.port())?
+        );
     }
     let blackbox = match &args.blackbox {
         None => None,
@@ -424,6 +430,27 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sockets in `TIME_WAIT` (state `06` in `/proc/net/tcp`) whose local or remote port is `port`.
+fn time_wait(port: u16) -> anyhow::Result<usize> {
+    let table = std::fs::read_to_string("/proc/net/tcp").context("reading /proc/net/tcp")?;
+    let port_of = |addr: &str| {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+    };
+    Ok(table
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.get(3) == Some(&"06"))
+        .filter(|f| {
+            [f.get(1), f.get(2)]
+                .into_iter()
+                .flatten()
+                .any(|a| port_of(a) == Some(port))
+        })
+        .count())
 }
 
 /// `path` if it names a file, else the first `PATH` entry holding it.

@@ -1,6 +1,9 @@
 //! The HTTP tier against real axum servers on 127.0.0.1, switchable between behaviours: every
 //! condition kind passing and failing with the right reason, degraded verdicts, signals, TLS trust
 //! settings, redirects, connection reuse, and secret header values that never leak.
+//!
+//! The HTTP tier has two transports, reqwest's pool (the default) and a one-shot connection per
+//! check (`fresh_connection`); every test about what goes over the wire runs on both ([`both`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -155,6 +158,29 @@ fn router(state: Arc<ServerState>) -> Router {
             "/redirect",
             get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/ready")]) }),
         )
+        .route(
+            "/loop",
+            get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/loop")]) }),
+        )
+        .route(
+            "/see-other",
+            axum::routing::post(|| async {
+                (StatusCode::SEE_OTHER, [(header::LOCATION, "method")])
+            }),
+        )
+        // Answers with the method it was called with.
+        .route(
+            "/method",
+            axum::routing::any(|method: axum::http::Method| async move { method.to_string() }),
+        )
+        // Redirects to /ready on another port of 127.0.0.1.
+        .route(
+            "/away/{port}",
+            get(|UrlPath(port): UrlPath<u16>| async move {
+                let location = format!("http://127.0.0.1:{port}/ready");
+                (StatusCode::FOUND, [(header::LOCATION, location)])
+            }),
+        )
         .with_state(state)
 }
 
@@ -219,6 +245,22 @@ async fn check(spec: HttpSpec) -> CheckResult {
     HttpProbe::new(spec).check(TIMEOUT).await
 }
 
+/// The spec on the pooled transport, then on the one-shot one (`fresh_connection`).
+fn both(spec: HttpSpec) -> [HttpSpec; 2] {
+    let mut fresh = spec.clone();
+    fresh.fresh_connection = true;
+    [spec, fresh]
+}
+
+/// Names the transport in assertion messages.
+fn mode(spec: &HttpSpec) -> &'static str {
+    if spec.fresh_connection {
+        "fresh_connection"
+    } else {
+        "pooled"
+    }
+}
+
 fn failure(result: &CheckResult) -> &Failure {
     result
         .failure()
@@ -253,17 +295,25 @@ fn header_is(name: &'static str, value: &str) -> HeaderMatch {
 #[tokio::test]
 async fn a_healthy_endpoint_is_up_with_default_expectations() {
     let server = serve(Mode::Healthy).await;
-    let result = check(server.spec("/ready")).await;
-    assert_eq!(result, CheckResult::up());
+    for spec in both(server.spec("/ready")) {
+        assert_eq!(
+            check(spec.clone()).await,
+            CheckResult::up(),
+            "{}",
+            mode(&spec)
+        );
+    }
 }
 
 #[tokio::test]
 async fn status_expectations_pass_and_fail_with_reason_status() {
     let server = serve(Mode::WrongStatus).await;
-    let result = check(server.spec("/ready")).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Status);
-    assert_eq!(f.detail, "status 503 Service Unavailable, expected 2xx");
+    for spec in both(server.spec("/ready")) {
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Status, "{}", mode(&spec));
+        assert_eq!(f.detail, "status 503 Service Unavailable, expected 2xx");
+    }
 
     for accepted in [&["503"][..], &["200", "5xx"]] {
         let mut spec = server.spec("/ready");
@@ -282,17 +332,22 @@ async fn body_contains_passes_and_fails_with_reason_body() {
     let server = serve(Mode::Healthy).await;
     let mut spec = server.spec("/ready");
     spec.expect.body_contains = Some(r#""status":"UP""#.into());
-    assert_eq!(check(spec.clone()).await.verdict, Verdict::Up);
+    for spec in both(spec) {
+        server.set(Mode::Healthy);
+        assert_eq!(
+            check(spec.clone()).await.verdict,
+            Verdict::Up,
+            "{}",
+            mode(&spec)
+        );
 
-    server.set(Mode::WrongBody);
-    let result = check(spec).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Body);
-    assert!(
-        f.detail
-            .starts_with(r#"body does not contain "\"status\":\"UP\"""#),
-        "{f}"
-    );
+        server.set(Mode::WrongBody);
+        let result = check(spec).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Body);
+        let expected = r#"body does not contain "\"status\":\"UP\"""#;
+        assert!(f.detail.starts_with(expected), "{f}");
+    }
 }
 
 #[tokio::test]
@@ -300,23 +355,32 @@ async fn header_expectations_pass_and_fail_with_reason_assertion() {
     let server = serve(Mode::Healthy).await;
     let mut spec = server.spec("/ready");
     spec.expect.headers = vec![header_is("content-type", "application/json")];
-    assert_eq!(check(spec.clone()).await.verdict, Verdict::Up);
+    for spec in both(spec) {
+        server.set(Mode::Healthy);
+        assert_eq!(
+            check(spec.clone()).await.verdict,
+            Verdict::Up,
+            "{}",
+            mode(&spec)
+        );
 
-    server.set(Mode::NotJson);
-    let result = check(spec.clone()).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Assertion);
-    assert_eq!(
-        f.detail,
-        r#"header content-type is "text/plain; charset=utf-8", expected "application/json""#
-    );
+        server.set(Mode::NotJson);
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Assertion);
+        assert_eq!(
+            f.detail,
+            r#"header content-type is "text/plain; charset=utf-8", expected "application/json""#
+        );
 
-    spec.expect.headers = vec![header_is("x-missing", "1")];
-    let result = check(spec).await;
-    assert_eq!(
-        failure(&result).detail,
-        r#"header x-missing is missing, expected "1""#
-    );
+        let mut missing = spec;
+        missing.expect.headers = vec![header_is("x-missing", "1")];
+        let result = check(missing).await;
+        assert_eq!(
+            failure(&result).detail,
+            r#"header x-missing is missing, expected "1""#
+        );
+    }
 }
 
 #[tokio::test]
@@ -324,28 +388,37 @@ async fn json_expectations_pass_and_fail_with_reason_assertion() {
     let server = serve(Mode::Healthy).await;
     let mut spec = server.spec("/ready");
     spec.expect.json = vec![json("$.status", text("UP")), json("$.mode", text("normal"))];
-    assert_eq!(check(spec.clone()).await.verdict, Verdict::Up);
+    for spec in both(spec) {
+        server.set(Mode::Healthy);
+        assert_eq!(
+            check(spec.clone()).await.verdict,
+            Verdict::Up,
+            "{}",
+            mode(&spec)
+        );
 
-    server.set(Mode::WrongBody);
-    let result = check(spec.clone()).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Assertion);
-    assert_eq!(f.detail, r#"$.status is "DOWN", expected "UP""#);
+        server.set(Mode::WrongBody);
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Assertion);
+        assert_eq!(f.detail, r#"$.status is "DOWN", expected "UP""#);
 
-    server.set(Mode::Healthy);
-    spec.expect.json = vec![json("$.checks[0].ok", JsonScalar::Bool(true))];
-    let result = check(spec.clone()).await;
-    assert_eq!(
-        failure(&result).detail,
-        "$.checks[0].ok is missing, expected true"
-    );
+        server.set(Mode::Healthy);
+        let mut deeper = spec.clone();
+        deeper.expect.json = vec![json("$.checks[0].ok", JsonScalar::Bool(true))];
+        let result = check(deeper).await;
+        assert_eq!(
+            failure(&result).detail,
+            "$.checks[0].ok is missing, expected true"
+        );
 
-    // A body that is not JSON at all is a body failure, not a failed assertion.
-    server.set(Mode::NotJson);
-    let result = check(spec).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Body);
-    assert!(f.detail.contains("body is not JSON"), "{f}");
+        // A body that is not JSON at all is a body failure, not a failed assertion.
+        server.set(Mode::NotJson);
+        let result = check(spec).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Body);
+        assert!(f.detail.contains("body is not JSON"), "{f}");
+    }
 }
 
 #[tokio::test]
@@ -365,15 +438,22 @@ async fn the_first_failing_expectation_gives_the_reason() {
 #[tokio::test]
 async fn oversized_bodies_fail_only_when_a_condition_reads_them() {
     let server = serve(Mode::Big).await;
-    // Nothing looks at the body: it is drained up to the limit, then the connection is dropped.
-    assert_eq!(check(server.spec("/ready")).await.verdict, Verdict::Up);
+    for spec in both(server.spec("/ready")) {
+        // Nothing looks at the body: it is read up to the limit, then the connection is dropped.
+        assert_eq!(
+            check(spec.clone()).await.verdict,
+            Verdict::Up,
+            "{}",
+            mode(&spec)
+        );
 
-    let mut spec = server.spec("/ready");
-    spec.expect.body_contains = Some("x".into());
-    let result = check(spec).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Body);
-    assert!(f.detail.contains("over the 1024 KiB limit"), "{f}");
+        let mut reading = spec;
+        reading.expect.body_contains = Some("x".into());
+        let result = check(reading).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Body);
+        assert!(f.detail.contains("over the 1024 KiB limit"), "{f}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,30 +462,37 @@ async fn oversized_bodies_fail_only_when_a_condition_reads_them() {
 #[tokio::test]
 async fn a_hanging_server_times_out() {
     let server = serve(Mode::Hang).await;
-    let result = HttpProbe::new(server.spec("/ready"))
-        .check(Duration::from_millis(200))
-        .await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Timeout);
-    assert_eq!(f.detail, "no response within 200ms");
+    for spec in both(server.spec("/ready")) {
+        let result = HttpProbe::new(spec.clone())
+            .check(Duration::from_millis(200))
+            .await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Timeout, "{}", mode(&spec));
+        assert_eq!(f.detail, "no response within 200ms");
+    }
 }
 
 #[tokio::test]
 async fn a_reset_connection_fails_as_reset() {
     let server = serve(Mode::Reset).await;
-    let result = check(server.spec("/ready")).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Reset, "{f}");
+    for spec in both(server.spec("/ready")) {
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Reset, "{}: {f}", mode(&spec));
+    }
 }
 
 #[tokio::test]
 async fn a_closed_port_is_refused() {
     let addr = closed_port().await;
-    let spec = HttpSpec::get(format!("http://{addr}/ready").parse().unwrap());
-    let result = check(spec).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Refused, "{f}");
-    assert!(f.detail.starts_with("connect: "), "{f}");
+    for spec in both(HttpSpec::get(
+        format!("http://{addr}/ready").parse().unwrap(),
+    )) {
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Refused, "{}: {f}", mode(&spec));
+        assert!(f.detail.starts_with("connect: "), "{f}");
+    }
 }
 
 #[tokio::test]
@@ -413,11 +500,12 @@ async fn an_unresolvable_name_fails_as_dns() {
     // A 64-character label is longer than DNS allows: the resolver rejects it locally, without
     // sending a query anywhere.
     let name = format!("{}.invalid", "a".repeat(64));
-    let spec = HttpSpec::get(format!("http://{name}:80/").parse().unwrap());
-    let result = check(spec).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Dns, "{f}");
-    assert!(f.detail.contains(&name), "{f}");
+    for spec in both(HttpSpec::get(format!("http://{name}:80/").parse().unwrap())) {
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Dns, "{}: {f}", mode(&spec));
+        assert!(f.detail.contains(&name), "{f}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -546,15 +634,72 @@ async fn signals_fire_when_every_part_matches_whatever_the_verdict() {
 #[tokio::test]
 async fn redirects_are_not_followed_unless_asked() {
     let server = serve(Mode::Healthy).await;
-    let result = check(server.spec("/redirect")).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Status);
-    assert_eq!(f.detail, "status 302 Found, expected 2xx");
+    for spec in both(server.spec("/redirect")) {
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Status, "{}", mode(&spec));
+        assert_eq!(f.detail, "status 302 Found, expected 2xx");
 
-    let mut spec = server.spec("/redirect");
+        let mut follow = spec;
+        follow.follow_redirects = true;
+        follow.expect.json = vec![json("$.status", text("UP"))];
+        assert_eq!(check(follow).await.verdict, Verdict::Up);
+    }
+}
+
+#[tokio::test]
+async fn followed_redirects_are_bounded_and_change_method_as_http_says() {
+    let server = serve(Mode::Healthy).await;
+    let mut endless = server.spec("/loop");
+    endless.follow_redirects = true;
+    let mut see_other = server.spec("/see-other");
+    see_other.follow_redirects = true;
+    see_other.method = probe::http::Method::POST;
+    see_other.body = Some("x".into());
+    see_other.expect.body_contains = Some("GET".into());
+    for (endless, see_other) in both(endless).into_iter().zip(both(see_other)) {
+        let result = check(endless.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Status, "{}", mode(&endless));
+        assert_eq!(f.detail, "more than 5 redirects");
+        // A 303 after a POST continues as a GET.
+        assert_eq!(check(see_other).await.verdict, Verdict::Up);
+    }
+}
+
+#[tokio::test]
+async fn configured_headers_do_not_follow_a_redirect_to_another_origin() {
+    let origin = serve(Mode::Healthy).await;
+    let elsewhere = serve(Mode::Healthy).await;
+    let mut spec = origin.spec(&format!("/away/{}", elsewhere.addr.port()));
     spec.follow_redirects = true;
-    spec.expect.json = vec![json("$.status", text("UP"))];
-    assert_eq!(check(spec).await.verdict, Verdict::Up);
+    spec.headers
+        .append("Authorization", "Bearer t0k3n")
+        .unwrap();
+    for spec in both(spec) {
+        assert_eq!(
+            check(spec.clone()).await.verdict,
+            Verdict::Up,
+            "{}",
+            mode(&spec)
+        );
+        assert_eq!(*elsewhere.state.last_authorization.lock().unwrap(), None);
+    }
+    assert!(elsewhere.accepted() >= 2, "the redirects were followed");
+    // On the same origin they are sent.
+    let mut same = origin.spec("/redirect");
+    same.follow_redirects = true;
+    same.headers
+        .append("Authorization", "Bearer t0k3n")
+        .unwrap();
+    for spec in both(same) {
+        *origin.state.last_authorization.lock().unwrap() = None;
+        assert_eq!(check(spec).await.verdict, Verdict::Up);
+        assert_eq!(
+            origin.state.last_authorization.lock().unwrap().as_deref(),
+            Some("Bearer t0k3n")
+        );
+    }
 }
 
 #[tokio::test]
@@ -608,15 +753,23 @@ async fn request_method_headers_and_body_are_sent() {
         .with_state(seen.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let mut spec = HttpSpec::get(format!("http://{addr}/echo").parse().unwrap());
+    let mut spec = HttpSpec::get(format!("http://{addr}/echo?probe=1").parse().unwrap());
     spec.method = probe::http::Method::POST;
     spec.headers.append("X-Api-Key", "k-123").unwrap();
     spec.body = Some(r#"{"probe": true}"#.into());
-    assert_eq!(check(spec).await.verdict, Verdict::Up);
-    let (key, agent, body) = seen.lock().unwrap().clone().unwrap();
-    assert_eq!(key, "k-123");
-    assert!(agent.starts_with("probe-engine/"), "{agent}");
-    assert_eq!(body, r#"{"probe": true}"#);
+    for spec in both(spec) {
+        *seen.lock().unwrap() = None;
+        assert_eq!(
+            check(spec.clone()).await.verdict,
+            Verdict::Up,
+            "{}",
+            mode(&spec)
+        );
+        let (key, agent, body) = seen.lock().unwrap().clone().unwrap();
+        assert_eq!(key, "k-123");
+        assert!(agent.starts_with("probe-engine/"), "{agent}");
+        assert_eq!(body, r#"{"probe": true}"#);
+    }
     server.abort();
 }
 
@@ -710,31 +863,34 @@ async fn serve_tls(pki: &Pki) -> Server {
 async fn tls_verifies_by_default_and_accepts_a_configured_ca() {
     let pki = generate_pki();
     let server = serve_tls(&pki).await;
-    let spec = || HttpSpec::get(format!("https://{}/ready", server.addr).parse().unwrap());
-
-    // The generated CA is in no trust store.
-    let result = check(spec()).await;
-    let f = failure(&result);
-    assert_eq!(f.reason, FailureReason::Tls, "{f}");
-    assert!(f.detail.contains("certificate"), "{f}");
-
-    let mut insecure = spec();
-    insecure.tls = TlsTrust::InsecureSkipVerify;
-    assert_eq!(check(insecure).await.verdict, Verdict::Up);
-
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, &pki.ca_pem).unwrap();
-    let mut with_ca = spec();
-    with_ca.tls = TlsTrust::WithCa(CaBundle::from_file(&ca_file).unwrap());
-    with_ca.expect.json = vec![json("$.status", text("UP"))];
-    assert_eq!(check(with_ca).await.verdict, Verdict::Up);
-
-    // A CA that did not sign the server's certificate does not help.
     let other = generate_pki();
-    let mut wrong_ca = spec();
-    wrong_ca.tls = TlsTrust::WithCa(CaBundle::from_pem(other.ca_pem.as_bytes()).unwrap());
-    assert_eq!(failure(&check(wrong_ca).await).reason, FailureReason::Tls);
+
+    for spec in both(HttpSpec::get(
+        format!("https://{}/ready", server.addr).parse().unwrap(),
+    )) {
+        // The generated CA is in no trust store.
+        let result = check(spec.clone()).await;
+        let f = failure(&result);
+        assert_eq!(f.reason, FailureReason::Tls, "{}: {f}", mode(&spec));
+        assert!(f.detail.contains("certificate"), "{f}");
+
+        let mut insecure = spec.clone();
+        insecure.tls = TlsTrust::InsecureSkipVerify;
+        assert_eq!(check(insecure).await.verdict, Verdict::Up);
+
+        let mut with_ca = spec.clone();
+        with_ca.tls = TlsTrust::WithCa(CaBundle::from_file(&ca_file).unwrap());
+        with_ca.expect.json = vec![json("$.status", text("UP"))];
+        assert_eq!(check(with_ca).await.verdict, Verdict::Up);
+
+        // A CA that did not sign the server's certificate does not help.
+        let mut wrong_ca = spec;
+        wrong_ca.tls = TlsTrust::WithCa(CaBundle::from_pem(other.ca_pem.as_bytes()).unwrap());
+        assert_eq!(failure(&check(wrong_ca).await).reason, FailureReason::Tls);
+    }
 }
 
 #[tokio::test]
@@ -742,7 +898,15 @@ async fn tls_to_a_plain_http_server_fails_as_tls() {
     let server = serve(Mode::Healthy).await;
     let mut spec = HttpSpec::get(format!("https://{}/ready", server.addr).parse().unwrap());
     spec.tls = TlsTrust::InsecureSkipVerify;
-    assert_eq!(failure(&check(spec).await).reason, FailureReason::Tls);
+    for spec in both(spec) {
+        let result = check(spec.clone()).await;
+        assert_eq!(
+            failure(&result).reason,
+            FailureReason::Tls,
+            "{}",
+            mode(&spec)
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -870,27 +1034,30 @@ async fn secret_checks() {
     );
 
     // Failures of every kind, with the secret headers set.
-    for mode in [Mode::WrongStatus, Mode::WrongBody, Mode::Reset] {
-        server.set(mode);
-        let mut spec = spec.clone();
-        spec.expect.json = vec![json("$.status", text("UP"))];
-        let result = HttpProbe::new(spec).check(TIMEOUT).await;
+    let closed = closed_port().await;
+    for spec in both(spec.clone()) {
+        for mode in [Mode::WrongStatus, Mode::WrongBody, Mode::Reset] {
+            server.set(mode);
+            let mut spec = spec.clone();
+            spec.expect.json = vec![json("$.status", text("UP"))];
+            let result = HttpProbe::new(spec).check(TIMEOUT).await;
+            shown.push(format!("{result:?}"));
+            shown.push(failure(&result).to_string());
+        }
+        server.set(Mode::Hang);
+        let result = HttpProbe::new(spec.clone())
+            .check(Duration::from_millis(100))
+            .await;
         shown.push(format!("{result:?}"));
-        shown.push(failure(&result).to_string());
+        let mut refused = spec.clone();
+        refused.url = format!("http://{closed}/").parse().unwrap();
+        let result = HttpProbe::new(refused).check(TIMEOUT).await;
+        shown.push(format!("{result:?}"));
+        let mut tls = spec.clone();
+        tls.url = format!("https://{}/", server.addr).parse().unwrap();
+        let result = HttpProbe::new(tls).check(TIMEOUT).await;
+        shown.push(format!("{result:?}"));
     }
-    server.set(Mode::Hang);
-    let result = HttpProbe::new(spec.clone())
-        .check(Duration::from_millis(100))
-        .await;
-    shown.push(format!("{result:?}"));
-    let mut refused = spec.clone();
-    refused.url = format!("http://{}/", closed_port().await).parse().unwrap();
-    let result = HttpProbe::new(refused).check(TIMEOUT).await;
-    shown.push(format!("{result:?}"));
-    let mut tls = spec.clone();
-    tls.url = format!("https://{}/", server.addr).parse().unwrap();
-    let result = HttpProbe::new(tls).check(TIMEOUT).await;
-    shown.push(format!("{result:?}"));
 
     // Configuration errors about the header: an invalid value, and a missing variable.
     let errors = load(&target(&server.url("/ready"), &format!("${{{BAD_VAR}}}")))

@@ -1,10 +1,11 @@
-//! The HTTP client behind a probe, and the mapping of its errors onto [`FailureReason`]s.
+//! The pooled HTTP client behind a probe, the TLS configuration and resolver shared with the
+//! `fresh_connection` transport, and the mapping of errors onto [`FailureReason`]s.
 //!
-//! Each probe owns one `reqwest::Client`, built once, so a kept-alive connection is reused from
-//! one check to the next (unless `fresh_connection` is set). The client is set up for probing
-//! rather than browsing: no proxy from the environment (a probe tests the path to the target, not
+//! Each probe without `fresh_connection` owns one `reqwest::Client`, built once, so a kept-alive
+//! connection is reused from one check to the next. The client is set up for probing rather than
+//! browsing: no proxy from the environment (a probe tests the path to the target, not
 //! to a proxy), no retries (a retry would hide the very failure a probe is for), no automatic
-//! `Referer`, HTTP/1.1 only, redirects as the spec says.
+//! `Referer`, HTTP/1.1 only, no redirects (`exchange` follows them).
 //!
 //! TLS is rustls with the pure-Rust `ring` provider, configured here and handed to reqwest, so
 //! the library installs no process-wide crypto provider that an embedder might want to choose.
@@ -28,25 +29,22 @@ use super::spec::{HttpSpec, TlsTrust};
 use crate::outcome::{Failure, FailureReason};
 
 /// Sent as `User-Agent`, so that probes are recognisable in the target's access logs.
-const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
+pub(super) const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
 
-/// Builds the client a spec needs. Fails only on TLS set-up problems (no usable trust store).
+/// Builds the pooled client a spec needs. Fails only on TLS set-up problems (no usable trust
+/// store).
 pub(super) fn build(spec: &HttpSpec) -> Result<reqwest::Client, Failure> {
     // A plain-HTTP probe that follows no redirect never makes a TLS connection: it does not need
     // the system trust store (which may be missing on a minimal host).
     let tls_needed = spec.url.is_https() || spec.follow_redirects;
     let tls = tls_config(if tls_needed { Some(&spec.tls) } else { None })?;
-    let redirect = if spec.follow_redirects {
-        reqwest::redirect::Policy::limited(HttpSpec::MAX_REDIRECTS)
-    } else {
-        reqwest::redirect::Policy::none()
-    };
-    let mut builder = reqwest::Client::builder()
+    reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .no_proxy()
         .retry(reqwest::retry::never())
         .referer(false)
-        .redirect(redirect)
+        // Redirects are followed by `exchange`, the same way for both transports.
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(USER_AGENT)
         .dns_resolver(Arc::new(Resolver))
         // The check's deadline bounds every wait; TCP keepalive probes and a user timeout would
@@ -54,16 +52,14 @@ pub(super) fn build(spec: &HttpSpec) -> Result<reqwest::Client, Failure> {
         .tcp_keepalive(None)
         .tcp_keepalive_interval(None)
         .tcp_keepalive_retries(None)
-        .tcp_user_timeout(None);
-    if spec.fresh_connection {
-        builder = builder.pool_max_idle_per_host(0);
-    }
-    builder.build().map_err(|e| {
-        Failure::new(
-            FailureReason::Io,
-            format_args!("cannot build the HTTP client: {}", innermost(&e)),
-        )
-    })
+        .tcp_user_timeout(None)
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                FailureReason::Io,
+                format_args!("cannot build the HTTP client: {}", innermost(&e)),
+            )
+        })
 }
 
 fn tls_failure(detail: impl std::fmt::Display) -> Failure {
@@ -71,7 +67,7 @@ fn tls_failure(detail: impl std::fmt::Display) -> Failure {
 }
 
 /// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used.
-fn tls_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
+pub(super) fn tls_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -190,38 +186,37 @@ impl ServerCertVerifier for SkipVerify {
 /// A name that did not resolve.
 #[derive(Debug, thiserror::Error)]
 #[error("resolving {host}: {detail}")]
-struct DnsError {
+pub(super) struct DnsError {
     host: String,
     detail: String,
 }
 
-/// The system resolver (`getaddrinfo` on tokio's blocking pool), with typed errors.
+/// Resolves `host` with the system resolver (`getaddrinfo` on tokio's blocking pool).
+pub(super) async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, DnsError> {
+    let dns_error = |detail: String| DnsError {
+        host: host.to_owned(),
+        detail,
+    };
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| dns_error(e.to_string()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(dns_error("no addresses".into()));
+    }
+    Ok(addrs)
+}
+
+/// The system resolver for reqwest, with typed errors.
 struct Resolver;
 
 impl Resolve for Resolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let result = tokio::net::lookup_host((host.as_str(), 0))
-                .await
-                .map(Iterator::collect::<Vec<SocketAddr>>);
-            match result {
-                Ok(addrs) => {
-                    if addrs.is_empty() {
-                        Err(DnsError {
-                            host,
-                            detail: "no addresses".into(),
-                        }
-                        .into())
-                    } else {
-                        Ok(Box::new(addrs.into_iter()) as Addrs)
-                    }
-                }
-                Err(e) => Err(DnsError {
-                    host,
-                    detail: e.to_string(),
-                }
-                .into()),
+            match resolve(&host, 0).await {
+                Ok(addrs) => Ok(Box::new(addrs.into_iter()) as Addrs),
+                Err(e) => Err(e.into()),
             }
         })
     }
@@ -235,12 +230,11 @@ impl Resolve for Resolver {
 /// point of view. The detail is the innermost error's message, which says what happened without
 /// reqwest's generic wrappers (and never contains a header value).
 pub(super) fn classify(err: &reqwest::Error, doing: &str) -> Failure {
-    if err.is_redirect() {
-        return Failure::new(
-            FailureReason::Status,
-            format_args!("more than {} redirects", HttpSpec::MAX_REDIRECTS),
-        );
-    }
+    classify_error(err, if err.is_connect() { "connect" } else { doing })
+}
+
+/// Classifies any error of the HTTP stack met while `doing` something, as [`classify`] explains.
+pub(super) fn classify_error(err: &(dyn StdError + 'static), doing: &str) -> Failure {
     let mut reason = None;
     let mut source: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = source {
@@ -256,10 +250,9 @@ pub(super) fn classify(err: &reqwest::Error, doing: &str) -> Failure {
         }
         source = e.source();
     }
-    let phase = if err.is_connect() { "connect" } else { doing };
     Failure::new(
         reason.unwrap_or(FailureReason::Io),
-        format_args!("{phase}: {}", innermost(err)),
+        format_args!("{doing}: {}", innermost(err)),
     )
 }
 

@@ -14,8 +14,9 @@
 //! whose conditions look at the body fails as `body`, and one whose conditions do not stops
 //! reading (and gives up the connection instead of reusing it).
 //!
-//! Connections are reused between checks by default (one client, and so one connection pool,
-//! per probe); `fresh_connection` makes every check open its own. Request header values are
+//! Connections are reused between checks by default (one reqwest client, and so one connection
+//! pool, per probe); `fresh_connection` makes every check open its own, through a lean one-shot
+//! transport that closes it with a reset (see `fresh` for why). Request header values are
 //! treated as secrets throughout (see [`headers`]).
 //!
 //! The one piece of process-wide state is a read-only copy of the system's trust store, loaded
@@ -29,6 +30,8 @@
 
 mod client;
 pub mod conditions;
+mod exchange;
+mod fresh;
 pub mod headers;
 pub mod json_path;
 mod spec;
@@ -36,8 +39,7 @@ mod spec;
 use std::fmt;
 use std::time::Duration;
 
-use reqwest::header::{CONNECTION, HeaderValue};
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 
 pub use conditions::{
     DegradedIf, Expect, HeaderMatch, JsonMatch, JsonScalar, Match, SignalRule, StatusPattern,
@@ -49,9 +51,10 @@ pub use json_path::JsonPath;
 pub use reqwest::{Method, StatusCode, Url, header};
 pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
 
-use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
+use crate::outcome::{CheckResult, Failure, Verdict};
 use crate::probe::Probe;
 use conditions::Reply;
+use exchange::{Limits, Transport};
 
 /// The most body bytes read from a reply.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -61,16 +64,22 @@ pub struct HttpProbe {
     spec: HttpSpec,
     /// Built once. An error (no usable trust store) fails every check with its reason, so that
     /// the problem shows on the target instead of stopping the whole configuration.
-    client: Result<reqwest::Client, Failure>,
+    transport: Result<Transport, Failure>,
     /// Whether some condition reads the body.
     keep_body: bool,
 }
 
 impl HttpProbe {
-    /// A probe for `spec`, with its own client and connection pool.
+    /// A probe for `spec`, with its own client and connection pool (or, with
+    /// `fresh_connection`, its own connection per check).
     pub fn new(spec: HttpSpec) -> Self {
+        let transport = if spec.fresh_connection {
+            fresh::Fresh::new(&spec).map(Transport::Fresh)
+        } else {
+            client::build(&spec).map(Transport::Pooled)
+        };
         Self {
-            client: client::build(&spec),
+            transport,
             keep_body: spec.needs_body(),
             spec,
         }
@@ -82,54 +91,29 @@ impl HttpProbe {
     }
 
     async fn run(&self, timeout: Duration) -> CheckResult {
-        let client = match &self.client {
-            Ok(client) => client,
+        let transport = match &self.transport {
+            Ok(transport) => transport,
             Err(failure) => return CheckResult::failed(failure.clone()),
         };
         let started = Instant::now();
-        let deadline = started + timeout;
-        let within = humantime::format_duration(timeout);
-
-        let mut request =
-            reqwest::Request::new(self.spec.method.clone(), self.spec.url.as_url().clone());
-        *request.headers_mut() = self.spec.headers.expose().clone();
-        if self.spec.fresh_connection {
-            // Tells the server too, so that it closes its side first and keeps the TIME_WAIT.
-            request
-                .headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-        }
-        if let Some(body) = &self.spec.body {
-            *request.body_mut() = Some(body.clone().into());
-        }
-
-        let mut response = match timeout_at(deadline, client.execute(request)).await {
-            Err(_) => {
-                return CheckResult::failed(Failure::new(
-                    FailureReason::Timeout,
-                    format_args!("no response within {within}"),
-                ));
-            }
-            Ok(Err(err)) => return CheckResult::failed(client::classify(&err, "request")),
-            Ok(Ok(response)) => response,
+        let limits = Limits {
+            follow_redirects: self.spec.follow_redirects,
+            keep_body: self.keep_body,
+            deadline: started + timeout,
+            timeout,
         };
-        let status = response.status();
-        // Taken rather than cloned: reading the body needs the response mutably.
-        let headers = std::mem::take(response.headers_mut());
-        let body = match timeout_at(deadline, read_body(&mut response, self.keep_body)).await {
-            Err(_) => Err(Failure::new(
-                FailureReason::Timeout,
-                format_args!("body not complete within {within}"),
-            )),
-            Ok(body) => body,
+        let received = match transport.exchange(&self.spec, limits).await {
+            Ok(received) => received,
+            Err(failure) => return CheckResult::failed(failure),
         };
         let latency = started.elapsed();
-        match body {
-            Ok(body) => self.judge(&Reply::new(status, &headers, &body, latency)),
+        let (status, headers) = (received.status, &received.headers);
+        match received.body {
+            Ok(body) => self.judge(&Reply::new(status, headers, &body, latency)),
             // Signals still apply: status and headers were received.
             Err(failure) => CheckResult {
                 verdict: Verdict::Failed(failure),
-                signals: self.signals(&Reply::new(status, &headers, &[], latency)),
+                signals: self.signals(&Reply::new(status, headers, &[], latency)),
             },
         }
     }
@@ -159,44 +143,6 @@ impl HttpProbe {
             .filter_map(|rule| rule.fire(reply))
             .collect()
     }
-}
-
-/// Reads the body: kept up to [`MAX_BODY`] when `keep`, else drained (so that the connection
-/// can be reused) up to the same limit and dropped.
-async fn read_body(response: &mut reqwest::Response, keep: bool) -> Result<Vec<u8>, Failure> {
-    let over = |size: &dyn fmt::Display| {
-        Failure::new(
-            FailureReason::Body,
-            format_args!(
-                "body is {size} bytes, over the {} KiB limit",
-                MAX_BODY / 1024
-            ),
-        )
-    };
-    let limit = u64::try_from(MAX_BODY).unwrap_or(u64::MAX);
-    if keep && let Some(len) = response.content_length().filter(|len| *len > limit) {
-        return Err(over(&len));
-    }
-    let mut body = Vec::new();
-    let mut total = 0usize;
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| client::classify(&e, "reading the body"))?
-    {
-        total = total.saturating_add(chunk.len());
-        if total > MAX_BODY {
-            if keep {
-                return Err(over(&format_args!("more than {MAX_BODY}")));
-            }
-            // Nothing looks at the body: stop here and let the connection go.
-            return Ok(Vec::new());
-        }
-        if keep {
-            body.extend_from_slice(&chunk);
-        }
-    }
-    Ok(body)
 }
 
 impl fmt::Debug for HttpProbe {

@@ -1,0 +1,278 @@
+//! One check's HTTP exchange, whichever transport carries it: the request (and the redirects it
+//! leads to), the reply, and reading the body within its limit.
+//!
+//! Redirects are followed here rather than by reqwest, so that both transports follow the same
+//! rules: at most [`HttpSpec::MAX_REDIRECTS`]; `303` (and `301`/`302` after a `POST`) continue
+//! as `GET` without a body; and the configured headers, all of which are treated as secrets, are
+//! not sent to another origin (reqwest would drop only the ones it knows to be sensitive).
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode, Url};
+use tokio::time::{Instant, timeout_at};
+
+use super::spec::HttpSpec;
+use super::{MAX_BODY, client, fresh};
+use crate::outcome::{Failure, FailureReason};
+
+/// How a probe reaches its target.
+pub(super) enum Transport {
+    /// A reqwest client whose pool keeps the connection alive between checks.
+    Pooled(reqwest::Client),
+    /// A new connection per check (`fresh_connection`), see [`fresh`].
+    Fresh(fresh::Fresh),
+}
+
+/// A reply as a transport delivers it. The body (or why it could not be read) comes after the
+/// status and headers, which the signals can use either way.
+pub(super) struct Received {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Result<Vec<u8>, Failure>,
+}
+
+/// What one request of the exchange is.
+pub(super) struct Request<'a> {
+    pub url: &'a Url,
+    pub method: &'a Method,
+    /// The configured headers, unless a redirect left their origin.
+    pub headers: Option<&'a HeaderMap>,
+    pub body: Option<Bytes>,
+}
+
+/// The limits one request runs under.
+#[derive(Clone, Copy)]
+pub(super) struct Limits {
+    /// Whether a redirect is to be followed rather than judged.
+    pub follow_redirects: bool,
+    /// Whether some condition reads the body.
+    pub keep_body: bool,
+    /// When the whole check must be over.
+    pub deadline: Instant,
+    /// The check's timeout, for messages.
+    pub timeout: Duration,
+}
+
+/// What one request ended with.
+pub(super) enum Hop {
+    /// A reply that is not to be followed.
+    Done(Received),
+    /// A redirect to follow: its status and where it leads.
+    Redirect(StatusCode, Url),
+}
+
+impl Transport {
+    /// Sends the spec's request, follows redirects if asked, and reads the reply.
+    pub(super) async fn exchange(
+        &self,
+        spec: &HttpSpec,
+        limits: Limits,
+    ) -> Result<Received, Failure> {
+        let mut url = spec.url.as_url().clone();
+        let mut method = spec.method.clone();
+        let mut body = spec.body.clone();
+        let mut headers = Some(spec.headers.expose());
+        let mut redirects = 0;
+        loop {
+            let request = Request {
+                url: &url,
+                method: &method,
+                headers,
+                body: body.clone(),
+            };
+            let hop = match self {
+                Self::Pooled(client) => pooled(client, request, limits).await?,
+                Self::Fresh(fresh) => fresh.hop(request, limits).await?,
+            };
+            let (status, next) = match hop {
+                Hop::Done(received) => return Ok(received),
+                Hop::Redirect(status, next) => (status, next),
+            };
+            if redirects == HttpSpec::MAX_REDIRECTS {
+                return Err(Failure::new(
+                    FailureReason::Status,
+                    format_args!("more than {} redirects", HttpSpec::MAX_REDIRECTS),
+                ));
+            }
+            redirects += 1;
+            if next.origin() != url.origin() {
+                headers = None;
+            }
+            let see_other = status == StatusCode::SEE_OTHER && method != Method::HEAD;
+            let after_post = method == Method::POST
+                && matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND);
+            if see_other || after_post {
+                method = Method::GET;
+                body = None;
+            }
+            url = next;
+        }
+    }
+}
+
+/// The redirect to follow, if `status` and `headers` are one and `follow` says to.
+pub(super) fn redirect(
+    follow: bool,
+    base: &Url,
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> Result<Option<Url>, Failure> {
+    if !follow || !status.is_redirection() {
+        return Ok(None);
+    }
+    let Some(location) = headers.get(header::LOCATION) else {
+        return Ok(None);
+    };
+    let bad = |why: &dyn fmt::Display| {
+        Failure::new(
+            FailureReason::Status,
+            format_args!("redirect with an unusable Location: {why}"),
+        )
+    };
+    let text = location.to_str().map_err(|_| bad(&"not text"))?;
+    let next = base.join(text).map_err(|e| bad(&e))?;
+    if !matches!(next.scheme(), "http" | "https") {
+        return Err(bad(&"not an http or https URL"));
+    }
+    Ok(Some(next))
+}
+
+/// One request through the pooled client.
+async fn pooled(
+    client: &reqwest::Client,
+    request: Request<'_>,
+    limits: Limits,
+) -> Result<Hop, Failure> {
+    let mut outgoing = reqwest::Request::new(request.method.clone(), request.url.clone());
+    if let Some(headers) = request.headers {
+        outgoing.headers_mut().clone_from(headers);
+    }
+    if let Some(body) = request.body {
+        *outgoing.body_mut() = Some(body.into());
+    }
+    let mut response = match timeout_at(limits.deadline, client.execute(outgoing)).await {
+        Err(_) => return Err(timed_out("no response within", limits.timeout)),
+        Ok(Err(err)) => return Err(client::classify(&err, "request")),
+        Ok(Ok(response)) => response,
+    };
+    let status = response.status();
+    // Taken rather than cloned: reading the body needs the response mutably.
+    let headers = std::mem::take(response.headers_mut());
+    if let Some(next) = redirect(limits.follow_redirects, request.url, status, &headers)? {
+        return Ok(Hop::Redirect(status, next));
+    }
+    let reading = read_body(&mut response, limits.keep_body);
+    let body = match timeout_at(limits.deadline, reading).await {
+        Err(_) => Err(timed_out("body not complete within", limits.timeout)),
+        Ok(body) => body,
+    };
+    Ok(Hop::Done(Received {
+        status,
+        headers,
+        body,
+    }))
+}
+
+impl Request<'_> {
+    /// As an HTTP/1.1 request on its own connection (origin-form target, `Host`, `User-Agent`,
+    /// `Accept` and `Connection: close` as a pooled client would send them).
+    pub(super) fn to_http1<B>(&self, body: B) -> Result<http::Request<B>, Failure> {
+        let url = self.url;
+        let target = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let invalid =
+            |e: &dyn fmt::Display| Failure::new(FailureReason::Io, format_args!("request: {e}"));
+        let mut request = http::Request::new(body);
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = target.parse().map_err(|e| invalid(&e))?;
+        let headers = request.headers_mut();
+        if let Some(configured) = self.headers {
+            headers.clone_from(configured);
+        }
+        // The URL's authority, unless a `Host` header was configured (virtual-host probes).
+        if !headers.contains_key(header::HOST) {
+            let host = url.host_str().unwrap_or_default();
+            let authority = match url.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_owned(),
+            };
+            let value = HeaderValue::from_str(&authority).map_err(|e| invalid(&e))?;
+            headers.insert(header::HOST, value);
+        }
+        headers
+            .entry(header::USER_AGENT)
+            .or_insert(HeaderValue::from_static(client::USER_AGENT));
+        headers
+            .entry(header::ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Ok(request)
+    }
+}
+
+/// A timeout failure: `what` followed by the check's timeout ("no response within 1s").
+pub(super) fn timed_out(what: &str, timeout: Duration) -> Failure {
+    Failure::new(
+        FailureReason::Timeout,
+        format_args!("{what} {}", humantime::format_duration(timeout)),
+    )
+}
+
+/// A reply body that can be read chunk by chunk, whichever transport it comes from.
+pub(super) trait Chunks {
+    /// The body's length, when the reply says it.
+    fn content_length(&self) -> Option<u64>;
+    /// The next chunk; `None` at the end.
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Failure>;
+}
+
+impl Chunks for reqwest::Response {
+    fn content_length(&self) -> Option<u64> {
+        reqwest::Response::content_length(self)
+    }
+
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Failure> {
+        self.chunk()
+            .await
+            .map_err(|e| client::classify(&e, "reading the body"))
+    }
+}
+
+/// Reads the body: kept up to [`MAX_BODY`] when `keep`, else drained (so that a pooled
+/// connection can be reused) up to the same limit and dropped.
+pub(super) async fn read_body(body: &mut impl Chunks, keep: bool) -> Result<Vec<u8>, Failure> {
+    let over = |size: &dyn fmt::Display| {
+        Failure::new(
+            FailureReason::Body,
+            format_args!(
+                "body is {size} bytes, over the {} KiB limit",
+                MAX_BODY / 1024
+            ),
+        )
+    };
+    let limit = u64::try_from(MAX_BODY).unwrap_or(u64::MAX);
+    if keep && let Some(len) = body.content_length().filter(|len| *len > limit) {
+        return Err(over(&len));
+    }
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = body.next_chunk().await? {
+        total = total.saturating_add(chunk.len());
+        if total > MAX_BODY {
+            if keep {
+                return Err(over(&format_args!("more than {MAX_BODY}")));
+            }
+            // Nothing looks at the body: stop here and let the connection go.
+            return Ok(Vec::new());
+        }
+        if keep {
+            kept.extend_from_slice(&chunk);
+        }
+    }
+    Ok(kept)
+}
