@@ -219,7 +219,7 @@ impl Conn<'_> {
 }
 
 /// An error of the work driven by [`Conn::drive`]: from hyper, or already classified.
-pub(super) enum WorkError {
+enum WorkError {
     Hyper(hyper::Error),
     Failure(Failure),
 }

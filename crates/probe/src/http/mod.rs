@@ -47,8 +47,8 @@ pub use conditions::{
 };
 pub use headers::{RequestHeaders, expand_env};
 pub use json_path::JsonPath;
-/// The HTTP types that appear in this module's API (`Method`, `header::HeaderName`, ...).
-pub use reqwest::{Method, StatusCode, Url, header};
+/// The HTTP types that appear in this module's API (`Method`, `Url`, `header::HeaderName`, ...).
+pub use reqwest::{Method, Url, header};
 pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
 
 use crate::outcome::{CheckResult, Failure, Verdict};

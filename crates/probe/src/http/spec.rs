@@ -227,11 +227,14 @@ pub struct HttpSpec {
     pub tls: TlsTrust,
     /// Whether to follow redirects, up to [`HttpSpec::MAX_REDIRECTS`]. Off by default: a health
     /// endpoint that redirects (to a login page, say) is usually a misconfiguration, and a
-    /// redirect's status is what the expectations then see.
+    /// redirect's status is what the expectations then see. When on, the configured headers are
+    /// not sent to another origin than the URL's.
     pub follow_redirects: bool,
-    /// Whether every check opens a new connection (and sends `Connection: close`). Off by
-    /// default, so that checks reuse one kept-alive connection, which is cheaper for both sides;
-    /// on, each check also tests accepting connections and the TCP and TLS handshakes.
+    /// Whether every check opens a new connection. Off by default, so that checks reuse one
+    /// kept-alive connection, which is cheaper for both sides; on, each check also tests
+    /// accepting connections and the TCP and TLS handshakes. The request then says
+    /// `Connection: close`, and the connection is closed with a reset once the reply is read, so
+    /// that neither side keeps a `TIME_WAIT` entry per check.
     pub fresh_connection: bool,
     /// What the reply must be.
     pub expect: Expect,
