@@ -11,7 +11,7 @@
 //! stop; added and changed targets start fresh in `PROBING`.
 //!
 //! Every transition is logged once, counted once (`probe_state_transitions_total`) and reflected
-//! in `probe_target_up`, all from one place ([`Target::record`]).
+//! in `probe_target_up` and broadcast to subscribers ([`Engine::subscribe`]), all from one place.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
