@@ -13,7 +13,8 @@
 //! - [`state`]: the per-target health state machine (hysteresis);
 //! - [`backoff`]: jittered exponential backoff with success-rate feedback;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
-//! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs.
+//! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs;
+//! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -41,6 +42,7 @@
 
 pub mod backoff;
 pub mod engine;
+pub mod graph;
 pub mod maintenance;
 pub mod outcome;
 pub mod probe;
