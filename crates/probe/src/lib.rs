@@ -12,10 +12,12 @@
 //! - [`tcp`]: the TCP connect tier;
 //! - [`http`]: the HTTP tier: one request per check, judged by status, body, header and JSON
 //!   conditions, with degraded verdicts and business signals;
-//! - [`state`]: the per-target health state machine (hysteresis);
+//! - [`state`]: the per-target state machine (UP, DEGRADED, PROBING, MAINTENANCE, DOWN);
+//! - [`maintenance`]: declared maintenance windows;
 //! - [`backoff`]: jittered exponential backoff with success-rate feedback;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
-//! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs.
+//! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs;
+//! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -43,6 +45,7 @@
 
 pub mod backoff;
 pub mod engine;
+pub mod graph;
 pub mod http;
 pub mod maintenance;
 pub mod outcome;
