@@ -33,6 +33,9 @@
 //! phase it also counts the `TIME_WAIT` sockets towards the server's port (`/proc/net/tcp`):
 //! none are expected, since `fresh_connection` resets its connections.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};
@@ -90,12 +93,16 @@ impl Args {
                     .with_context(|| format!("{flag} needs a value\n{USAGE}"))
             };
             match flag.as_str() {
-                "--duration-s" => args.duration = Duration::from_secs(num(&flag, &value()?)?),
-                "--warmup-s" => args.warmup = Duration::from_secs(num(&flag, &value()?)?),
-                "--concurrency" => args.concurrency = num(&flag, &value()?)?,
-                "--threads" => args.threads = num(&flag, &value()?)?,
-                "--server-threads" => args.server_threads = num(&flag, &value()?)?,
-                "--blackbox-concurrency" => args.blackbox_concurrency = num(&flag, &value()?)?,
+                "--duration-s" => {
+                    args.duration = Duration::from_secs(support::flag(&flag, &value()?)?)
+                }
+                "--warmup-s" => args.warmup = Duration::from_secs(support::flag(&flag, &value()?)?),
+                "--concurrency" => args.concurrency = support::flag(&flag, &value()?)?,
+                "--threads" => args.threads = support::flag(&flag, &value()?)?,
+                "--server-threads" => args.server_threads = support::flag(&flag, &value()?)?,
+                "--blackbox-concurrency" => {
+                    args.blackbox_concurrency = support::flag(&flag, &value()?)?
+                }
                 "--blackbox" => {
                     let path = value()?;
                     args.blackbox = (path != "none").then_some(path);
@@ -127,15 +134,6 @@ impl Args {
     }
 }
 
-fn num<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
-where
-    T::Err: std::error::Error + Send + Sync + 'static,
-{
-    value
-        .parse()
-        .with_context(|| format!("{flag} {value:?} is not a valid number"))
-}
-
 fn main() -> std::process::ExitCode {
     let mut argv = std::env::args().skip(1).peekable();
     let result = if argv.peek().map(String::as_str) == Some("--serve") {
@@ -144,13 +142,7 @@ fn main() -> std::process::ExitCode {
     } else {
         Args::parse(argv).and_then(run)
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::exit(result)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,7 +151,7 @@ fn main() -> std::process::ExitCode {
 /// `--serve THREADS`: binds 127.0.0.1:0, prints the port on stdout, serves until stdin closes
 /// (the harness holds it open, so the server cannot outlive the harness).
 fn serve(mut argv: impl Iterator<Item = String>) -> anyhow::Result<()> {
-    let threads: usize = num(
+    let threads: usize = support::flag(
         "--serve",
         &argv.next().context("--serve needs a thread count")?,
     )?;
@@ -225,21 +217,6 @@ fn start_server(threads: usize) -> anyhow::Result<(ChildGuard, SocketAddr)> {
 
 // ---------------------------------------------------------------------------------------------
 // Measuring.
-
-/// `utime + stime` (fields 14 and 15) of `/proc/PID/stat`, in ticks.
-fn cpu_ticks(pid: &str) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name (field 2) is parenthesised and may contain spaces: split after it.
-    let (_, rest) = stat.rsplit_once(')').context("malformed /proc stat line")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> anyhow::Result<u64> {
-        let raw = fields.get(n - 3).context("short /proc stat line")?;
-        raw.parse()
-            .with_context(|| format!("field {n} of /proc stat: {raw:?}"))
-    };
-    Ok(field(14)? + field(15)?)
-}
 
 /// One phase's figures over its measured window.
 struct Measured {
@@ -320,9 +297,17 @@ async fn measure(
     }
     tokio::time::sleep(args.warmup).await;
     let (probes0, failed0) = counts.read();
-    let (cpu0, server0, at0) = (cpu_ticks(pid)?, cpu_ticks(server_pid)?, Instant::now());
+    let (cpu0, server0, at0) = (
+        support::cpu_ticks(pid)?,
+        support::cpu_ticks(server_pid)?,
+        Instant::now(),
+    );
     tokio::time::sleep(args.duration).await;
-    let (cpu1, server1, at1) = (cpu_ticks(pid)?, cpu_ticks(server_pid)?, Instant::now());
+    let (cpu1, server1, at1) = (
+        support::cpu_ticks(pid)?,
+        support::cpu_ticks(server_pid)?,
+        Instant::now(),
+    );
     let (probes1, failed1) = counts.read();
     stop.store(true, Ordering::Relaxed);
     for handle in handles {

@@ -35,6 +35,9 @@
 //! its own OS thread: with 100k per-target histograms one upkeep takes long enough (about half a
 //! second the first time) to stall the scheduler if it ran on a runtime worker.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -95,14 +98,16 @@ impl Args {
                     .with_context(|| format!("{flag} needs a value\n{USAGE}"))
             };
             match flag.as_str() {
-                "--targets" => args.targets = parse(&flag, &value()?)?,
-                "--interval-s" => args.interval = Duration::from_secs(parse(&flag, &value()?)?),
-                "--intervals" => args.intervals = parse(&flag, &value()?)?,
-                "--jitter" => args.jitter = parse(&flag, &value()?)?,
-                "--threads" => args.threads = parse(&flag, &value()?)?,
-                "--history" => args.history = parse(&flag, &value()?)?,
+                "--targets" => args.targets = support::flag(&flag, &value()?)?,
+                "--interval-s" => {
+                    args.interval = Duration::from_secs(support::flag(&flag, &value()?)?)
+                }
+                "--intervals" => args.intervals = support::flag(&flag, &value()?)?,
+                "--jitter" => args.jitter = support::flag(&flag, &value()?)?,
+                "--threads" => args.threads = support::flag(&flag, &value()?)?,
+                "--history" => args.history = support::flag(&flag, &value()?)?,
                 "--upkeep-s" => {
-                    let secs: u64 = parse(&flag, &value()?)?;
+                    let secs: u64 = support::flag(&flag, &value()?)?;
                     args.upkeep = (secs > 0).then(|| Duration::from_secs(secs));
                 }
                 "--metrics" => {
@@ -133,23 +138,8 @@ impl Args {
     }
 }
 
-fn parse<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
-where
-    T::Err: std::error::Error + Send + Sync + 'static,
-{
-    value
-        .parse()
-        .with_context(|| format!("{flag} {value:?} is not valid"))
-}
-
 fn main() -> std::process::ExitCode {
-    match try_main() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::exit(try_main())
 }
 
 fn try_main() -> anyhow::Result<()> {
@@ -235,7 +225,7 @@ async fn run(
         buckets: (0..buckets_len).map(|_| AtomicU32::new(0)).collect(),
     });
     let rss_before = vm_rss()?;
-    let cpu_before = cpu_ticks()?;
+    let cpu_before = support::cpu_ticks("self")?;
 
     let schedule = Schedule::try_new(
         args.interval,
@@ -295,7 +285,7 @@ async fn run(
     tokio::time::sleep_until(start + args.run_for()).await;
     let end = start.elapsed();
     let rss_end = vm_rss()?;
-    let cpu = cpu_ticks()? - cpu_before;
+    let cpu = support::cpu_ticks("self")? - cpu_before;
     let workers = engine.scheduler().workers();
     cancel.cancel();
     engine.stopped().await;
@@ -414,22 +404,6 @@ fn vm_rss() -> anyhow::Result<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .context("no VmRSS in /proc/self/status")?;
     Ok(kib * 1024)
-}
-
-/// `utime + stime` of this process, in clock ticks.
-fn cpu_ticks() -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
-    let (_, rest) = stat.rsplit_once(')').context("malformed /proc/self/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3; utime and stime are fields 14 and 15.
-    let field = |n: usize| -> anyhow::Result<u64> {
-        fields
-            .get(n - 3)
-            .context("short /proc/self/stat")?
-            .parse()
-            .context("parsing /proc/self/stat")
-    };
-    Ok(field(14)? + field(15)?)
 }
 
 fn install_metrics(args: &Args) -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {

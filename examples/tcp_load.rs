@@ -49,6 +49,9 @@
 //! from `/proc/net/tcp` by state, `TIME_WAIT` in particular (should be 0: the prober resets, and
 //! the listener's close never ends in `TIME_WAIT` either, since the peer never sends a FIN).
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::num::NonZeroUsize;
@@ -144,17 +147,19 @@ impl Args {
                     .with_context(|| format!("{flag} needs a value\n{USAGE}"))
             };
             match flag.as_str() {
-                "--targets" => args.targets = parse_num(&flag, &value()?)?,
+                "--targets" => args.targets = support::flag(&flag, &value()?)?,
                 "--interval-ms" => {
-                    args.interval = Duration::from_millis(parse_num(&flag, &value()?)?)
+                    args.interval = Duration::from_millis(support::flag(&flag, &value()?)?)
                 }
-                "--duration-s" => args.duration = Duration::from_secs(parse_num(&flag, &value()?)?),
-                "--warmup-s" => args.warmup = Duration::from_secs(parse_num(&flag, &value()?)?),
-                "--ports" => args.ports = parse_num(&flag, &value()?)?,
-                "--threads" => args.threads = parse_num(&flag, &value()?)?,
-                "--floor-tasks" => args.floor_tasks = Some(parse_num(&flag, &value()?)?),
+                "--duration-s" => {
+                    args.duration = Duration::from_secs(support::flag(&flag, &value()?)?)
+                }
+                "--warmup-s" => args.warmup = Duration::from_secs(support::flag(&flag, &value()?)?),
+                "--ports" => args.ports = support::flag(&flag, &value()?)?,
+                "--threads" => args.threads = support::flag(&flag, &value()?)?,
+                "--floor-tasks" => args.floor_tasks = Some(support::flag(&flag, &value()?)?),
                 "--floor-timeout" => args.floor_timeout = true,
-                "--max-in-flight" => args.max_in_flight = Some(parse_num(&flag, &value()?)?),
+                "--max-in-flight" => args.max_in_flight = Some(support::flag(&flag, &value()?)?),
                 "--probe" => {
                     args.probe = match value()?.as_str() {
                         "tcp" => ProbeKind::Tcp,
@@ -207,23 +212,8 @@ impl Args {
     }
 }
 
-fn parse_num<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
-where
-    T::Err: std::error::Error + Send + Sync + 'static,
-{
-    value
-        .parse()
-        .with_context(|| format!("{flag} {value:?} is not a valid number"))
-}
-
 fn main() -> std::process::ExitCode {
-    match try_main() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::exit(try_main())
 }
 
 fn try_main() -> anyhow::Result<()> {
@@ -396,7 +386,7 @@ struct CpuSnapshot {
 
 impl CpuSnapshot {
     fn take() -> anyhow::Result<Self> {
-        let process = stat_ticks(&std::fs::read_to_string("/proc/self/stat")?)?;
+        let process = support::stat_ticks(&std::fs::read_to_string("/proc/self/stat")?)?;
         let mut listeners = 0;
         let mut switches = 0;
         for task in std::fs::read_dir("/proc/self/task")? {
@@ -406,7 +396,7 @@ impl CpuSnapshot {
                 continue;
             };
             if comm.trim_end().starts_with(LISTENER_THREAD) {
-                listeners += stat_ticks(&std::fs::read_to_string(dir.join("stat"))?)?;
+                listeners += support::stat_ticks(&std::fs::read_to_string(dir.join("stat"))?)?;
             } else if let Ok(status) = std::fs::read_to_string(dir.join("status")) {
                 switches += status
                     .lines()
@@ -422,20 +412,6 @@ impl CpuSnapshot {
             switches,
         })
     }
-}
-
-/// `utime + stime` (fields 14 and 15) of a `/proc/.../stat` line.
-fn stat_ticks(stat: &str) -> anyhow::Result<u64> {
-    // The command name (field 2) is parenthesised and may contain spaces: split after it.
-    let (_, rest) = stat.rsplit_once(')').context("malformed /proc stat line")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> anyhow::Result<u64> {
-        // `rest` starts at field 3.
-        let raw = fields.get(n - 3).context("short /proc stat line")?;
-        raw.parse()
-            .with_context(|| format!("field {n} of /proc stat: {raw:?}"))
-    };
-    Ok(field(14)? + field(15)?)
 }
 
 fn start_listeners(count: usize) -> anyhow::Result<Vec<SocketAddr>> {

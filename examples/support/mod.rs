@@ -1,0 +1,50 @@
+//! What the load harnesses share: flag parsing, exit codes and CPU accounting from `/proc`.
+//!
+//! Included by each harness with `#[path]`; each uses a subset.
+#![allow(dead_code)]
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+/// Parses a flag's value, naming the flag when it is invalid.
+pub fn flag<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    value
+        .parse()
+        .with_context(|| format!("{flag} {value:?} is not valid"))
+}
+
+/// Exit status for a harness run: errors print as `error: ...` and exit 1, without a panic.
+pub fn exit(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `utime + stime` (fields 14 and 15) of a `/proc/.../stat` line, in clock ticks.
+pub fn stat_ticks(stat: &str) -> anyhow::Result<u64> {
+    // The command name (field 2) is parenthesised and may contain spaces: split after it.
+    let (_, rest) = stat.rsplit_once(')').context("malformed /proc stat line")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> anyhow::Result<u64> {
+        // `rest` starts at field 3.
+        let raw = fields.get(n - 3).context("short /proc stat line")?;
+        raw.parse()
+            .with_context(|| format!("field {n} of /proc stat: {raw:?}"))
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+/// CPU ticks used so far by process `pid` (`"self"` for this one).
+pub fn cpu_ticks(pid: &str) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    stat_ticks(&stat)
+}
