@@ -144,7 +144,7 @@ fn apply(c: &mut Criterion) {
                     let engine = Engine::start(EngineConfig::default(), cancel.clone());
                     let specs = specs.clone();
                     let start = Stopwatch::start();
-                    let diff = engine.apply(specs);
+                    let diff = engine.apply(specs).expect("targets without dependencies");
                     total += start.elapsed();
                     assert_eq!(diff.added.len(), TARGETS, "every target is new");
                     cancel.cancel();
@@ -165,7 +165,7 @@ fn apply(c: &mut Criterion) {
                     let cancel = CancellationToken::new();
                     let engine = Engine::start(EngineConfig::default(), cancel.clone());
                     let start = Stopwatch::start();
-                    engine.apply(specs);
+                    engine.apply(specs).expect("targets without dependencies");
                     sentinel.notified().await;
                     total += start.elapsed();
                     cancel.cancel();
@@ -181,7 +181,7 @@ fn apply(c: &mut Criterion) {
         let cancel = CancellationToken::new();
         let engine = runtime.block_on(async {
             let engine = Engine::start(EngineConfig::default(), cancel.clone());
-            engine.apply(specs.clone());
+            engine.apply(specs.clone()).expect("targets without dependencies");
             sentinel.notified().await;
             engine
         });
@@ -190,7 +190,7 @@ fn apply(c: &mut Criterion) {
             for _ in 0..iters {
                 let specs = specs.clone();
                 let start = Stopwatch::start();
-                let diff = engine.apply(specs);
+                let diff = engine.apply(specs).expect("targets without dependencies");
                 total += start.elapsed();
                 assert_eq!(diff.unchanged, TARGETS, "every target is unchanged");
             }

@@ -257,7 +257,7 @@ async fn run(
         cancel.clone(),
     );
     let applied = Instant::now();
-    engine.apply(specs);
+    engine.apply(specs).expect("targets without dependencies");
     let apply_time = applied.elapsed();
 
     // Every target is UP (rise = 2) once it has run twice. The first run is at most one interval

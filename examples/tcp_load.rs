@@ -481,7 +481,7 @@ async fn engine_phase(
             NonZeroUsize::new(max).context("--max-in-flight must be at least 1")?;
     }
     let engine = Engine::start(config, cancel.clone());
-    engine.apply(specs);
+    engine.apply(specs).expect("targets without dependencies");
     tokio::time::sleep(args.warmup).await;
 
     let (runs0, failed0) = counters.read(&engine);

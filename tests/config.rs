@@ -38,14 +38,14 @@ fn parse_ok(text: &str) -> Config {
 }
 
 fn tcp(config: &Config, index: usize) -> &TcpSpec {
-    match &config.targets[index].probe {
+    match &config.topology.targets[index].probe {
         ProbeSpec::Tcp(tcp) => tcp,
         other => panic!("expected a tcp probe, got {other:?}"),
     }
 }
 
 fn http(config: &Config, index: usize) -> &HttpSpec {
-    match &config.targets[index].probe {
+    match &config.topology.targets[index].probe {
         ProbeSpec::Http(http) => http,
         other => panic!("expected an http probe, got {other:?}"),
     }
@@ -85,7 +85,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "tcp", "http", "maintenance", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap""#,
         )],
     },
     Case {
@@ -928,7 +928,7 @@ fn invalid_documents_report_every_error_where_it_is() {
                 failures.push(format!(
                     "{}: parsed, with {} targets",
                     case.name,
-                    config.targets.len()
+                    config.topology.targets.len()
                 ));
                 continue;
             }
@@ -1018,8 +1018,8 @@ fn defaults_apply_to_targets() {
         "      address: 127.0.0.1:5432",
     ]));
     assert_eq!(config.files, vec![Path::new("t.yaml").to_path_buf()]);
-    assert_eq!(config.targets.len(), 1);
-    let target = &config.targets[0];
+    assert_eq!(config.topology.targets.len(), 1);
+    let target = &config.topology.targets[0];
     assert_eq!(target.id.as_str(), "orders-db");
     let s = &target.schedule;
     assert_eq!(s.interval(), Duration::from_secs(10));
@@ -1051,7 +1051,7 @@ fn target_keys_override_defaults_field_by_field() {
         "  - id: b",
         "    tcp: {address: \"b:1\"}",
     ]));
-    let a = &config.targets[0];
+    let a = &config.topology.targets[0];
     assert_eq!(a.schedule.interval(), Duration::from_secs(30));
     assert_eq!(a.schedule.timeout(), Duration::from_secs(2));
     assert_eq!(a.schedule.fast_interval(), Duration::from_secs(15));
@@ -1059,7 +1059,7 @@ fn target_keys_override_defaults_field_by_field() {
     assert_eq!(a.schedule.backoff().jitter(), 0.9);
     assert_eq!(a.thresholds.rise.get(), 1);
     assert_eq!(a.thresholds.fall.get(), 7);
-    let b = &config.targets[1];
+    let b = &config.topology.targets[1];
     assert_eq!(b.schedule.interval(), Duration::from_secs(10));
     assert_eq!(b.thresholds.rise.get(), 4);
     assert_eq!(b.thresholds.fall.get(), 3);
@@ -1068,7 +1068,7 @@ fn target_keys_override_defaults_field_by_field() {
 #[test]
 fn built_in_defaults_when_nothing_is_set() {
     let config = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
-    let target = &config.targets[0];
+    let target = &config.topology.targets[0];
     assert_eq!(target.schedule, Schedule::default());
     assert_eq!(target.schedule.interval(), Schedule::DEFAULT_INTERVAL);
     assert_eq!(target.thresholds, Thresholds::default());
@@ -1125,7 +1125,7 @@ fn tcp_section_is_fully_mapped() {
 fn plain_scalars_are_read_as_strings_where_strings_are_expected() {
     // `1234` is an integer and `true` a boolean to YAML; as an id or a payload they are text.
     let config = parse_ok("targets:\n  - id: 1234\n    tcp: {address: \"a:1\", send: true}\n");
-    assert_eq!(config.targets[0].id.as_str(), "1234");
+    assert_eq!(config.topology.targets[0].id.as_str(), "1234");
     assert_eq!(tcp(&config, 0).send.as_deref(), Some(&b"true"[..]));
 }
 
@@ -1155,7 +1155,7 @@ fn empty_documents_are_valid() {
         "---\n",
     ] {
         let config = parse_ok(text);
-        assert!(config.targets.is_empty(), "{text:?}");
+        assert!(config.topology.targets.is_empty(), "{text:?}");
     }
 }
 
@@ -1240,15 +1240,15 @@ fn a_directory_of_files_is_merged_in_name_order() {
 
     let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.files, vec![a, b]);
-    let ids: Vec<&str> = config.targets.iter().map(|t| t.id.as_str()).collect();
+    let ids: Vec<&str> = config.topology.targets.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["a1", "a2", "b1"]);
     // Defaults stay in their file.
     assert_eq!(
-        config.targets[0].schedule.interval(),
+        config.topology.targets[0].schedule.interval(),
         Duration::from_secs(20)
     );
     assert_eq!(
-        config.targets[2].schedule.interval(),
+        config.topology.targets[2].schedule.interval(),
         Schedule::DEFAULT_INTERVAL
     );
 }
@@ -1263,7 +1263,7 @@ fn a_single_file_can_be_loaded() {
     );
     let config = config::load(&file).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.files, vec![file]);
-    assert_eq!(config.targets.len(), 1);
+    assert_eq!(config.topology.targets.len(), 1);
 }
 
 #[test]
@@ -1384,7 +1384,7 @@ fn an_empty_file_in_a_directory_is_valid() {
     let dir = tempfile::tempdir().expect("temp dir");
     write(dir.path(), "empty.yaml", &[""]);
     let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    assert!(config.targets.is_empty());
+    assert!(config.topology.targets.is_empty());
     assert_eq!(config.files.len(), 1);
 }
 
@@ -1566,7 +1566,7 @@ fn thresholds_flap_and_maintenance_are_mapped() {
         "    tcp: {address: \"a:1\"}",
     ]));
     let n = |v| NonZeroU32::new(v).unwrap();
-    let a = &config.targets[0];
+    let a = &config.topology.targets[0];
     assert_eq!(
         a.thresholds,
         Thresholds {
@@ -1587,7 +1587,7 @@ fn thresholds_flap_and_maintenance_are_mapped() {
     );
     assert!(a.maintenance.is_empty());
 
-    let b = &config.targets[1];
+    let b = &config.topology.targets[1];
     assert_eq!((b.thresholds.degrade, b.thresholds.recover), (n(1), n(5)));
     assert_eq!(b.flap, None);
     let once = humantime::parse_rfc3339("2026-12-01T02:00:00Z").unwrap();
@@ -1609,12 +1609,12 @@ fn thresholds_flap_and_maintenance_are_mapped() {
     );
     assert!(once > SystemTime::UNIX_EPOCH);
 
-    let c = &config.targets[2];
+    let c = &config.topology.targets[2];
     assert_eq!(c.flap, Some(FlapPolicy::default()));
     assert_eq!(c.thresholds.degrade, n(4));
 
     // Nothing set: the library's defaults.
     let plain = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
-    assert_eq!(plain.targets[0].flap, Some(FlapPolicy::default()));
-    assert_eq!(plain.targets[0].thresholds, Thresholds::default());
+    assert_eq!(plain.topology.targets[0].flap, Some(FlapPolicy::default()));
+    assert_eq!(plain.topology.targets[0].thresholds, Thresholds::default());
 }

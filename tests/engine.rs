@@ -100,7 +100,7 @@ async fn hysteresis_needs_exactly_fall_failures_and_rise_successes() {
     // The probe takes 1 ms, so the test reads the status while run n+1 is in flight: after run n
     // was recorded and before run n+1 is.
     let (probe, mut starts) = Scripted::new(&script, Duration::from_millis(1));
-    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 2, 3)]);
+    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 2, 3)]).unwrap();
     let mut states = Vec::new();
     for _ in 0..=script.len() {
         starts.recv().await.unwrap();
@@ -134,7 +134,7 @@ async fn no_drift_over_a_hundred_intervals() {
     let jitter = 0.2;
     // Slow probes must not push the schedule: 300 ms latency per run.
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(300));
-    engine.apply(vec![target("t", probe, interval, jitter, 1, 1)]);
+    engine.apply(vec![target("t", probe, interval, jitter, 1, 1)]).unwrap();
     let first = starts.recv().await.unwrap();
     for k in 1..=100u32 {
         let at = starts.recv().await.unwrap();
@@ -158,10 +158,10 @@ async fn start_offsets_spread_over_the_interval() {
     let t0 = Instant::now();
     let interval = Duration::from_secs(10);
     let (probe, mut starts) = Scripted::new(&[], Duration::ZERO);
-    let specs = (0..TARGETS)
+    let specs: Vec<_> = (0..TARGETS)
         .map(|i| target(&format!("target-{i}"), probe.clone(), interval, 0.0, 1, 1))
         .collect();
-    engine.apply(specs);
+    engine.apply(specs).unwrap();
     let mut buckets = [0usize; 10];
     for _ in 0..TARGETS {
         let at = starts.recv().await.unwrap();
@@ -186,7 +186,7 @@ async fn in_flight_is_capped_and_workers_shrink_back() {
     let specs: Vec<_> = (0..40)
         .map(|i| target(&format!("slow-{i}"), probe.clone(), interval, 0.0, 1, 1))
         .collect();
-    engine.apply(specs);
+    engine.apply(specs).unwrap();
     // Every target still gets its turn.
     for _ in 0..40 {
         starts.recv().await.unwrap();
@@ -195,7 +195,7 @@ async fn in_flight_is_capped_and_workers_shrink_back() {
     assert!(engine.scheduler().workers() <= CAP);
 
     // With nothing to do, the pool returns to its minimum after the idle timeout.
-    engine.apply(Vec::new());
+    engine.apply(Vec::new()).unwrap();
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(engine.scheduler().workers(), 2);
     cancel.cancel();
@@ -230,7 +230,7 @@ async fn pool_grows_with_the_backlog() {
             t
         })
         .collect();
-    engine.apply(specs);
+    engine.apply(specs).unwrap();
     for _ in 0..10 {
         starts.recv().await.unwrap();
     }
@@ -252,7 +252,7 @@ async fn adding_and_removing_one_target_leaves_the_others_alone() {
     let (gone, mut gone_starts) = Scripted::new(&[], Duration::ZERO);
     let stay_spec = target("stay", stay, interval, 0.0, 2, 2);
     let gone_spec = target("gone", gone, interval, 0.0, 2, 2);
-    engine.apply(vec![stay_spec.clone(), gone_spec]);
+    engine.apply(vec![stay_spec.clone(), gone_spec]).unwrap();
     for _ in 0..6 {
         stay_starts.recv().await.unwrap();
     }
@@ -264,7 +264,7 @@ async fn adding_and_removing_one_target_leaves_the_others_alone() {
     let diff = engine.apply(vec![
         stay_spec.clone(),
         target("added", added, interval, 0.0, 2, 2),
-    ]);
+    ]).unwrap();
     assert_eq!(diff.added, [id("added")]);
     assert_eq!(diff.removed, [id("gone")]);
     assert_eq!(diff.unchanged, 1);
@@ -302,7 +302,7 @@ async fn readiness_counts_healthy_targets() {
     engine.apply(vec![
         good_spec.clone(),
         target("bad", bad, Duration::from_secs(1), 0.0, 1, 1),
-    ]);
+    ]).unwrap();
     assert!(!engine.readiness().ready, "PROBING is not ready");
     for _ in 0..3 {
         good_starts.recv().await.unwrap();
@@ -316,12 +316,12 @@ async fn readiness_counts_healthy_targets() {
         Some("1 of 2 targets not healthy: bad (DOWN)")
     );
     // Removing the bad target makes the engine ready; the good one keeps its verdict.
-    engine.apply(vec![good_spec]);
+    engine.apply(vec![good_spec]).unwrap();
     let r = engine.readiness();
     assert!(r.ready, "{r:?}");
     assert_eq!((r.total, r.healthy), (1, 1));
     // An empty engine is vacuously ready.
-    engine.apply(Vec::new());
+    engine.apply(Vec::new()).unwrap();
     assert_eq!(engine.readiness().total, 0);
     assert!(engine.readiness().ready);
     cancel.cancel();
@@ -334,7 +334,7 @@ async fn maintenance_holds_the_state_keeps_probing_and_expires() {
     let mut events = engine.subscribe();
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
     let interval = Duration::from_secs(10);
-    engine.apply(vec![target("db", probe, interval, 0.0, 1, 1)]);
+    engine.apply(vec![target("db", probe, interval, 0.0, 1, 1)]).unwrap();
     starts.recv().await.unwrap();
     starts.recv().await.unwrap();
     assert_eq!(engine.status(&id("db")).unwrap().state, HealthState::Up);
@@ -394,7 +394,7 @@ async fn maintenance_holds_the_state_keeps_probing_and_expires() {
 async fn ending_maintenance_early_and_errors() {
     let (engine, cancel) = start(8);
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
-    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 1, 1)]);
+    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 1, 1)]).unwrap();
     starts.recv().await.unwrap();
     use probe::engine::EngineError;
     assert_eq!(
@@ -434,7 +434,7 @@ async fn declared_windows_put_targets_in_maintenance() {
         )
         .unwrap(),
     ];
-    engine.apply(vec![spec]);
+    engine.apply(vec![spec]).unwrap();
     starts.recv().await.unwrap();
     starts.recv().await.unwrap();
     let status = engine.status(&id("db")).unwrap();
@@ -468,7 +468,7 @@ async fn a_flapping_target_is_held_in_probing_until_stable() {
         window: Duration::from_secs(600),
         min_stable: Duration::from_secs(60),
     });
-    engine.apply(vec![spec]);
+    engine.apply(vec![spec]).unwrap();
     let mut events = engine.subscribe();
     for _ in 0..21 {
         starts.recv().await.unwrap();

@@ -942,8 +942,8 @@ targets:
     let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
     let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
-    let probe = probe::probe::build(&config.targets[0].probe);
-    assert!(matches!(config.targets[0].probe, ProbeSpec::Http(_)));
+    let probe = probe::probe::build(&config.topology.targets[0].probe);
+    assert!(matches!(config.topology.targets[0].probe, ProbeSpec::Http(_)));
 
     assert_eq!(probe.check(TIMEOUT).await, CheckResult::up());
     assert_eq!(
@@ -1020,7 +1020,7 @@ async fn secret_checks() {
         .unwrap_or_else(|e| panic!("{e}"));
     shown.push(format!("{config:?}"));
     shown.push(format!("{config:#?}"));
-    let ProbeSpec::Http(spec) = &config.targets[0].probe else {
+    let ProbeSpec::Http(spec) = &config.topology.targets[0].probe else {
         panic!("not http");
     };
     let spec = HttpSpec::clone(spec);

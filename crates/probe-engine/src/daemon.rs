@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
-use crate::config::{self, ConfigErrors};
+use crate::config::{self, Config, ConfigErrors};
 use crate::persist::{PersistError, StateStore};
 
 /// How to start the daemon.
@@ -66,10 +66,11 @@ impl Daemon {
             .map(StateStore::open)
             .transpose()?;
         let engine = Engine::start(options.engine, cancel.clone());
-        let diff = engine.apply(loaded.targets);
+        let files = loaded.files.len();
+        let diff = apply(&engine, &options.config, loaded)?;
         tracing::info!(
             targets = diff.added.len(),
-            files = loaded.files.len(),
+            files,
             config = %options.config.display(),
             "config loaded"
         );
@@ -128,7 +129,7 @@ impl Daemon {
     pub fn reload(&self) -> Result<Diff, ConfigErrors> {
         match config::load(&self.config_path) {
             Ok(loaded) => {
-                let diff = self.engine.apply(loaded.targets);
+                let diff = apply(&self.engine, &self.config_path, loaded)?;
                 metrics::counter!("probe_config_reloads_total", "result" => "success").increment(1);
                 metrics::gauge!("probe_config_last_reload_successful").set(1.0);
                 tracing::info!(
@@ -190,6 +191,14 @@ impl Daemon {
         }
         Ok(())
     }
+}
+
+/// Applies a loaded config. The config's checks are the engine's, so a refusal here means the
+/// two disagree; it is reported against the config as a whole.
+fn apply(engine: &Engine, path: &std::path::Path, loaded: Config) -> Result<Diff, ConfigErrors> {
+    engine
+        .apply(loaded.topology)
+        .map_err(|e| config::file_error(path, e.to_string()))
 }
 
 /// Folds recorded histogram samples into their buckets every `period` until cancellation.

@@ -111,9 +111,15 @@ fn main() -> ExitCode {
 fn check(path: &std::path::Path) -> ExitCode {
     match probe_engine::config::load(path) {
         Ok(config) => {
+            let groups = config
+                .topology
+                .nodes
+                .iter()
+                .filter(|n| n.kind == probe::graph::NodeKind::Group)
+                .count();
             println!(
-                "ok: {} targets in {} files ({})",
-                config.targets.len(),
+                "ok: {} targets and {groups} groups in {} files ({})",
+                config.topology.targets.len(),
                 config.files.len(),
                 path.display()
             );

@@ -363,7 +363,7 @@ fn check_accepts_the_default_config_and_reports_every_error() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.starts_with("ok: 2 targets in 1 files"), "{stdout}");
+    assert!(stdout.starts_with("ok: 2 targets and 0 groups in 1 files"), "{stdout}");
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.yaml");

@@ -33,7 +33,7 @@
 //!     thresholds: Thresholds::default(),
 //!     flap: Some(FlapPolicy::default()),
 //!     maintenance: Vec::new(),
-//! }]);
+//! }])?;
 //! let healthy = engine.readiness().ready;
 //! cancel.cancel();
 //! engine.stopped().await;

@@ -69,6 +69,7 @@
 //! schedules, duplicate ids across files. Only YAML syntax errors (and the parser's safety budget)
 //! stop a file at the first error, since nothing after them can be trusted.
 
+mod graph;
 mod http;
 mod node;
 
@@ -80,6 +81,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use probe::backoff::BackoffError;
+use probe::engine::Topology;
+use probe::graph::{GraphConfig, NodeKind, ReadinessPolicy};
 use probe::maintenance::{MaintenanceWindow, WindowError, WindowStart};
 use probe::target::{
     Address, CloseMode, Expect, FlapPolicy, ProbeSpec, Schedule, ScheduleError, TargetId,
@@ -92,12 +95,13 @@ use node::{BoolOr, Kind, Node, Pos, Sp, collect};
 
 /// A loaded, fully validated configuration.
 ///
-/// Everything in it has passed the `probe` constructors, so the scheduler can run it as is; a
-/// reload compares the new [`TargetSpec`]s with the running ones.
+/// Everything in it has passed the `probe` constructors and the dependency graph's checks, so the
+/// engine can run it as is; a reload compares the new topology with the running one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// The targets of all files, in file order and then in document order.
-    pub targets: Vec<TargetSpec>,
+    /// The targets of all files (in file order and then in document order), their dependencies,
+    /// groups, scoring and readiness policy.
+    pub topology: Topology,
     /// The files that were read, in the order they were merged, for logs and reload watches.
     pub files: Vec<PathBuf>,
 }
@@ -255,6 +259,10 @@ struct RawDocument {
     _defaults: Option<IgnoredAny>,
     #[serde(rename = "targets")]
     _targets: Option<Vec<IgnoredAny>>,
+    #[serde(rename = "scoring")]
+    _scoring: Option<IgnoredAny>,
+    #[serde(rename = "readiness")]
+    _readiness: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule and threshold fields shared by
@@ -306,10 +314,12 @@ schedule_section! {
     #[serde(rename = "target", deny_unknown_fields)]
     struct RawTarget {
         id: Option<Sp<String>>,
+        kind: Option<Sp<String>>,
         tcp: Option<Sp<RawTcp>>,
         http: Option<Sp<http::RawHttp>>,
-        // Only checked to be a sequence here: each window is then read on its own, see `each`.
+        // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
+        depends_on: Option<Vec<IgnoredAny>>,
     }
 }
 
@@ -809,11 +819,15 @@ fn regex_message(e: &regex::Error) -> String {
         )
 }
 
-/// A target after validation: its id (for duplicate detection, even when the rest is invalid)
-/// and its spec when everything is valid.
+/// A target or group after validation: its id (for duplicate detection, even when the rest is
+/// invalid), its spec when it is a valid target, and its graph node when its id, kind and
+/// dependencies are valid.
 struct ParsedTarget {
     id: Option<(TargetId, Pos)>,
     spec: Option<TargetSpec>,
+    node: Option<graph::DeclaredNode>,
+    /// A group has no spec, and that is no error.
+    group: bool,
 }
 
 fn parse_target(
@@ -833,6 +847,8 @@ fn parse_target(
         return ParsedTarget {
             id: None,
             spec: None,
+            node: None,
+            group: false,
         };
     };
 
@@ -850,6 +866,29 @@ fn parse_target(
             .map_err(|e| diags.push((id.pos, e.to_string())))
             .ok(),
     };
+
+    let kind = graph::kind(raw.kind.as_ref(), diags);
+    let depends_on = graph::depends_on(node, src, raw.depends_on.is_some(), diags);
+    let declared = match (&id, kind, depends_on) {
+        (Some((id, _)), Some(kind), Some(depends_on)) => Some(graph::DeclaredNode {
+            id: id.clone(),
+            kind,
+            depends_on,
+        }),
+        _ => None,
+    };
+    // An invalid kind was reported; what a target of that kind would need is unknown.
+    if kind != Some(NodeKind::Probed) {
+        if kind == Some(NodeKind::Group) {
+            graph::check_group_keys(node, src, &label, diags);
+        }
+        return ParsedTarget {
+            id,
+            spec: None,
+            node: declared,
+            group: kind == Some(NodeKind::Group),
+        };
+    }
 
     let sched = Sched::parse(&raw.schedule(), diags).or(defaults);
     let health = if clean && defaults_clean {
@@ -913,7 +952,12 @@ fn parse_target(
         }),
         _ => None,
     };
-    ParsedTarget { id, spec }
+    ParsedTarget {
+        id,
+        spec,
+        node: declared,
+        group: false,
+    }
 }
 
 /// The value of `key` in the mapping `node`, unless absent or null.
@@ -952,25 +996,27 @@ fn each<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
+/// A top-level section that may be set in one file only: where its key is, and its value when
+/// valid.
+struct Section<T> {
+    key: Pos,
+    value: Option<T>,
+}
+
 /// What parsing one file produced.
+#[derive(Default)]
 struct FileOutcome {
     diags: Diags,
     targets: Vec<ParsedTarget>,
+    scoring: Option<Section<GraphConfig>>,
+    readiness: Option<Section<(ReadinessPolicy, Vec<(TargetId, Pos)>)>>,
 }
 
 impl FileOutcome {
-    /// An empty document: valid, no targets.
-    fn empty() -> Self {
-        Self {
-            diags: Vec::new(),
-            targets: Vec::new(),
-        }
-    }
-
     fn failed(pos: Pos, message: String) -> Self {
         Self {
             diags: vec![(pos, message)],
-            targets: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -1000,7 +1046,7 @@ fn yaml_options() -> serde_saphyr::Options {
 fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
     let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) => root,
-        Ok(None) => return FileOutcome::empty(),
+        Ok(None) => return FileOutcome::default(),
         Err(e) => {
             let pos = e.location().map_or(Pos::NONE, |l| Pos {
                 line: l.line(),
@@ -1014,7 +1060,7 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         }
     };
     if matches!(root.kind, Kind::Null) {
-        return FileOutcome::empty();
+        return FileOutcome::default();
     }
 
     let (_, mut diags) = collect::<RawDocument>(&root, text);
@@ -1050,38 +1096,83 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
             ));
         }
     }
-    FileOutcome { diags, targets }
+    // The key's position, found again: `section` gives the value.
+    let key = |name: &str| {
+        root.entries()
+            .iter()
+            .find(|(k, _)| k.text(text) == Some(name))
+            .map_or(Pos::NONE, |(k, _)| k.pos)
+    };
+    let scoring = section("scoring").map(|node| Section {
+        key: key("scoring"),
+        value: graph::scoring(node, text, &mut diags),
+    });
+    let readiness = section("readiness").map(|node| Section {
+        key: key("readiness"),
+        value: graph::readiness(node, text, &mut diags),
+    });
+    FileOutcome {
+        diags,
+        targets,
+        scoring,
+        readiness,
+    }
 }
 
-/// Rejects duplicate ids across all files, orders the errors and assembles the result.
+/// Checks what spans files (duplicate ids, sections set twice, the dependency graph, the
+/// required nodes), orders the errors and assembles the result.
 fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config, ConfigErrors> {
-    let mut first: HashMap<&TargetId, (usize, Pos)> = HashMap::new();
-    let mut duplicates = Vec::new();
+    let mut positions: HashMap<TargetId, (usize, Pos)> = HashMap::new();
+    let mut late: Vec<graph::Located> = Vec::new();
     for (index, outcome) in outcomes.iter().enumerate() {
         for (id, pos) in outcome.targets.iter().filter_map(|t| t.id.as_ref()) {
-            match first.get(id) {
-                Some(&(first_index, first_pos)) => {
-                    let first_file = files.get(first_index).map_or(Path::new("?"), |f| f);
-                    duplicates.push((
-                        index,
-                        *pos,
-                        format!(
-                            "duplicate target id {} (first defined at {}:{}:{})",
-                            quote(id.as_str()),
-                            first_file.display(),
-                            first_pos.line,
-                            first_pos.column
-                        ),
-                    ));
-                }
+            match positions.get(id) {
+                Some(&(first_index, first_pos)) => late.push((
+                    index,
+                    *pos,
+                    format!(
+                        "duplicate target id {} (first defined at {})",
+                        quote(id.as_str()),
+                        at(&files, first_index, first_pos)
+                    ),
+                )),
                 None => {
-                    first.insert(id, (index, *pos));
+                    positions.insert(id.clone(), (index, *pos));
                 }
             }
         }
     }
-    drop(first);
-    for (index, pos, message) in duplicates {
+    let unique = late.is_empty();
+    let scoring = once(&files, &mut outcomes, "scoring", |o| o.scoring.take(), &mut late);
+    let readiness = once(
+        &files,
+        &mut outcomes,
+        "readiness",
+        |o| o.readiness.take(),
+        &mut late,
+    );
+    let scoring = scoring.and_then(|(_, config)| config).unwrap_or_default();
+
+    // The graph is checked when every id and dependency could be read, so that a broken entry
+    // does not also show up as an unknown dependency elsewhere.
+    let declared: Option<Vec<(usize, graph::DeclaredNode)>> = outcomes
+        .iter_mut()
+        .enumerate()
+        .flat_map(|(index, o)| o.targets.iter_mut().map(move |t| Some((index, t.node.take()?))))
+        .collect();
+    let mut nodes = Vec::new();
+    if let (Some(declared), true) = (declared, unique) {
+        match graph::check(&files, declared, &positions, scoring) {
+            Ok(checked) => nodes = checked,
+            Err(errors) => late.extend(errors),
+        }
+    }
+    let readiness = readiness.and_then(|(index, section)| {
+        let (policy, required) = section?;
+        late.extend(graph::check_required(&required, index, &positions));
+        Some(policy)
+    });
+    for (index, pos, message) in late {
         if let Some(outcome) = outcomes.get_mut(index) {
             outcome.diags.push((pos, message));
         }
@@ -1090,7 +1181,7 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
     let mut errors = Vec::new();
     for (file, outcome) in files.iter().zip(&mut outcomes) {
         // A target is only left unbuilt because of a reported error; guard against a silent drop.
-        if outcome.diags.is_empty() && outcome.targets.iter().any(|t| t.spec.is_none()) {
+        if outcome.diags.is_empty() && outcome.targets.iter().any(|t| t.spec.is_none() && !t.group) {
             outcome
                 .diags
                 .push((Pos::NONE, "a target could not be built".to_owned()));
@@ -1114,10 +1205,54 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
         .flat_map(|o| o.targets)
         .filter_map(|t| t.spec)
         .collect();
-    Ok(Config { targets, files })
+    Ok(Config {
+        topology: Topology {
+            targets,
+            nodes,
+            scoring,
+            readiness,
+        },
+        files,
+    })
 }
 
-fn file_error(file: &Path, message: String) -> ConfigErrors {
+/// `FILE:LINE:COL` of a position in file `index`.
+fn at(files: &[PathBuf], index: usize, pos: Pos) -> String {
+    let file = files.get(index).map_or(Path::new("?"), |f| f);
+    format!("{}:{}:{}", file.display(), pos.line, pos.column)
+}
+
+/// The one file's `name` section, if any: its file's index and its value when valid. A second
+/// one is an error: sections do not merge, and which file wins would depend on file names.
+fn once<T>(
+    files: &[PathBuf],
+    outcomes: &mut [FileOutcome],
+    name: &str,
+    take: impl Fn(&mut FileOutcome) -> Option<Section<T>>,
+    late: &mut Vec<graph::Located>,
+) -> Option<(usize, Option<T>)> {
+    let mut found: Option<(usize, Pos, Option<T>)> = None;
+    for (index, outcome) in outcomes.iter_mut().enumerate() {
+        let Some(section) = take(outcome) else {
+            continue;
+        };
+        match &found {
+            Some((first, key, _)) => late.push((
+                index,
+                section.key,
+                format!(
+                    "{name} is already set at {}; set it in one file only",
+                    at(files, *first, *key)
+                ),
+            )),
+            None => found = Some((index, section.key, section.value)),
+        }
+    }
+    found.map(|(index, _, value)| (index, value))
+}
+
+/// One error about a file (or directory) as a whole.
+pub(crate) fn file_error(file: &Path, message: String) -> ConfigErrors {
     ConfigErrors(vec![ConfigError {
         file: file.to_path_buf(),
         line: 0,

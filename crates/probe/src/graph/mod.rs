@@ -50,6 +50,7 @@
 
 mod compiled;
 mod explain;
+mod readiness;
 mod score;
 #[cfg(test)]
 mod tests;
@@ -57,6 +58,7 @@ mod validate;
 
 use compiled::{Child, Compiled, normalised};
 pub use explain::{ChildExplanation, Edge, Explanation, Export, NodeStatus};
+pub use readiness::{GraphReadiness, ReadinessLatch, ReadinessPolicy, ReadinessPolicyError};
 use score::{Inputs, Nodes, Pending};
 pub use validate::GraphError;
 use validate::{Target, Validated, validate};
@@ -240,6 +242,18 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// A graph without nodes, to grow with [`Graph::apply`].
+    pub fn empty(config: GraphConfig) -> Self {
+        let mut topo = Compiled::with_capacity(0, 0);
+        topo.finish();
+        Self {
+            config,
+            pending: Pending::new(0),
+            topo,
+            nodes: Nodes::with_capacity(config.window, 0),
+        }
+    }
+
     /// Validates and compiles `specs`. Every node starts unknown, probed ones in PROBING.
     ///
     /// # Errors
@@ -307,6 +321,32 @@ impl Graph {
     pub fn set_state(&mut self, id: &TargetId, state: HealthState) -> Result<usize, NodeError> {
         let i = self.probed(id)?;
         Ok(self.update(i, state))
+    }
+
+    /// Forgets a probed node's results and puts it back in PROBING, as when its target's probe
+    /// changed: the old results say nothing about the new probe. Rescores as [`Graph::record`]
+    /// does.
+    ///
+    /// # Errors
+    /// [`NodeError`] when the id is not in the graph or is a group; nothing changes then.
+    pub fn reset(&mut self, id: &TargetId) -> Result<usize, NodeError> {
+        let i = self.probed(id)?;
+        self.nodes.windows.clear(i);
+        self.nodes.stability[i] = f64::NAN;
+        Ok(self.update(i, HealthState::Probing))
+    }
+
+    /// Changes how scores are computed, keeping every node's most recent results (as many as the
+    /// new window holds), and rescores everything.
+    pub fn reconfigure(&mut self, config: GraphConfig) {
+        if config == self.config {
+            return;
+        }
+        if config.window != self.config.window {
+            self.nodes = self.nodes.with_window(config.window);
+        }
+        self.config = config;
+        self.full_rescore();
     }
 
     /// Recomputes every stability and score from the windows and states, children first. The

@@ -95,8 +95,12 @@ impl Windows {
         passed / f64::from(head.len)
     }
 
+    /// Empties window `i`.
+    pub fn clear(&mut self, i: usize) {
+        self.heads[i] = Head::default();
+    }
+
     /// Window `i`'s results, oldest first.
-    #[cfg(test)]
     pub fn recent(&self, i: usize) -> Vec<Quality> {
         let head = self.heads[i];
         let slot = self.slot(i);
@@ -154,6 +158,25 @@ impl Nodes {
         self.states.push(old.states[i]);
         self.dependency_down.push(old.dependency_down[i]);
         self.windows.push_copy(&old.windows, i);
+    }
+
+    /// A copy with windows of `capacity` results, each keeping its most recent results.
+    pub fn with_window(&self, capacity: usize) -> Self {
+        let mut windows = Windows::with_capacity(capacity, self.scores.len());
+        for i in 0..self.scores.len() {
+            windows.push_empty();
+            let recent = self.windows.recent(i);
+            for &quality in &recent[recent.len().saturating_sub(capacity)..] {
+                windows.record(i, quality);
+            }
+        }
+        Self {
+            scores: self.scores.clone(),
+            stability: self.stability.clone(),
+            states: self.states.clone(),
+            dependency_down: self.dependency_down.clone(),
+            windows,
+        }
     }
 
     /// Overwrites node `i` with `old`'s node `j`'s state and results (not its score).

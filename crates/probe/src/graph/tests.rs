@@ -852,3 +852,166 @@ fn depends(specs: &[NodeSpec], from: &TargetId, to: &TargetId) -> bool {
         .iter()
         .any(|s| &s.id == from && s.depends_on.iter().any(|d| &d.target == to))
 }
+
+#[test]
+fn reset_forgets_a_nodes_results() {
+    let mut g = build(&[group("svc", vec![dep("db")]), probed("db", vec![])]);
+    feed(&mut g, "db", &[G, F], Up);
+    assert_eq!(score(&g, "svc"), Some(0.5));
+    g.reset(&id("db")).unwrap();
+    assert_eq!(score(&g, "db"), None);
+    assert_eq!(score(&g, "svc"), None);
+    assert_eq!(g.status(&id("db")).unwrap().state, Some(Probing));
+    feed(&mut g, "db", &[G], Up);
+    assert_eq!(score(&g, "svc"), Some(1.0));
+    assert_eq!(g.reset(&id("svc")), Err(NodeError::Group(id("svc"))));
+    check_consistent(&g).unwrap();
+}
+
+#[test]
+fn reconfigure_keeps_the_most_recent_results() {
+    let mut g = build(&[probed("db", vec![]), group("svc", vec![critical("db")])]);
+    // Oldest first: F F G D.
+    feed(&mut g, "db", &[F, F, G, D], Deg);
+    assert_eq!(score(&g, "db"), Some(1.5 / 4.0));
+    // A window of 2 keeps G D; a degraded result now counts fully.
+    g.reconfigure(GraphConfig::try_new(2, 1.0, 0.3).unwrap());
+    assert_eq!(score(&g, "db"), Some(1.0));
+    g.set_state(&id("db"), Down).unwrap();
+    assert_eq!(score(&g, "svc"), Some(0.3), "the new cap applies");
+    // Growing the window keeps what there is and fills up from there.
+    g.reconfigure(GraphConfig::try_new(4, 0.0, 0.3).unwrap());
+    feed(&mut g, "db", &[F], Down);
+    assert_eq!(score(&g, "db"), Some(1.0 / 3.0));
+    check_consistent(&g).unwrap();
+}
+
+fn policy(require: &[&str], min_score: f64, hysteresis: f64) -> ReadinessPolicy {
+    ReadinessPolicy::try_new(require.iter().map(|r| id(r)).collect(), min_score, hysteresis)
+        .unwrap()
+}
+
+#[test]
+fn readiness_policies_are_validated() {
+    assert_eq!(
+        ReadinessPolicy::try_new(vec![], 0.8, 0.05),
+        Err(ReadinessPolicyError::NothingRequired)
+    );
+    assert_eq!(
+        ReadinessPolicy::try_new(vec![id("a")], 1.5, 0.05),
+        Err(ReadinessPolicyError::MinScore(1.5))
+    );
+    assert!(matches!(
+        ReadinessPolicy::try_new(vec![id("a")], 0.8, f64::NAN),
+        Err(ReadinessPolicyError::Hysteresis(_))
+    ));
+    assert_eq!(policy(&["a", "b", "a"], 0.8, 0.0).require(), [id("a"), id("b")]);
+}
+
+/// A service with a critical database and a non-critical cache, required at 0.8 with a 0.1 margin.
+fn service() -> (Graph, ReadinessLatch) {
+    let g = build(&[
+        group(
+            "svc",
+            vec![
+                Dependency {
+                    weight: 4.0,
+                    ..critical("db")
+                },
+                dep("cache"),
+            ],
+        ),
+        probed("db", vec![]),
+        probed("cache", vec![]),
+    ]);
+    (g, ReadinessLatch::new(policy(&["svc"], 0.8, 0.1)))
+}
+
+#[test]
+fn readiness_waits_for_scores_and_holds_through_unknown() {
+    let (mut g, mut latch) = service();
+    assert!(!latch.verdict().ready);
+    assert!(!latch.update(&g));
+    assert_eq!(
+        latch.verdict().reason.as_deref(),
+        Some("svc has no score yet")
+    );
+    feed(&mut g, "db", &[G], Up);
+    assert!(!latch.update(&g), "the cache is still unknown");
+    feed(&mut g, "cache", &[G], Up);
+    assert!(latch.update(&g));
+    assert_eq!(
+        latch.verdict(),
+        &GraphReadiness {
+            ready: true,
+            required: 1,
+            passing: 1,
+            reason: None
+        }
+    );
+    // A reset (the cache's probe changed) makes the score unknown: the verdict holds.
+    g.reset(&id("cache")).unwrap();
+    assert!(!latch.update(&g));
+    assert!(latch.verdict().ready);
+}
+
+#[test]
+fn readiness_ignores_a_non_critical_dependency_down_but_not_a_critical_one() {
+    let (mut g, mut latch) = service();
+    feed(&mut g, "db", &[G], Up);
+    feed(&mut g, "cache", &[G], Up);
+    latch.update(&g);
+    // The cache fails for good: svc = 0.8 * 1 + 0.2 * 0 = 0.8, still ready.
+    feed(&mut g, "cache", &[F; 20], Down);
+    assert!(!latch.update(&g));
+    assert!(latch.verdict().ready);
+    assert_eq!(score(&g, "svc"), Some(0.8));
+    // The database goes DOWN: capped and not ready, whatever the score was.
+    feed(&mut g, "db", &[F], Down);
+    assert!(latch.update(&g));
+    assert_eq!(
+        latch.verdict().reason.as_deref(),
+        Some("svc has a critical dependency DOWN (db)")
+    );
+    // Both back: ready again.
+    feed(&mut g, "cache", &[G; 20], Up);
+    feed(&mut g, "db", &[G; 20], Up);
+    assert!(latch.update(&g));
+}
+
+#[test]
+fn readiness_has_hysteresis_at_the_threshold() {
+    let mut g = build(&[probed("db", vec![])]);
+    let mut latch = ReadinessLatch::new(policy(&["db"], 0.8, 0.1));
+    let step = |g: &mut Graph, latch: &mut ReadinessLatch, results: &[Quality]| {
+        feed(g, "db", results, Up);
+        latch.update(g);
+        (latch.verdict().ready, score(g, "db").unwrap())
+    };
+    assert_eq!(step(&mut g, &mut latch, &[G; 20]), (true, 1.0));
+    assert_eq!(step(&mut g, &mut latch, &[F; 5]), (true, 0.75), "under 0.8, above 0.7");
+    assert_eq!(step(&mut g, &mut latch, &[F]), (true, 0.7), "at the lower threshold");
+    assert_eq!(step(&mut g, &mut latch, &[F]), (false, 0.65));
+    assert_eq!(
+        latch.verdict().reason.as_deref(),
+        Some("db scores 0.65 < 0.70")
+    );
+    // The failures roll out of the window one by one after 13 more good results.
+    assert_eq!(step(&mut g, &mut latch, &[G; 13]), (false, 0.65));
+    assert_eq!(step(&mut g, &mut latch, &[G; 2]), (false, 0.75), "above 0.7, under 0.8");
+    assert_eq!(step(&mut g, &mut latch, &[G]), (true, 0.8));
+    // A DOWN required node fails whatever its score.
+    g.set_state(&id("db"), Down).unwrap();
+    latch.update(&g);
+    assert_eq!(latch.verdict().reason.as_deref(), Some("db is DOWN"));
+}
+
+#[test]
+fn an_empty_graph_grows_by_apply() {
+    let mut g = Graph::empty(GraphConfig::default());
+    assert!(g.is_empty());
+    let applied = g.apply(&[probed("db", vec![]), group("svc", vec![dep("db")])]).unwrap();
+    assert_eq!(applied.added, [id("db"), id("svc")]);
+    feed(&mut g, "db", &[G], Up);
+    assert_eq!(score(&g, "svc"), Some(1.0));
+}

@@ -95,6 +95,21 @@ pub enum GraphError {
     },
 }
 
+impl GraphError {
+    /// Where the offending dependency is declared, for the errors about one: the
+    /// [`Dependency::origin`] that their message starts with.
+    pub fn origin(&self) -> Option<&str> {
+        match self {
+            Self::UnknownTarget { origin, .. }
+            | Self::SelfEdge { origin, .. }
+            | Self::DuplicateEdge { origin, .. }
+            | Self::BadWeight { origin, .. }
+            | Self::Cycle { origin, .. } => Some(origin),
+            Self::DuplicateNode { .. } | Self::EmptyGroup { .. } | Self::TooLarge { .. } => None,
+        }
+    }
+}
+
 /// Displays a cycle as `a -> b -> a`.
 struct Chain<'a>(&'a [TargetId]);
 

@@ -7,8 +7,13 @@
 //! runs left behind.
 //!
 //! Topology changes arrive as a whole desired set ([`Engine::apply`]) and are applied as a diff:
-//! targets whose spec did not change keep their state, counters and schedule; removed targets
-//! stop; added and changed targets start fresh in `PROBING`.
+//! targets whose spec did not change keep their state, counters, schedule and score; removed
+//! targets stop; added and changed targets start fresh in `PROBING`.
+//!
+//! Each result also feeds the dependency graph ([`crate::graph`]), which rescores the target's
+//! ancestors right away, so scores, `dependency_down` marks and a graph-based readiness verdict
+//! (when the topology has a [`ReadinessPolicy`](crate::graph::ReadinessPolicy)) are as fresh as
+//! the last result, and reading them is a lookup.
 //!
 //! Every transition is logged once, counted once (`probe_state_transitions_total`) and reflected
 //! in `probe_target_up` and broadcast to subscribers ([`Engine::subscribe`]), all from one place.
@@ -22,7 +27,13 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod topology;
+
+pub use topology::{Topology, TopologyError};
+use topology::{Dependencies, graph_nodes};
+
 use crate::backoff::SuccessWindow;
+use crate::graph::Graph;
 use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
@@ -98,6 +109,11 @@ pub struct TargetStatus {
     pub schedule: Schedule,
     /// Recent results, oldest first; empty in listings.
     pub history: Vec<Outcome>,
+    /// The dependency-graph score in `[0, 1]`; `None` while unknown.
+    pub score: Option<f64>,
+    /// Whether a critical dependency is DOWN. The target's own state is not affected: it keeps
+    /// being probed, and alerts on it can be suppressed on this basis.
+    pub dependency_down: bool,
 }
 
 impl TargetStatus {
@@ -165,16 +181,22 @@ pub enum EngineError {
     NotInMaintenance(TargetId),
 }
 
-/// The engine's readiness verdict: ready when every target is UP, DEGRADED or in MAINTENANCE.
+/// The engine's readiness verdict.
+///
+/// Without a readiness policy: ready when every target is UP, DEGRADED or in MAINTENANCE, and
+/// the counts are of targets. With one: ready when every required node passes (see
+/// [`ReadinessLatch`](crate::graph::ReadinessLatch)), and the counts are of required nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Readiness {
-    /// Whether every target serves or is out on purpose.
+    /// Whether the instance should receive traffic.
     pub ready: bool,
-    /// Targets in the engine.
+    /// Targets in the engine, or required nodes.
     pub total: usize,
-    /// Targets that keep the engine ready (UP, DEGRADED or MAINTENANCE).
+    /// Targets that keep the engine ready (UP, DEGRADED or MAINTENANCE), or passing required
+    /// nodes.
     pub healthy: usize,
-    /// A short reason when not ready, naming up to five of the other targets.
+    /// A short reason when not ready: up to five of the other targets, or why each failing
+    /// required node fails.
     pub reason: Option<String>,
 }
 
@@ -192,6 +214,7 @@ const EVENT_BACKLOG: usize = 1024;
 #[derive(Clone)]
 pub struct Engine {
     targets: Arc<RwLock<BTreeMap<TargetId, Arc<Target>>>>,
+    deps: Arc<Mutex<Dependencies>>,
     tally: Arc<Tally>,
     events: broadcast::Sender<Event>,
     scheduler: Scheduler,
@@ -206,6 +229,7 @@ impl Engine {
     pub fn start(config: EngineConfig, cancel: CancellationToken) -> Self {
         Self {
             targets: Arc::default(),
+            deps: Arc::new(Mutex::new(Dependencies::new())),
             tally: Arc::default(),
             events: broadcast::channel(EVENT_BACKLOG).0,
             scheduler: Scheduler::start(config.scheduler, cancel),
@@ -213,13 +237,30 @@ impl Engine {
         }
     }
 
-    /// Makes `specs` the engine's whole set of targets, touching only what changed.
+    /// Makes `topology` the engine's whole desired state, touching only what changed: a plain
+    /// `Vec<TargetSpec>` will do when there are no dependencies.
     ///
-    /// Ids are expected to be unique (front ends validate this); of duplicates the last wins.
-    pub fn apply(&self, specs: Vec<TargetSpec>) -> Diff {
+    /// Target ids are expected to be unique (front ends validate this); of duplicates the last
+    /// wins. Changing only a target's dependencies does not restart it.
+    ///
+    /// # Errors
+    /// [`TopologyError`] when the dependencies or the readiness policy do not fit the targets;
+    /// nothing changes then.
+    pub fn apply(&self, topology: impl Into<Topology>) -> Result<Diff, TopologyError> {
+        let Topology {
+            targets: specs,
+            nodes,
+            scoring,
+            readiness,
+        } = topology.into();
         let desired: BTreeMap<TargetId, TargetSpec> =
             specs.into_iter().map(|s| (s.id.clone(), s)).collect();
+        let nodes = graph_nodes(&desired, nodes, readiness.as_ref())?;
+        // Held throughout, so that applies do not interleave.
         let mut targets = write(&self.targets);
+        // Lock order (status, then graph) forbids holding the graph lock while retiring; the graph
+        // is changed first since it is the step that can fail.
+        lock(&self.deps).apply(&nodes, scoring, readiness)?;
         let mut diff = Diff::default();
         targets.retain(|id, target| {
             let keep = desired.contains_key(id);
@@ -230,26 +271,39 @@ impl Engine {
             }
             keep
         });
+        let mut launch = Vec::new();
         for (id, spec) in desired {
             match targets.get(&id) {
                 Some(current) if current.spec == spec => diff.unchanged += 1,
                 Some(current) => {
                     current.retire();
-                    diff.changed.push(id.clone());
-                    targets.insert(id, self.launch(spec));
+                    diff.changed.push(id);
+                    launch.push(spec);
                 }
                 None => {
-                    diff.added.push(id.clone());
-                    targets.insert(id, self.launch(spec));
+                    diff.added.push(id);
+                    launch.push(spec);
                 }
             }
         }
-        diff
+        // Retired, the old probes no longer record: forget their results before the new ones
+        // can record theirs.
+        {
+            let mut deps = lock(&self.deps);
+            for id in &diff.changed {
+                deps.reset(id);
+            }
+        }
+        for spec in launch {
+            targets.insert(spec.id.clone(), self.launch(spec));
+        }
+        Ok(diff)
     }
 
     fn launch(&self, spec: TargetSpec) -> Arc<Target> {
         let target = Arc::new(Target::new(
             spec,
+            self.deps.clone(),
             self.tally.clone(),
             self.events.clone(),
             self.history,
@@ -267,17 +321,56 @@ impl Engine {
 
     /// One target's status with its recent history.
     pub fn status(&self, id: &TargetId) -> Option<TargetStatus> {
-        Some(self.target(id).ok()?.status(true))
+        let mut status = self.target(id).ok()?.status(true);
+        score(&lock(&self.deps).graph, &mut status);
+        Some(status)
     }
 
     /// Every target's status, sorted by id, without history.
     pub fn statuses(&self) -> Vec<TargetStatus> {
         let targets: Vec<_> = read(&self.targets).values().cloned().collect();
-        targets.iter().map(|t| t.status(false)).collect()
+        let mut statuses: Vec<_> = targets.iter().map(|t| t.status(false)).collect();
+        let deps = lock(&self.deps);
+        for status in &mut statuses {
+            score(&deps.graph, status);
+        }
+        statuses
     }
 
-    /// Whether every target is UP, DEGRADED or in MAINTENANCE; O(1) when it is.
+    /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked
+    /// meanwhile, holding up every probe's result: copy out what you need and return.
+    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
+        f(&lock(&self.deps).graph)
+    }
+
+    /// Sets `probe_health_score{target}` (NaN while unknown) and `probe_dependency_down{target}`
+    /// for every node of the graph, groups included.
+    ///
+    /// Scores move with every result somewhere below a node, so rather than touching gauges on
+    /// each result, an exporter calls this right before it renders.
+    pub fn publish_scores(&self) {
+        let nodes = self.with_graph(|g| g.export().nodes);
+        for node in nodes {
+            let label = node.id.as_str().to_owned();
+            metrics::gauge!("probe_health_score", "target" => label.clone())
+                .set(node.score.unwrap_or(f64::NAN));
+            metrics::gauge!("probe_dependency_down", "target" => label)
+                .set(if node.dependency_down { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// Whether the instance should receive traffic: from the readiness policy when the topology
+    /// has one, else whether every target is UP, DEGRADED or in MAINTENANCE (O(1) when it is).
     pub fn readiness(&self) -> Readiness {
+        if let Some(latch) = &lock(&self.deps).latch {
+            let verdict = latch.verdict();
+            return Readiness {
+                ready: verdict.ready,
+                total: verdict.required,
+                healthy: verdict.passing,
+                reason: verdict.reason.clone(),
+            };
+        }
         let total = self.tally.total.load(Ordering::Acquire);
         let healthy = self.tally.ready.load(Ordering::Acquire);
         if healthy >= total {
@@ -398,6 +491,22 @@ impl Engine {
     }
 }
 
+/// Copies a target's graph figures into its status.
+fn score(graph: &Graph, status: &mut TargetStatus) {
+    if let Some(node) = graph.status(&status.id) {
+        status.score = node.score;
+        status.dependency_down = node.dependency_down;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update of the guarded data completes before the guard drops; a panic in between
+    // (a bug) leaves at worst one stale score, not an inconsistent structure.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     // A panic while holding the lock cannot leave the map half-updated (every update is a single
     // insert or remove), so a poisoned lock is still consistent.
@@ -415,6 +524,7 @@ struct Target {
     spec: TargetSpec,
     probe: Arc<dyn Probe>,
     status: Mutex<Status>,
+    deps: Arc<Mutex<Dependencies>>,
     tally: Arc<Tally>,
     events: broadcast::Sender<Event>,
     history: usize,
@@ -459,6 +569,7 @@ struct Status {
 impl Target {
     fn new(
         spec: TargetSpec,
+        deps: Arc<Mutex<Dependencies>>,
         tally: Arc<Tally>,
         events: broadcast::Sender<Event>,
         history: usize,
@@ -482,6 +593,7 @@ impl Target {
                 window_ended_early: None,
                 retired: false,
             }),
+            deps,
             tally,
             events,
             history,
@@ -493,10 +605,7 @@ impl Target {
     }
 
     fn lock(&self) -> MutexGuard<'_, Status> {
-        // Status updates are plain field writes; a poisoned lock still holds a usable status.
-        self.status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.status)
     }
 
     fn retire(&self) {
@@ -530,17 +639,22 @@ impl Target {
             } else {
                 Vec::new()
             },
+            // Filled from the graph by the engine, which must not take its lock under this one.
+            score: None,
+            dependency_down: false,
         }
     }
 
-    /// Books a transition under the status lock: counts it and moves the readiness totals.
-    /// Returns it for announcing once the lock is released, unless the target was retired.
+    /// Books a transition under the status lock: counts it, moves the readiness totals and
+    /// tells the graph. Returns it for announcing once the lock is released, unless the target
+    /// was retired.
     fn change(&self, status: &mut Status, t: Option<Transition>) -> Option<Transition> {
         let t = t?;
         status.transitions += 1;
         if status.retired {
             return None;
         }
+        lock(&self.deps).set_state(&self.spec.id, t.to);
         match (t.from.counts_as_ready(), t.to.counts_as_ready()) {
             (false, true) => {
                 self.tally.ready.fetch_add(1, Ordering::AcqRel);
@@ -615,8 +729,13 @@ impl Target {
                 }
                 status.history.push_back(outcome);
             }
-            let t = status.machine.observe(Quality::from(&result.verdict), now);
+            let quality = Quality::from(&result.verdict);
+            let t = status.machine.observe(quality, now);
             let result_change = self.change(&mut status, t);
+            if !status.retired {
+                let state = status.machine.state();
+                lock(&self.deps).record(&self.spec.id, quality, state);
+            }
             let step =
                 status
                     .machine
@@ -751,6 +870,14 @@ pub fn describe_metrics() {
         "Delay between a run's planned and actual start."
     );
     describe_gauge!("probe_in_flight", "Probe runs in progress.");
+    describe_gauge!(
+        "probe_health_score",
+        "Dependency-graph health score of the target or group in [0, 1]; NaN while unknown."
+    );
+    describe_gauge!(
+        "probe_dependency_down",
+        "Whether a critical dependency of the target or group is DOWN (1) or not (0)."
+    );
     describe_counter!(
         "probe_signals_total",
         "Business signals recognised in probe replies, by target and signal."

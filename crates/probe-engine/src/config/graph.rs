@@ -1,0 +1,344 @@
+//! The dependency tier's part of the configuration: `kind: group`, `depends_on`, and the
+//! top-level `scoring` and `readiness` sections.
+//!
+//! ```yaml
+//! scoring:                 # optional, in one file at most
+//!   window: 20             # results per target in its success ratio, 1..=1000
+//!   degraded_credit: 0.5   # what a DEGRADED result counts for, 0..=1
+//!   critical_cap: 0        # the highest score with a critical dependency DOWN, 0..=1
+//! readiness:               # optional, in one file at most; without it: every target healthy
+//!   require: [checkout]    # targets or groups
+//!   min_score: 0.8         # default 0.8
+//!   hysteresis: 0.05       # once ready, not ready only under min_score - hysteresis
+//! targets:
+//!   - id: checkout
+//!     kind: group          # no probe: the score of its dependencies
+//!     depends_on:
+//!       - { target: orders-api, weight: 0.6, critical: true }
+//!       - { target: cache, weight: 0.4 }    # weight default 1, critical default false
+//! ```
+//!
+//! Dependencies are checked by [`probe::graph::Graph::build`], the same code the engine runs, so
+//! the file and the engine cannot disagree; its errors are located here: a dependency's errors
+//! (unknown or self target, duplicate, bad weight, the edge closing a cycle) at the dependency,
+//! a group's at its id.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use probe::graph::{
+    Dependency, Graph, GraphConfig, GraphConfigError, GraphError, NodeKind, NodeSpec,
+    ReadinessPolicy, ReadinessPolicyError,
+};
+use probe::target::TargetId;
+use serde::Deserialize;
+
+use super::node::{Node, Pos, Sp, collect};
+use super::{Diags, did_you_mean, each, quote, value_of};
+
+#[derive(Deserialize)]
+#[serde(rename = "dependency", deny_unknown_fields)]
+struct RawDependency {
+    target: Sp<String>,
+    weight: Option<Sp<f64>>,
+    critical: Option<Sp<bool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "scoring", deny_unknown_fields)]
+struct RawScoring {
+    window: Option<Sp<u32>>,
+    degraded_credit: Option<Sp<f64>>,
+    critical_cap: Option<Sp<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "readiness", deny_unknown_fields)]
+struct RawReadiness {
+    require: Sp<Vec<Sp<String>>>,
+    min_score: Option<Sp<f64>>,
+    hysteresis: Option<Sp<f64>>,
+}
+
+/// The keys a group may have: it has no probe, schedule or maintenance.
+const GROUP_KEYS: &[&str] = &["id", "kind", "depends_on"];
+
+/// One declared dependency, before the graph checks it.
+pub(super) struct ParsedDependency {
+    target: TargetId,
+    weight: f64,
+    critical: bool,
+    /// The dependency's position: where its errors point.
+    pos: Pos,
+}
+
+/// A target's `kind` (probed unless `kind: group`), or `None` when invalid.
+pub(super) fn kind(raw: Option<&Sp<String>>, diags: &mut Diags) -> Option<NodeKind> {
+    match raw.map(|k| (k.value.as_str(), k.pos)) {
+        None => Some(NodeKind::Probed),
+        Some(("group", _)) => Some(NodeKind::Group),
+        Some((other, pos)) => {
+            diags.push((
+                pos,
+                format!(
+                    "unknown kind {}: the only kind is \"group\" (leave kind out for a probed target)",
+                    quote(other)
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// Reports every key of a group's mapping that only a probed target may have.
+pub(super) fn check_group_keys(node: &Node, src: &str, label: &str, diags: &mut Diags) {
+    for (key, _) in node.entries() {
+        if let Some(name) = key.text(src)
+            && !GROUP_KEYS.contains(&name)
+        {
+            diags.push((
+                key.pos,
+                format!(
+                    "{label} is a group: {} does not apply (a group has no probe; it has {})",
+                    quote(name),
+                    GROUP_KEYS.join(", ")
+                ),
+            ));
+        }
+    }
+}
+
+/// A target's `depends_on`, each item read on its own; `None` when one is invalid.
+pub(super) fn depends_on(
+    node: &Node,
+    src: &str,
+    present: bool,
+    diags: &mut Diags,
+) -> Option<Vec<ParsedDependency>> {
+    if !present {
+        return Some(Vec::new());
+    }
+    let items = each::<RawDependency>(value_of(node, src, "depends_on"), src, diags);
+    // Every item is checked (and reports its errors) before any failure counts.
+    let parsed: Vec<_> = items
+        .into_iter()
+        .map(|item| {
+            let (raw, pos) = item?;
+            let target = TargetId::new(&raw.target.value)
+                .map_err(|e| diags.push((raw.target.pos, e.to_string())))
+                .ok()?;
+            Some(ParsedDependency {
+                target,
+                weight: raw
+                    .weight
+                    .map_or(Dependency::DEFAULT_WEIGHT, |w| w.value),
+                critical: raw.critical.is_some_and(|c| c.value),
+                pos,
+            })
+        })
+        .collect();
+    parsed.into_iter().collect()
+}
+
+/// The `scoring` section; `None` when invalid.
+pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<GraphConfig> {
+    let (raw, structural) = collect::<RawScoring>(node, src);
+    let clean = structural.is_empty();
+    diags.extend(structural);
+    let raw = raw.filter(|_| clean)?;
+    let window = raw.window.as_ref();
+    let credit = raw.degraded_credit.as_ref();
+    let cap = raw.critical_cap.as_ref();
+    let config = GraphConfig::try_new(
+        window.map_or(GraphConfig::DEFAULT_WINDOW, |w| w.value as usize),
+        credit.map_or(GraphConfig::DEFAULT_DEGRADED_CREDIT, |c| c.value),
+        cap.map_or(GraphConfig::DEFAULT_CRITICAL_CAP, |c| c.value),
+    );
+    config
+        .map_err(|e| {
+            let pos = match e {
+                GraphConfigError::Window(_) => window.map(|w| w.pos),
+                GraphConfigError::DegradedCredit(_) => credit.map(|c| c.pos),
+                GraphConfigError::CriticalCap(_) => cap.map(|c| c.pos),
+            };
+            diags.push((pos.unwrap_or(node.pos), e.to_string()));
+        })
+        .ok()
+}
+
+/// The `readiness` section, with each required id and its position for the check against the
+/// targets; `None` when invalid.
+pub(super) fn readiness(
+    node: &Node,
+    src: &str,
+    diags: &mut Diags,
+) -> Option<(ReadinessPolicy, Vec<(TargetId, Pos)>)> {
+    let (raw, structural) = collect::<RawReadiness>(node, src);
+    let clean = structural.is_empty();
+    diags.extend(structural);
+    let raw = raw.filter(|_| clean)?;
+    let ids: Vec<Option<(TargetId, Pos)>> = raw
+        .require
+        .value
+        .iter()
+        .map(|id| {
+            TargetId::new(&id.value)
+                .map(|valid| (valid, id.pos))
+                .map_err(|e| diags.push((id.pos, e.to_string())))
+                .ok()
+        })
+        .collect();
+    let required: Vec<(TargetId, Pos)> = ids.into_iter().collect::<Option<_>>()?;
+    let require = required.iter().map(|(id, _)| id.clone()).collect();
+    let min = raw.min_score.as_ref();
+    let hysteresis = raw.hysteresis.as_ref();
+    let policy = ReadinessPolicy::try_new(
+        require,
+        min.map_or(ReadinessPolicy::DEFAULT_MIN_SCORE, |m| m.value),
+        hysteresis.map_or(ReadinessPolicy::DEFAULT_HYSTERESIS, |h| h.value),
+    );
+    policy
+        .map_err(|e| {
+            let pos = match e {
+                ReadinessPolicyError::NothingRequired => Some(raw.require.pos),
+                ReadinessPolicyError::MinScore(_) => min.map(|m| m.pos),
+                ReadinessPolicyError::Hysteresis(_) => hysteresis.map(|h| h.pos),
+            };
+            diags.push((pos.unwrap_or(node.pos), e.to_string()));
+        })
+        .ok()
+        .map(|policy| (policy, required))
+}
+
+/// One file's declared node, for the whole-configuration check.
+pub(super) struct DeclaredNode {
+    pub id: TargetId,
+    pub kind: NodeKind,
+    pub depends_on: Vec<ParsedDependency>,
+}
+
+/// An error of the whole configuration: the index of its file, its position and message.
+pub(super) type Located = (usize, Pos, String);
+
+/// Checks the dependency graph of every file's nodes together and returns the graph nodes for
+/// the engine: the groups, and the targets that have dependencies.
+///
+/// `nodes` holds each file's index with its nodes; `positions` where each id is declared.
+pub(super) fn check(
+    files: &[PathBuf],
+    nodes: Vec<(usize, DeclaredNode)>,
+    positions: &HashMap<TargetId, (usize, Pos)>,
+    scoring: GraphConfig,
+) -> Result<Vec<NodeSpec>, Vec<Located>> {
+    let mut origins: HashMap<String, (usize, Pos)> = HashMap::new();
+    let specs: Vec<NodeSpec> = nodes
+        .into_iter()
+        .filter(|(_, node)| node.kind == NodeKind::Group || !node.depends_on.is_empty())
+        .map(|(file, node)| NodeSpec {
+            id: node.id,
+            kind: node.kind,
+            depends_on: node
+                .depends_on
+                .into_iter()
+                .map(|dep| {
+                    let origin = origin(&files[file], dep.pos);
+                    origins.insert(origin.clone(), (file, dep.pos));
+                    Dependency {
+                        target: dep.target,
+                        weight: dep.weight,
+                        critical: dep.critical,
+                        origin,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    // Every other target is a leaf the declared nodes may point to.
+    let declared: HashSet<&TargetId> = specs.iter().map(|s| &s.id).collect();
+    let mut all = specs.clone();
+    all.extend(
+        positions
+            .keys()
+            .filter(|id| !declared.contains(id))
+            .map(|id| NodeSpec {
+                id: id.clone(),
+                kind: NodeKind::Probed,
+                depends_on: Vec::new(),
+            }),
+    );
+    match Graph::build(scoring, &all) {
+        Ok(_) => Ok(specs),
+        Err(errors) => Err(errors
+            .into_iter()
+            .map(|e| locate(e, &origins, positions))
+            .collect()),
+    }
+}
+
+/// `FILE:LINE:COL`, the origin a dependency's errors quote and are located by.
+fn origin(file: &Path, pos: Pos) -> String {
+    format!("{}:{}:{}", file.display(), pos.line, pos.column)
+}
+
+/// Places a graph error at its dependency or node, without the origin the message starts with.
+fn locate(
+    e: GraphError,
+    origins: &HashMap<String, (usize, Pos)>,
+    positions: &HashMap<TargetId, (usize, Pos)>,
+) -> Located {
+    let text = e.to_string();
+    let (place, message) = match e.origin() {
+        Some(origin) => (
+            origins.get(origin).copied(),
+            text.strip_prefix(origin)
+                .and_then(|rest| rest.strip_prefix(": "))
+                .unwrap_or(&text)
+                .to_owned(),
+        ),
+        None => {
+            let node = match &e {
+                GraphError::DuplicateNode { node } | GraphError::EmptyGroup { node } => {
+                    positions.get(node).copied()
+                }
+                _ => None,
+            };
+            (node, text.clone())
+        }
+    };
+    let message = match &e {
+        GraphError::UnknownTarget { target, .. } => {
+            match did_you_mean(target.as_str(), positions.keys().map(|id| id.as_str())) {
+                Some(near) => format!("{message} (did you mean {}?)", quote(near)),
+                None => message,
+            }
+        }
+        _ => message,
+    };
+    let (file, pos) = place.unwrap_or((0, Pos::NONE));
+    (file, pos, message)
+}
+
+/// Reports required ids that are neither a target nor a group.
+pub(super) fn check_required(
+    required: &[(TargetId, Pos)],
+    file: usize,
+    positions: &HashMap<TargetId, (usize, Pos)>,
+) -> Vec<Located> {
+    required
+        .iter()
+        .filter(|(id, _)| !positions.contains_key(id))
+        .map(|(id, pos)| {
+            let hint = did_you_mean(id.as_str(), positions.keys().map(|id| id.as_str()))
+                .map(|near| format!(" (did you mean {}?)", quote(near)))
+                .unwrap_or_default();
+            (
+                file,
+                *pos,
+                format!(
+                    "readiness requires {}, which is neither a target nor a group{hint}",
+                    quote(id.as_str())
+                ),
+            )
+        })
+        .collect()
+}

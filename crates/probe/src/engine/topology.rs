@@ -1,0 +1,184 @@
+//! What the engine is asked to run, and the dependency graph it keeps in step with its targets.
+//!
+//! A [`Topology`] is the whole desired state: targets, the dependencies between them and the
+//! groups over them, how scores are computed and what readiness requires. The engine applies it
+//! at once or not at all ([`TopologyError`]), so a bad reload never leaves a half-applied graph.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::graph::{
+    Graph, GraphConfig, GraphError, GraphReadiness, NodeError, NodeKind, NodeSpec, ReadinessLatch,
+    ReadinessPolicy,
+};
+use crate::state::{HealthState, Quality};
+use crate::target::{TargetId, TargetSpec};
+
+/// Everything the engine runs.
+///
+/// A plain list of targets converts into a topology without dependencies, scored with the
+/// defaults and with the all-targets readiness.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Topology {
+    /// What to probe. Of duplicate ids the last wins.
+    pub targets: Vec<TargetSpec>,
+    /// What depends on what: a [`NodeKind::Probed`] node for each target that has dependencies,
+    /// and a [`NodeKind::Group`] node for each group. A target without a node is a leaf.
+    pub nodes: Vec<NodeSpec>,
+    /// How scores are computed.
+    pub scoring: GraphConfig,
+    /// What readiness requires: `None` for "every target UP, DEGRADED or in MAINTENANCE".
+    pub readiness: Option<ReadinessPolicy>,
+}
+
+impl From<Vec<TargetSpec>> for Topology {
+    fn from(targets: Vec<TargetSpec>) -> Self {
+        Self {
+            targets,
+            ..Self::default()
+        }
+    }
+}
+
+/// Why a [`Topology`] was not applied. Nothing changed then.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TopologyError {
+    /// The dependencies do not form a valid graph; every problem is listed.
+    #[error("invalid dependency graph: {}", located(.0))]
+    Graph(Vec<GraphError>),
+    /// A probed node needs a target to be probed.
+    #[error("node {0} is declared as probed but no target has its id")]
+    NotATarget(TargetId),
+    /// A group has no probe, so it cannot share its id with a target.
+    #[error("group {0} has the id of a target")]
+    GroupIsTarget(TargetId),
+    /// Readiness requires a node that is not in the graph.
+    #[error("readiness requires {0}, which is neither a target nor a group")]
+    UnknownRequired(TargetId),
+}
+
+/// Graph errors on one line, each after its origin.
+fn located(errors: &[GraphError]) -> String {
+    let shown: Vec<String> = errors
+        .iter()
+        .map(|e| match e.origin() {
+            Some(origin) if !origin.is_empty() => format!("{origin}: {e}"),
+            _ => e.to_string(),
+        })
+        .collect();
+    shown.join("; ")
+}
+
+/// The graph nodes of a topology: the declared ones, checked against the targets, plus a leaf
+/// for every target without one.
+pub(super) fn graph_nodes(
+    targets: &BTreeMap<TargetId, TargetSpec>,
+    declared: Vec<NodeSpec>,
+    readiness: Option<&ReadinessPolicy>,
+) -> Result<Vec<NodeSpec>, TopologyError> {
+    let mut named = HashSet::new();
+    for node in &declared {
+        match (node.kind, targets.contains_key(&node.id)) {
+            (NodeKind::Probed, false) => return Err(TopologyError::NotATarget(node.id.clone())),
+            (NodeKind::Group, true) => return Err(TopologyError::GroupIsTarget(node.id.clone())),
+            _ => {}
+        }
+        named.insert(node.id.clone());
+    }
+    let leaves: Vec<NodeSpec> = targets
+        .keys()
+        .filter(|id| !named.contains(*id))
+        .map(|id| NodeSpec {
+            id: id.clone(),
+            kind: NodeKind::Probed,
+            depends_on: Vec::new(),
+        })
+        .collect();
+    if let Some(unknown) = readiness
+        .into_iter()
+        .flat_map(ReadinessPolicy::require)
+        .find(|id| !named.contains(*id) && !targets.contains_key(*id))
+    {
+        return Err(TopologyError::UnknownRequired(unknown.clone()));
+    }
+    let mut nodes = declared;
+    nodes.extend(leaves);
+    Ok(nodes)
+}
+
+/// The graph and the readiness verdict drawn from it, under one lock.
+///
+/// Lock order: a target's status lock, then this one. Nothing holds this lock while taking a
+/// status lock.
+pub(super) struct Dependencies {
+    pub graph: Graph,
+    pub latch: Option<ReadinessLatch>,
+}
+
+impl Dependencies {
+    pub fn new() -> Self {
+        Self {
+            graph: Graph::empty(GraphConfig::default()),
+            latch: None,
+        }
+    }
+
+    /// Installs a new topology's graph, scoring and policy.
+    pub fn apply(
+        &mut self,
+        nodes: &[NodeSpec],
+        scoring: GraphConfig,
+        readiness: Option<ReadinessPolicy>,
+    ) -> Result<(), TopologyError> {
+        self.graph.apply(nodes).map_err(TopologyError::Graph)?;
+        self.graph.reconfigure(scoring);
+        self.latch = match (self.latch.take(), readiness) {
+            (_, None) => None,
+            (Some(mut latch), Some(policy)) => {
+                latch.set_policy(policy);
+                Some(latch)
+            }
+            (None, Some(policy)) => Some(ReadinessLatch::new(policy)),
+        };
+        self.refresh();
+        Ok(())
+    }
+
+    /// Records a target's result and the state it left the target in.
+    pub fn record(&mut self, id: &TargetId, quality: Quality, state: HealthState) {
+        let recorded = self.graph.record(id, quality, state);
+        self.after(recorded);
+    }
+
+    /// Records a target's state change without a result.
+    pub fn set_state(&mut self, id: &TargetId, state: HealthState) {
+        let recorded = self.graph.set_state(id, state);
+        self.after(recorded);
+    }
+
+    /// Forgets a restarted target's results.
+    pub fn reset(&mut self, id: &TargetId) {
+        let recorded = self.graph.reset(id);
+        self.after(recorded);
+    }
+
+    /// A target that just left the topology may still report one last result; it is not in the
+    /// graph any more, which is fine.
+    fn after(&mut self, recorded: Result<usize, NodeError>) {
+        if recorded.is_ok() {
+            self.refresh();
+        }
+    }
+
+    /// Re-evaluates readiness, logging a flip.
+    fn refresh(&mut self) {
+        let Some(latch) = &mut self.latch else { return };
+        if latch.update(&self.graph) {
+            let GraphReadiness { ready, reason, .. } = latch.verdict();
+            tracing::info!(
+                ready,
+                reason = reason.as_deref().unwrap_or(""),
+                "readiness changed"
+            );
+        }
+    }
+}
