@@ -915,6 +915,151 @@ const CASES: &[Case] = &[
             ),
         ],
     },
+    Case {
+        name: "dependency errors point at the dependency",
+        yaml: &[
+            "targets:",                                              // 1
+            "  - id: orders-db",                                     // 2
+            "    tcp: {address: \"a:1\"}",                           // 3
+            "  - id: checkout",                                      // 4
+            "    kind: group",                                       // 5
+            "    depends_on:",                                       // 6
+            "      - {target: orders-bd, critical: true}",           // 7
+            "      - {target: checkout}",                            // 8
+            "      - {target: orders-db, weight: 0}",                // 9
+            "      - {target: orders-db, wieght: 2}",                // 10
+            "      - {target: Bad}",                                 // 11
+            "  - id: empty",                                         // 12
+            "    kind: group",                                       // 13
+        ],
+        errors: &[
+            (
+                7,
+                9,
+                r#"checkout depends on unknown node orders-bd (did you mean "orders-db"?)"#,
+            ),
+            (8, 9, "checkout depends on itself"),
+            (
+                9,
+                9,
+                "dependency checkout -> orders-db has weight 0; expected a number > 0",
+            ),
+            (
+                10,
+                29,
+                r#"unknown field "wieght" in dependency, did you mean "weight"?"#,
+            ),
+            (11, 18, r#"target id "Bad" has character 'B'"#),
+            (12, 9, "group empty has no dependencies"),
+        ],
+    },
+    Case {
+        name: "a cycle names its chain at the edge that closes it",
+        yaml: &[
+            "targets:",                          // 1
+            "  - id: a",                         // 2
+            "    kind: group",                   // 3
+            "    depends_on: [{target: b}]",     // 4
+            "  - id: b",                         // 5
+            "    tcp: {address: \"a:1\"}",       // 6
+            "    depends_on: [{target: c}]",     // 7
+            "  - id: c",                         // 8
+            "    kind: group",                   // 9
+            "    depends_on:",                   // 10
+            "      - {target: d}",               // 11
+            "      - {target: a, weight: 2}",    // 12
+            "  - id: d",                         // 13
+            "    tcp: {address: \"a:1\"}",       // 14
+            "  - id: e",                         // 15
+            "    kind: group",                   // 16
+            "    depends_on: [{target: d}, {target: d}]", // 17
+        ],
+        errors: &[
+            (12, 9, "dependency cycle a -> b -> c -> a"),
+            (17, 31, "e depends on d again (first at t.yaml:17:18)"),
+        ],
+    },
+    Case {
+        name: "groups have no probe, schedule or maintenance, and kinds are checked",
+        yaml: &[
+            "targets:",                          // 1
+            "  - id: svc",                       // 2
+            "    kind: group",                   // 3
+            "    tcp: {address: \"a:1\"}",       // 4
+            "    interval: 5s",                  // 5
+            "    depends_on: [{target: db}]",    // 6
+            "  - id: db",                        // 7
+            "    kind: grup",                    // 8
+            "    tcp: {address: \"a:1\"}",       // 9
+        ],
+        errors: &[
+            (
+                4,
+                5,
+                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on)"#,
+            ),
+            (5, 5, r#"target "svc" is a group: "interval" does not apply"#),
+            (
+                8,
+                11,
+                r#"unknown kind "grup": the only kind is "group" (leave kind out for a probed target)"#,
+            ),
+        ],
+    },
+    Case {
+        name: "scoring and readiness values are checked",
+        yaml: &[
+            "scoring: {window: 0, degraded_credit: 0.5, critical_cap: 2}", // 1
+            "readiness:",                                                  // 2
+            "  require: [chekout, db]",                                    // 3
+            "  min_score: 0.8",                                            // 4
+            "  hysteresis: -1",                                            // 5
+            "targets:",                                                    // 6
+            "  - id: checkout",                                            // 7
+            "    kind: group",                                             // 8
+            "    depends_on: [{target: db}]",                              // 9
+            "  - id: db",                                                  // 10
+            "    tcp: {address: \"a:1\"}",                                 // 11
+        ],
+        errors: &[
+            (1, 19, "window 0 is outside 1..=1000"),
+            (5, 15, "hysteresis -1 is outside 0..=1"),
+        ],
+    },
+    Case {
+        name: "readiness requires declared nodes",
+        yaml: &[
+            "readiness: {require: [chekout], min_score: 0.9, colour: red}", // 1
+            "targets:",                                                     // 2
+            "  - id: checkout",                                             // 3
+            "    kind: group",                                              // 4
+            "    depends_on: [{target: db}]",                               // 5
+            "  - id: db",                                                   // 6
+            "    tcp: {address: \"a:1\"}",                                  // 7
+            "scoring: 3",                                                   // 8
+        ],
+        errors: &[
+            (1, 49, r#"unknown field "colour" in readiness"#),
+            (8, 10, "invalid type"),
+        ],
+    },
+    Case {
+        name: "readiness requiring an unknown node",
+        yaml: &[
+            "readiness: {require: [chekout, db]}", // 1
+            "targets:",                            // 2
+            "  - id: checkout",                    // 3
+            "    kind: group",                     // 4
+            "    depends_on: [{target: db}]",      // 5
+            "  - id: db",                          // 6
+            "    tcp: {address: \"a:1\"}",         // 7
+        ],
+        errors: &[(
+            1,
+            23,
+            r#"readiness requires "chekout", which is neither a target nor a group (did you mean "checkout"?)"#,
+        )],
+    },
 ];
 
 #[test]
@@ -1617,4 +1762,117 @@ fn thresholds_flap_and_maintenance_are_mapped() {
     let plain = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
     assert_eq!(plain.topology.targets[0].flap, Some(FlapPolicy::default()));
     assert_eq!(plain.topology.targets[0].thresholds, Thresholds::default());
+}
+
+#[test]
+fn dependencies_groups_scoring_and_readiness_are_mapped() {
+    use probe::graph::{Dependency, GraphConfig, NodeKind, NodeSpec, ReadinessPolicy};
+    let config = parse_ok(&doc(&[
+        "scoring: {window: 10, degraded_credit: 0.25, critical_cap: 0.1}",
+        "readiness: {require: [checkout], min_score: 0.9, hysteresis: 0.02}",
+        "targets:",
+        "  - id: checkout",
+        "    kind: group",
+        "    depends_on:",
+        "      - {target: orders-api, weight: 0.6, critical: true}",
+        "      - {target: cache, weight: 0.4}",
+        "  - id: orders-api",
+        "    tcp: {address: \"a:1\"}",
+        "    depends_on: [{target: orders-db}]",
+        "  - id: orders-db",
+        "    tcp: {address: \"a:2\"}",
+        "  - id: cache",
+        "    tcp: {address: \"a:3\"}",
+    ]));
+    let topology = &config.topology;
+    let ids: Vec<&str> = topology.targets.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["orders-api", "orders-db", "cache"], "groups are not probed");
+    let id = |s: &str| probe::target::TargetId::new(s).unwrap();
+    let dependency = |target: &str, weight: f64, critical: bool, line: u32| Dependency {
+        target: id(target),
+        weight,
+        critical,
+        origin: format!("t.yaml:{line}:{}", if line == 11 { 18 } else { 9 }),
+    };
+    // Only the nodes with dependencies are declared; the other targets are leaves.
+    assert_eq!(
+        topology.nodes,
+        [
+            NodeSpec {
+                id: id("checkout"),
+                kind: NodeKind::Group,
+                depends_on: vec![
+                    dependency("orders-api", 0.6, true, 7),
+                    dependency("cache", 0.4, false, 8),
+                ],
+            },
+            NodeSpec {
+                id: id("orders-api"),
+                kind: NodeKind::Probed,
+                depends_on: vec![dependency("orders-db", Dependency::DEFAULT_WEIGHT, false, 11)],
+            },
+        ]
+    );
+    assert_eq!(
+        topology.scoring,
+        GraphConfig::try_new(10, 0.25, 0.1).unwrap()
+    );
+    assert_eq!(
+        topology.readiness,
+        Some(ReadinessPolicy::try_new(vec![id("checkout")], 0.9, 0.02).unwrap())
+    );
+
+    // Without the sections: default scoring, the all-targets readiness.
+    let plain = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
+    assert_eq!(plain.topology.scoring, GraphConfig::default());
+    assert_eq!(plain.topology.readiness, None);
+    assert!(plain.topology.nodes.is_empty());
+}
+
+#[test]
+fn the_graph_spans_files_and_sections_are_set_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(
+        dir.path(),
+        "a.yaml",
+        &[
+            "readiness: {require: [svc]}",
+            "targets:",
+            "  - id: svc",
+            "    kind: group",
+            "    depends_on: [{target: db, critical: true}]",
+        ],
+    );
+    let b = write(
+        dir.path(),
+        "b.yaml",
+        &[
+            "readiness: {require: [db]}",
+            "scoring: {window: 5}",
+            "targets:",
+            "  - id: db",
+            "    tcp: {address: \"a:1\"}",
+            "    depends_on: [{target: svc}]",
+        ],
+    );
+    let errors = config::load(dir.path()).unwrap_err();
+    let b = b.display();
+    let a = dir.path().join("a.yaml");
+    let a = a.display();
+    assert_eq!(
+        errors.to_string(),
+        format!(
+            "{b}:1:1: readiness is already set at {a}:1:1; set it in one file only\n\
+             {b}:6:18: dependency cycle svc -> db -> svc"
+        )
+    );
+    // Fixed: a group in one file depends on a target in another.
+    write(
+        dir.path(),
+        "b.yaml",
+        &["targets:", "  - id: db", "    tcp: {address: \"a:1\"}"],
+    );
+    let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.topology.nodes.len(), 1);
+    assert!(config.topology.readiness.is_some());
 }

@@ -108,18 +108,18 @@ pub(super) fn check_group_keys(node: &Node, src: &str, label: &str, diags: &mut 
     }
 }
 
-/// A target's `depends_on`, each item read on its own; `None` when one is invalid.
+/// A target's `depends_on`, each item read on its own: the valid ones, and whether every item
+/// was.
 pub(super) fn depends_on(
     node: &Node,
     src: &str,
     present: bool,
     diags: &mut Diags,
-) -> Option<Vec<ParsedDependency>> {
+) -> (Vec<ParsedDependency>, bool) {
     if !present {
-        return Some(Vec::new());
+        return (Vec::new(), true);
     }
     let items = each::<RawDependency>(value_of(node, src, "depends_on"), src, diags);
-    // Every item is checked (and reports its errors) before any failure counts.
     let parsed: Vec<_> = items
         .into_iter()
         .map(|item| {
@@ -137,7 +137,8 @@ pub(super) fn depends_on(
             })
         })
         .collect();
-    parsed.into_iter().collect()
+    let complete = parsed.iter().all(Option::is_some);
+    (parsed.into_iter().flatten().collect(), complete)
 }
 
 /// The `scoring` section; `None` when invalid.
@@ -214,7 +215,11 @@ pub(super) fn readiness(
 pub(super) struct DeclaredNode {
     pub id: TargetId,
     pub kind: NodeKind,
+    /// The dependencies that could be read.
     pub depends_on: Vec<ParsedDependency>,
+    /// Whether something about the node was invalid and left out (already reported): its
+    /// dependencies are checked, but not whether it has any.
+    pub partial: bool,
 }
 
 /// An error of the whole configuration: the index of its file, its position and message.
@@ -231,6 +236,11 @@ pub(super) fn check(
     scoring: GraphConfig,
 ) -> Result<Vec<NodeSpec>, Vec<Located>> {
     let mut origins: HashMap<String, (usize, Pos)> = HashMap::new();
+    let partial: HashSet<TargetId> = nodes
+        .iter()
+        .filter(|(_, node)| node.partial)
+        .map(|(_, node)| node.id.clone())
+        .collect();
     let specs: Vec<NodeSpec> = nodes
         .into_iter()
         .filter(|(_, node)| node.kind == NodeKind::Group || !node.depends_on.is_empty())
@@ -266,13 +276,20 @@ pub(super) fn check(
                 depends_on: Vec::new(),
             }),
     );
-    match Graph::build(scoring, &all) {
-        Ok(_) => Ok(specs),
-        Err(errors) => Err(errors
+    let errors: Vec<Located> = match Graph::build(scoring, &all) {
+        Ok(_) => return Ok(specs),
+        Err(errors) => errors
             .into_iter()
+            .filter(|e| match e {
+                // Reported with both places by the duplicate id check.
+                GraphError::DuplicateNode { .. } => false,
+                GraphError::EmptyGroup { node } => !partial.contains(node),
+                _ => true,
+            })
             .map(|e| locate(e, &origins, positions))
-            .collect()),
-    }
+            .collect(),
+    };
+    Err(errors)
 }
 
 /// `FILE:LINE:COL`, the origin a dependency's errors quote and are located by.

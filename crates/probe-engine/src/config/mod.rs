@@ -868,15 +868,15 @@ fn parse_target(
     };
 
     let kind = graph::kind(raw.kind.as_ref(), diags);
-    let depends_on = graph::depends_on(node, src, raw.depends_on.is_some(), diags);
-    let declared = match (&id, kind, depends_on) {
-        (Some((id, _)), Some(kind), Some(depends_on)) => Some(graph::DeclaredNode {
-            id: id.clone(),
-            kind,
-            depends_on,
-        }),
-        _ => None,
-    };
+    let (depends_on, complete) = graph::depends_on(node, src, raw.depends_on.is_some(), diags);
+    // With an invalid kind, the node still stands for its id, so that its dependents do not
+    // report it unknown.
+    let declared = id.as_ref().map(|(id, _)| graph::DeclaredNode {
+        id: id.clone(),
+        kind: kind.unwrap_or(NodeKind::Probed),
+        depends_on,
+        partial: kind.is_none() || !complete,
+    });
     // An invalid kind was reported; what a target of that kind would need is unknown.
     if kind != Some(NodeKind::Probed) {
         if kind == Some(NodeKind::Group) {
@@ -1142,7 +1142,6 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
             }
         }
     }
-    let unique = late.is_empty();
     let scoring = once(&files, &mut outcomes, "scoring", |o| o.scoring.take(), &mut late);
     let readiness = once(
         &files,
@@ -1153,20 +1152,15 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
     );
     let scoring = scoring.and_then(|(_, config)| config).unwrap_or_default();
 
-    // The graph is checked when every id and dependency could be read, so that a broken entry
-    // does not also show up as an unknown dependency elsewhere.
-    let declared: Option<Vec<(usize, graph::DeclaredNode)>> = outcomes
+    let declared: Vec<(usize, graph::DeclaredNode)> = outcomes
         .iter_mut()
         .enumerate()
-        .flat_map(|(index, o)| o.targets.iter_mut().map(move |t| Some((index, t.node.take()?))))
+        .flat_map(|(index, o)| o.targets.iter_mut().filter_map(move |t| Some((index, t.node.take()?))))
         .collect();
-    let mut nodes = Vec::new();
-    if let (Some(declared), true) = (declared, unique) {
-        match graph::check(&files, declared, &positions, scoring) {
-            Ok(checked) => nodes = checked,
-            Err(errors) => late.extend(errors),
-        }
-    }
+    let nodes = graph::check(&files, declared, &positions, scoring).unwrap_or_else(|errors| {
+        late.extend(errors);
+        Vec::new()
+    });
     let readiness = readiness.and_then(|(index, section)| {
         let (policy, required) = section?;
         late.extend(graph::check_required(&required, index, &positions));
