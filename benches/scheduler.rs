@@ -181,7 +181,9 @@ fn apply(c: &mut Criterion) {
         let cancel = CancellationToken::new();
         let engine = runtime.block_on(async {
             let engine = Engine::start(EngineConfig::default(), cancel.clone());
-            engine.apply(specs.clone()).expect("targets without dependencies");
+            engine
+                .apply(specs.clone())
+                .expect("targets without dependencies");
             sentinel.notified().await;
             engine
         });

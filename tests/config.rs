@@ -918,19 +918,19 @@ const CASES: &[Case] = &[
     Case {
         name: "dependency errors point at the dependency",
         yaml: &[
-            "targets:",                                              // 1
-            "  - id: orders-db",                                     // 2
-            "    tcp: {address: \"a:1\"}",                           // 3
-            "  - id: checkout",                                      // 4
-            "    kind: group",                                       // 5
-            "    depends_on:",                                       // 6
-            "      - {target: orders-bd, critical: true}",           // 7
-            "      - {target: checkout}",                            // 8
-            "      - {target: orders-db, weight: 0}",                // 9
-            "      - {target: orders-db, wieght: 2}",                // 10
-            "      - {target: Bad}",                                 // 11
-            "  - id: empty",                                         // 12
-            "    kind: group",                                       // 13
+            "targets:",                                    // 1
+            "  - id: orders-db",                           // 2
+            "    tcp: {address: \"a:1\"}",                 // 3
+            "  - id: checkout",                            // 4
+            "    kind: group",                             // 5
+            "    depends_on:",                             // 6
+            "      - {target: orders-bd, critical: true}", // 7
+            "      - {target: checkout}",                  // 8
+            "      - {target: orders-db, weight: 0}",      // 9
+            "      - {target: orders-db, wieght: 2}",      // 10
+            "      - {target: Bad}",                       // 11
+            "  - id: empty",                               // 12
+            "    kind: group",                             // 13
         ],
         errors: &[
             (
@@ -956,22 +956,22 @@ const CASES: &[Case] = &[
     Case {
         name: "a cycle names its chain at the edge that closes it",
         yaml: &[
-            "targets:",                          // 1
-            "  - id: a",                         // 2
-            "    kind: group",                   // 3
-            "    depends_on: [{target: b}]",     // 4
-            "  - id: b",                         // 5
-            "    tcp: {address: \"a:1\"}",       // 6
-            "    depends_on: [{target: c}]",     // 7
-            "  - id: c",                         // 8
-            "    kind: group",                   // 9
-            "    depends_on:",                   // 10
-            "      - {target: d}",               // 11
-            "      - {target: a, weight: 2}",    // 12
-            "  - id: d",                         // 13
-            "    tcp: {address: \"a:1\"}",       // 14
-            "  - id: e",                         // 15
-            "    kind: group",                   // 16
+            "targets:",                                   // 1
+            "  - id: a",                                  // 2
+            "    kind: group",                            // 3
+            "    depends_on: [{target: b}]",              // 4
+            "  - id: b",                                  // 5
+            "    tcp: {address: \"a:1\"}",                // 6
+            "    depends_on: [{target: c}]",              // 7
+            "  - id: c",                                  // 8
+            "    kind: group",                            // 9
+            "    depends_on:",                            // 10
+            "      - {target: d}",                        // 11
+            "      - {target: a, weight: 2}",             // 12
+            "  - id: d",                                  // 13
+            "    tcp: {address: \"a:1\"}",                // 14
+            "  - id: e",                                  // 15
+            "    kind: group",                            // 16
             "    depends_on: [{target: d}, {target: d}]", // 17
         ],
         errors: &[
@@ -982,15 +982,15 @@ const CASES: &[Case] = &[
     Case {
         name: "groups have no probe, schedule or maintenance, and kinds are checked",
         yaml: &[
-            "targets:",                          // 1
-            "  - id: svc",                       // 2
-            "    kind: group",                   // 3
-            "    tcp: {address: \"a:1\"}",       // 4
-            "    interval: 5s",                  // 5
-            "    depends_on: [{target: db}]",    // 6
-            "  - id: db",                        // 7
-            "    kind: grup",                    // 8
-            "    tcp: {address: \"a:1\"}",       // 9
+            "targets:",                       // 1
+            "  - id: svc",                    // 2
+            "    kind: group",                // 3
+            "    tcp: {address: \"a:1\"}",    // 4
+            "    interval: 5s",               // 5
+            "    depends_on: [{target: db}]", // 6
+            "  - id: db",                     // 7
+            "    kind: grup",                 // 8
+            "    tcp: {address: \"a:1\"}",    // 9
         ],
         errors: &[
             (
@@ -998,7 +998,11 @@ const CASES: &[Case] = &[
                 5,
                 r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on)"#,
             ),
-            (5, 5, r#"target "svc" is a group: "interval" does not apply"#),
+            (
+                5,
+                5,
+                r#"target "svc" is a group: "interval" does not apply"#,
+            ),
             (
                 8,
                 11,
@@ -1385,7 +1389,12 @@ fn a_directory_of_files_is_merged_in_name_order() {
 
     let config = config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.files, vec![a, b]);
-    let ids: Vec<&str> = config.topology.targets.iter().map(|t| t.id.as_str()).collect();
+    let ids: Vec<&str> = config
+        .topology
+        .targets
+        .iter()
+        .map(|t| t.id.as_str())
+        .collect();
     assert_eq!(ids, ["a1", "a2", "b1"]);
     // Defaults stay in their file.
     assert_eq!(
@@ -1786,7 +1795,11 @@ fn dependencies_groups_scoring_and_readiness_are_mapped() {
     ]));
     let topology = &config.topology;
     let ids: Vec<&str> = topology.targets.iter().map(|t| t.id.as_str()).collect();
-    assert_eq!(ids, ["orders-api", "orders-db", "cache"], "groups are not probed");
+    assert_eq!(
+        ids,
+        ["orders-api", "orders-db", "cache"],
+        "groups are not probed"
+    );
     let id = |s: &str| probe::target::TargetId::new(s).unwrap();
     let dependency = |target: &str, weight: f64, critical: bool, line: u32| Dependency {
         target: id(target),
@@ -1809,7 +1822,12 @@ fn dependencies_groups_scoring_and_readiness_are_mapped() {
             NodeSpec {
                 id: id("orders-api"),
                 kind: NodeKind::Probed,
-                depends_on: vec![dependency("orders-db", Dependency::DEFAULT_WEIGHT, false, 11)],
+                depends_on: vec![dependency(
+                    "orders-db",
+                    Dependency::DEFAULT_WEIGHT,
+                    false,
+                    11
+                )],
             },
         ]
     );

@@ -100,7 +100,9 @@ async fn hysteresis_needs_exactly_fall_failures_and_rise_successes() {
     // The probe takes 1 ms, so the test reads the status while run n+1 is in flight: after run n
     // was recorded and before run n+1 is.
     let (probe, mut starts) = Scripted::new(&script, Duration::from_millis(1));
-    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 2, 3)]).unwrap();
+    engine
+        .apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 2, 3)])
+        .unwrap();
     let mut states = Vec::new();
     for _ in 0..=script.len() {
         starts.recv().await.unwrap();
@@ -134,7 +136,9 @@ async fn no_drift_over_a_hundred_intervals() {
     let jitter = 0.2;
     // Slow probes must not push the schedule: 300 ms latency per run.
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(300));
-    engine.apply(vec![target("t", probe, interval, jitter, 1, 1)]).unwrap();
+    engine
+        .apply(vec![target("t", probe, interval, jitter, 1, 1)])
+        .unwrap();
     let first = starts.recv().await.unwrap();
     for k in 1..=100u32 {
         let at = starts.recv().await.unwrap();
@@ -261,10 +265,12 @@ async fn adding_and_removing_one_target_leaves_the_others_alone() {
     assert_eq!(before.state, HealthState::Up);
 
     let (added, mut added_starts) = Scripted::new(&[], Duration::ZERO);
-    let diff = engine.apply(vec![
-        stay_spec.clone(),
-        target("added", added, interval, 0.0, 2, 2),
-    ]).unwrap();
+    let diff = engine
+        .apply(vec![
+            stay_spec.clone(),
+            target("added", added, interval, 0.0, 2, 2),
+        ])
+        .unwrap();
     assert_eq!(diff.added, [id("added")]);
     assert_eq!(diff.removed, [id("gone")]);
     assert_eq!(diff.unchanged, 1);
@@ -299,10 +305,12 @@ async fn readiness_counts_healthy_targets() {
     let (good, mut good_starts) = Scripted::new(&[], Duration::ZERO);
     let (bad, mut bad_starts) = Scripted::new(&[false; 64], Duration::ZERO);
     let good_spec = target("good", good, Duration::from_secs(1), 0.0, 1, 1);
-    engine.apply(vec![
-        good_spec.clone(),
-        target("bad", bad, Duration::from_secs(1), 0.0, 1, 1),
-    ]).unwrap();
+    engine
+        .apply(vec![
+            good_spec.clone(),
+            target("bad", bad, Duration::from_secs(1), 0.0, 1, 1),
+        ])
+        .unwrap();
     assert!(!engine.readiness().ready, "PROBING is not ready");
     for _ in 0..3 {
         good_starts.recv().await.unwrap();
@@ -334,7 +342,9 @@ async fn maintenance_holds_the_state_keeps_probing_and_expires() {
     let mut events = engine.subscribe();
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
     let interval = Duration::from_secs(10);
-    engine.apply(vec![target("db", probe, interval, 0.0, 1, 1)]).unwrap();
+    engine
+        .apply(vec![target("db", probe, interval, 0.0, 1, 1)])
+        .unwrap();
     starts.recv().await.unwrap();
     starts.recv().await.unwrap();
     assert_eq!(engine.status(&id("db")).unwrap().state, HealthState::Up);
@@ -394,7 +404,9 @@ async fn maintenance_holds_the_state_keeps_probing_and_expires() {
 async fn ending_maintenance_early_and_errors() {
     let (engine, cancel) = start(8);
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
-    engine.apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 1, 1)]).unwrap();
+    engine
+        .apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 1, 1)])
+        .unwrap();
     starts.recv().await.unwrap();
     use probe::engine::EngineError;
     assert_eq!(

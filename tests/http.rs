@@ -943,7 +943,10 @@ targets:
     let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
     let probe = probe::probe::build(&config.topology.targets[0].probe);
-    assert!(matches!(config.topology.targets[0].probe, ProbeSpec::Http(_)));
+    assert!(matches!(
+        config.topology.targets[0].probe,
+        ProbeSpec::Http(_)
+    ));
 
     assert_eq!(probe.check(TIMEOUT).await, CheckResult::up());
     assert_eq!(

@@ -4,16 +4,18 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /livez` | 200 while the process serves at all |
-//! | `GET /readyz` | 200 when every target is UP, DEGRADED or in MAINTENANCE, else 503 with a reason |
-//! | `GET /v1/targets` | every target's status as JSON |
+//! | `GET /readyz` | 200 when ready, else 503 with a reason: from the `readiness` policy when the config has one, else when every target is UP, DEGRADED or in MAINTENANCE |
+//! | `GET /v1/targets` | every target's status as JSON, with its score |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
+//! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
+//! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
 //! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
 //! | `DELETE /v1/targets/{id}/maintenance` | end it |
 //! | `GET /v1/events` | state changes as Server-Sent Events |
 //! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
 //! | `GET /metrics` | Prometheus text exposition |
 //!
-//! Errors are JSON `{"error": "..."}`: 400 for a malformed id or body, 401/403 for a refused
+//! Errors are JSON `{"error": "..."}`: 400 for a malformed id, body or query, 401/403 for a refused
 //! mutation, 404 for an unknown target or path, 405 for a wrong method, 409 for a conflict.
 //!
 //! Mutations are accepted from loopback peers only, unless a token is configured; then every
@@ -26,8 +28,8 @@ use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +37,7 @@ use axum::routing::get;
 use futures_util::Stream;
 use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::{Engine, EngineError, Event, MaintenanceInfo, TargetStatus};
+use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
 use probe::outcome::{Outcome, Signal};
 use probe::state::HealthState;
 use probe::target::TargetId;
@@ -73,6 +76,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/targets", get(targets))
         .route("/v1/targets/{id}", get(target))
+        .route("/v1/targets/{id}/explain", get(explain))
+        .route("/v1/graph", get(graph))
         .route(
             "/v1/targets/{id}/maintenance",
             axum::routing::put(start_maintenance).delete(end_maintenance),
@@ -145,7 +150,12 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     match state.metrics {
         // Rendering walks every series (several per target): keep it off the async workers,
         // which also run the probes.
-        Some(handle) => match tokio::task::spawn_blocking(move || handle.render()).await {
+        Some(handle) => match tokio::task::spawn_blocking(move || {
+            state.engine.publish_scores();
+            handle.render()
+        })
+        .await
+        {
             Ok(text) => (
                 [(
                     header::CONTENT_TYPE,
@@ -193,6 +203,60 @@ async fn target(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     detail(&state.engine, &parse_id(&id)?)
+}
+
+/// `GET /v1/targets/{id}/explain`: the node's score and state, and each dependency's part.
+async fn explain(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let explanation = state.engine.with_graph(|g| g.explain(&id)).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no target or group {:?}", id.as_str()),
+        )
+    })?;
+    let children: Vec<ChildView> = explanation.children.iter().map(ChildView::from).collect();
+    Ok(Json(json!({
+        "node": NodeView::from(&explanation.node),
+        "stability": explanation.stability,
+        "summary": explanation.to_string(),
+        "children": children,
+    }))
+    .into_response())
+}
+
+/// The query of `GET /v1/graph`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphQuery {
+    format: Option<String>,
+}
+
+/// `GET /v1/graph`: every node and edge as JSON, or as Graphviz DOT with `?format=dot`.
+async fn graph(
+    State(state): State<ApiState>,
+    query: Result<Query<GraphQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    match query.format.as_deref() {
+        None | Some("json") => {
+            let export = state.engine.with_graph(probe::graph::Graph::export);
+            let nodes: Vec<NodeView> = export.nodes.iter().map(NodeView::from).collect();
+            let edges: Vec<EdgeView> = export.edges.iter().map(EdgeView::from).collect();
+            Ok(Json(json!({ "nodes": nodes, "edges": edges })).into_response())
+        }
+        Some("dot") => Ok((
+            [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+            state.engine.with_graph(probe::graph::Graph::to_dot),
+        )
+            .into_response()),
+        Some(other) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("unknown format {other:?}: expected \"json\" or \"dot\""),
+        )),
+    }
 }
 
 /// Lets a mutation through, or says why not.
@@ -345,6 +409,80 @@ struct TargetView {
     transitions: u64,
     interval_ms: u128,
     timeout_ms: u128,
+    /// The dependency-graph score; `null` while unknown.
+    score: Option<f64>,
+    dependency_down: bool,
+}
+
+/// A graph node as `/v1/graph` and explanations show it. Field names are a public contract.
+#[derive(Serialize)]
+struct NodeView {
+    id: String,
+    kind: &'static str,
+    /// `null` for a group.
+    state: Option<&'static str>,
+    /// `null` while unknown.
+    score: Option<f64>,
+    /// Whether the score is unknown: no results yet below the node.
+    unknown: bool,
+    dependency_down: bool,
+}
+
+#[derive(Serialize)]
+struct EdgeView {
+    from: String,
+    to: String,
+    /// Normalised: a node's edges sum to 1.
+    weight: f64,
+    critical: bool,
+}
+
+#[derive(Serialize)]
+struct ChildView {
+    #[serde(flatten)]
+    node: NodeView,
+    weight: f64,
+    critical: bool,
+    /// Critical and DOWN: this dependency caps the parent.
+    caps: bool,
+}
+
+impl From<&NodeStatus> for NodeView {
+    fn from(n: &NodeStatus) -> Self {
+        Self {
+            id: n.id.to_string(),
+            kind: match n.kind {
+                NodeKind::Probed => "target",
+                NodeKind::Group => "group",
+            },
+            state: n.state.map(HealthState::as_str),
+            score: n.score,
+            unknown: n.score.is_none(),
+            dependency_down: n.dependency_down,
+        }
+    }
+}
+
+impl From<&Edge> for EdgeView {
+    fn from(e: &Edge) -> Self {
+        Self {
+            from: e.from.to_string(),
+            to: e.to.to_string(),
+            weight: e.weight,
+            critical: e.critical,
+        }
+    }
+}
+
+impl From<&ChildExplanation> for ChildView {
+    fn from(c: &ChildExplanation) -> Self {
+        Self {
+            node: NodeView::from(&c.node),
+            weight: c.weight,
+            critical: c.critical,
+            caps: c.caps,
+        }
+    }
 }
 
 /// One target with its recent results, oldest first.
@@ -434,6 +572,8 @@ impl From<&TargetStatus> for TargetView {
             transitions: s.transitions,
             interval_ms: s.schedule.interval().as_millis(),
             timeout_ms: s.schedule.timeout().as_millis(),
+            score: s.score,
+            dependency_down: s.dependency_down,
         }
     }
 }
@@ -491,8 +631,18 @@ async fn health(State(state): State<ApiState>) -> Response {
             (state, ..) if s.flapping => Some(format!("state {state}: flapping")),
             (state, ..) => Some(format!("state {state}")),
         };
+        let output = match output {
+            Some(output) if s.dependency_down => {
+                Some(format!("{output}; a critical dependency is DOWN"))
+            }
+            None if s.dependency_down => Some("a critical dependency is DOWN".to_owned()),
+            output => output,
+        };
         if let Some(output) = output {
             check["output"] = json!(output);
+        }
+        if let Some(score) = s.score {
+            check["score"] = json!(score);
         }
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
     }

@@ -363,7 +363,10 @@ fn check_accepts_the_default_config_and_reports_every_error() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.starts_with("ok: 2 targets and 0 groups in 1 files"), "{stdout}");
+    assert!(
+        stdout.starts_with("ok: 2 targets and 0 groups in 1 files"),
+        "{stdout}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.yaml");
@@ -673,4 +676,153 @@ async fn events_follow_a_service_through_every_state() {
         &[("DOWN", "PROBING"), ("PROBING", "UP")],
     )
     .await;
+}
+
+/// Waits for the next readiness flip in the log and checks its direction.
+fn expect_readiness(daemon: &mut Daemon, ready: bool) -> Value {
+    let line = daemon.wait_log("readiness changed");
+    assert_eq!(line["ready"], ready, "{line}");
+    line
+}
+
+async fn explain(daemon: &Daemon, id: &str) -> Value {
+    let response = daemon.get(&format!("/v1/targets/{id}/explain")).await;
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_critical_dependencies_only() {
+    use std::sync::atomic::Ordering;
+    let (db, db_mode) = switchable_service().await;
+    let (cache, cache_mode) = switchable_service().await;
+    let dir = tempfile::tempdir().unwrap();
+    let interval = Duration::from_millis(300);
+    let timeout = Duration::from_millis(200);
+    std::fs::write(
+        dir.path().join("checkout.yaml"),
+        format!(
+            r#"scoring: {{window: 4}}
+readiness: {{require: [checkout], min_score: 0.5}}
+defaults: {{interval: 300ms, timeout: 200ms, rise: 1, fall: 1, jitter: 0}}
+targets:
+  - id: checkout
+    kind: group
+    depends_on:
+      - {{target: orders-db, weight: 0.6, critical: true}}
+      - {{target: cache, weight: 0.4}}
+  - id: orders-db
+    http: {{url: "http://{db}/ready"}}
+  - id: cache
+    http: {{url: "http://{cache}/ready"}}
+"#
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(dir.path());
+    expect_readiness(&mut daemon, true);
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
+    let checkout = explain(&daemon, "checkout").await;
+    assert_eq!(checkout["node"]["score"], 1.0, "{checkout}");
+    assert_eq!(checkout["node"]["kind"], "group");
+
+    // The cache fails for good: checkout's score drops to 0.6, still over 0.5: still ready.
+    cache_mode.store(2, Ordering::SeqCst);
+    daemon.wait_states(&[("cache", "DOWN")]).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let checkout = explain(&daemon, "checkout").await;
+        if checkout["node"]["score"] == 0.6 {
+            assert_eq!(
+                checkout["summary"],
+                "checkout 0.60: orders-db 1.00 (w 0.60, critical) UP; cache 0.00 (w 0.40) DOWN"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "score never settled: {checkout}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
+    let targets = daemon.targets().await;
+    let cache_view = targets.iter().find(|t| t["id"] == "cache").unwrap();
+    assert_eq!(cache_view["score"], 0.0);
+    assert_eq!(cache_view["dependency_down"], false);
+
+    // The critical database fails: not ready within one interval plus the timeout.
+    let failed_at = Instant::now();
+    db_mode.store(2, Ordering::SeqCst);
+    let flip = expect_readiness(&mut daemon, false);
+    let took = failed_at.elapsed();
+    // The log line travels through a pipe and a thread: allow it 500 ms.
+    assert!(
+        took <= interval + timeout + Duration::from_millis(500),
+        "not ready only after {took:?}"
+    );
+    assert_eq!(
+        flip["reason"],
+        "checkout has a critical dependency DOWN (orders-db)"
+    );
+    let readyz = daemon.get("/readyz").await;
+    assert_eq!(readyz.status(), 503);
+    assert!(
+        readyz
+            .text()
+            .await
+            .unwrap()
+            .contains("critical dependency DOWN (orders-db)")
+    );
+    let checkout = explain(&daemon, "checkout").await;
+    assert_eq!(checkout["node"]["dependency_down"], true);
+    assert_eq!(checkout["node"]["score"], 0.0);
+    assert_eq!(checkout["children"][0]["caps"], true, "{checkout}");
+
+    let graph: Value = daemon.get("/v1/graph").await.json().await.unwrap();
+    let ids: Vec<&str> = graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["cache", "checkout", "orders-db"]);
+    assert_eq!(
+        graph["edges"][0],
+        serde_json::json!({"from": "checkout", "to": "orders-db", "weight": 0.6, "critical": true})
+    );
+    let dot = daemon.get("/v1/graph?format=dot").await;
+    assert_eq!(
+        dot.headers()["content-type"],
+        "text/vnd.graphviz; charset=utf-8"
+    );
+    let dot = dot.text().await.unwrap();
+    assert!(dot.starts_with("digraph dependencies {"), "{dot}");
+    assert!(dot.contains("\"checkout\" -> \"orders-db\""), "{dot}");
+    let metrics = daemon.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("probe_health_score{target=\"checkout\"} 0\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("probe_dependency_down{target=\"checkout\"} 1\n"));
+    promtool_check(&metrics);
+
+    // Bad requests get a 4xx with a reason.
+    let (status, body) = daemon
+        .send(reqwest::Method::GET, "/v1/graph?format=svg", None, None)
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("svg"), "{body}");
+    let (status, _) = daemon
+        .send(reqwest::Method::GET, "/v1/graph?colour=red", None, None)
+        .await;
+    assert_eq!(status, 400);
+    let (status, body) = daemon
+        .send(reqwest::Method::GET, "/v1/targets/nope/explain", None, None)
+        .await;
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap().contains("nope"), "{body}");
+
+    // Both recover: ready again once the database's window is good enough.
+    cache_mode.store(0, Ordering::SeqCst);
+    db_mode.store(0, Ordering::SeqCst);
+    expect_readiness(&mut daemon, true);
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
 }

@@ -129,9 +129,7 @@ pub(super) fn depends_on(
                 .ok()?;
             Some(ParsedDependency {
                 target,
-                weight: raw
-                    .weight
-                    .map_or(Dependency::DEFAULT_WEIGHT, |w| w.value),
+                weight: raw.weight.map_or(Dependency::DEFAULT_WEIGHT, |w| w.value),
                 critical: raw.critical.is_some_and(|c| c.value),
                 pos,
             })

@@ -1142,7 +1142,13 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
             }
         }
     }
-    let scoring = once(&files, &mut outcomes, "scoring", |o| o.scoring.take(), &mut late);
+    let scoring = once(
+        &files,
+        &mut outcomes,
+        "scoring",
+        |o| o.scoring.take(),
+        &mut late,
+    );
     let readiness = once(
         &files,
         &mut outcomes,
@@ -1155,7 +1161,11 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
     let declared: Vec<(usize, graph::DeclaredNode)> = outcomes
         .iter_mut()
         .enumerate()
-        .flat_map(|(index, o)| o.targets.iter_mut().filter_map(move |t| Some((index, t.node.take()?))))
+        .flat_map(|(index, o)| {
+            o.targets
+                .iter_mut()
+                .filter_map(move |t| Some((index, t.node.take()?)))
+        })
         .collect();
     let nodes = graph::check(&files, declared, &positions, scoring).unwrap_or_else(|errors| {
         late.extend(errors);
@@ -1175,7 +1185,8 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
     let mut errors = Vec::new();
     for (file, outcome) in files.iter().zip(&mut outcomes) {
         // A target is only left unbuilt because of a reported error; guard against a silent drop.
-        if outcome.diags.is_empty() && outcome.targets.iter().any(|t| t.spec.is_none() && !t.group) {
+        if outcome.diags.is_empty() && outcome.targets.iter().any(|t| t.spec.is_none() && !t.group)
+        {
             outcome
                 .diags
                 .push((Pos::NONE, "a target could not be built".to_owned()));

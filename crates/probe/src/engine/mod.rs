@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 mod topology;
 
-pub use topology::{Topology, TopologyError};
 use topology::{Dependencies, graph_nodes};
+pub use topology::{Topology, TopologyError};
 
 use crate::backoff::SuccessWindow;
 use crate::graph::Graph;

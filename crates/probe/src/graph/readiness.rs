@@ -164,7 +164,9 @@ impl ReadinessLatch {
         for id in &self.policy.require {
             let failure = match graph.status(id) {
                 None => Some(format!("{id} is not in the dependency graph")),
-                Some(node) if node.state == Some(HealthState::Down) => Some(format!("{id} is DOWN")),
+                Some(node) if node.state == Some(HealthState::Down) => {
+                    Some(format!("{id} is DOWN"))
+                }
                 Some(node) if node.dependency_down => {
                     let down: Vec<String> = graph
                         .explain(id)

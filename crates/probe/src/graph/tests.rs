@@ -887,8 +887,12 @@ fn reconfigure_keeps_the_most_recent_results() {
 }
 
 fn policy(require: &[&str], min_score: f64, hysteresis: f64) -> ReadinessPolicy {
-    ReadinessPolicy::try_new(require.iter().map(|r| id(r)).collect(), min_score, hysteresis)
-        .unwrap()
+    ReadinessPolicy::try_new(
+        require.iter().map(|r| id(r)).collect(),
+        min_score,
+        hysteresis,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -905,7 +909,10 @@ fn readiness_policies_are_validated() {
         ReadinessPolicy::try_new(vec![id("a")], 0.8, f64::NAN),
         Err(ReadinessPolicyError::Hysteresis(_))
     ));
-    assert_eq!(policy(&["a", "b", "a"], 0.8, 0.0).require(), [id("a"), id("b")]);
+    assert_eq!(
+        policy(&["a", "b", "a"], 0.8, 0.0).require(),
+        [id("a"), id("b")]
+    );
 }
 
 /// A service with a critical database and a non-critical cache, required at 0.8 with a 0.1 margin.
@@ -989,8 +996,16 @@ fn readiness_has_hysteresis_at_the_threshold() {
         (latch.verdict().ready, score(g, "db").unwrap())
     };
     assert_eq!(step(&mut g, &mut latch, &[G; 20]), (true, 1.0));
-    assert_eq!(step(&mut g, &mut latch, &[F; 5]), (true, 0.75), "under 0.8, above 0.7");
-    assert_eq!(step(&mut g, &mut latch, &[F]), (true, 0.7), "at the lower threshold");
+    assert_eq!(
+        step(&mut g, &mut latch, &[F; 5]),
+        (true, 0.75),
+        "under 0.8, above 0.7"
+    );
+    assert_eq!(
+        step(&mut g, &mut latch, &[F]),
+        (true, 0.7),
+        "at the lower threshold"
+    );
     assert_eq!(step(&mut g, &mut latch, &[F]), (false, 0.65));
     assert_eq!(
         latch.verdict().reason.as_deref(),
@@ -998,7 +1013,11 @@ fn readiness_has_hysteresis_at_the_threshold() {
     );
     // The failures roll out of the window one by one after 13 more good results.
     assert_eq!(step(&mut g, &mut latch, &[G; 13]), (false, 0.65));
-    assert_eq!(step(&mut g, &mut latch, &[G; 2]), (false, 0.75), "above 0.7, under 0.8");
+    assert_eq!(
+        step(&mut g, &mut latch, &[G; 2]),
+        (false, 0.75),
+        "above 0.7, under 0.8"
+    );
     assert_eq!(step(&mut g, &mut latch, &[G]), (true, 0.8));
     // A DOWN required node fails whatever its score.
     g.set_state(&id("db"), Down).unwrap();
@@ -1010,7 +1029,9 @@ fn readiness_has_hysteresis_at_the_threshold() {
 fn an_empty_graph_grows_by_apply() {
     let mut g = Graph::empty(GraphConfig::default());
     assert!(g.is_empty());
-    let applied = g.apply(&[probed("db", vec![]), group("svc", vec![dep("db")])]).unwrap();
+    let applied = g
+        .apply(&[probed("db", vec![]), group("svc", vec![dep("db")])])
+        .unwrap();
     assert_eq!(applied.added, [id("db"), id("svc")]);
     feed(&mut g, "db", &[G], Up);
     assert_eq!(score(&g, "svc"), Some(1.0));
