@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use probe::engine::{Engine, EngineConfig};
+use probe::engine::{Engine, EngineConfig, Topology, TopologyError};
+use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::probe::Probe;
 use probe::scheduler::SchedulerConfig;
@@ -503,6 +504,233 @@ async fn a_flapping_target_is_held_in_probing_until_stable() {
         (HealthState::Probing, HealthState::Up)
     );
     assert!(!engine.status(&id("flaky")).unwrap().flapping);
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+/// A probe that passes or fails as the test says.
+struct Switch(std::sync::atomic::AtomicBool);
+
+impl Switch {
+    fn new() -> Arc<Self> {
+        Arc::new(Self(std::sync::atomic::AtomicBool::new(true)))
+    }
+
+    fn set(&self, up: bool) {
+        self.0.store(up, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl Probe for Switch {
+    async fn check(&self, _timeout: Duration) -> CheckResult {
+        if self.0.load(Ordering::SeqCst) {
+            CheckResult::up()
+        } else {
+            CheckResult::failed(Failure::new(FailureReason::Refused, "switched off"))
+        }
+    }
+}
+
+/// Waits (on paused time) for `id` to enter `state`.
+async fn wait_for(
+    events: &mut tokio::sync::broadcast::Receiver<probe::engine::Event>,
+    id: &str,
+    state: HealthState,
+) {
+    loop {
+        let event = events.recv().await.unwrap();
+        if event.target.as_str() == id && event.to == state {
+            return;
+        }
+    }
+}
+
+fn node_score(engine: &Engine, name: &str) -> Option<f64> {
+    engine.with_graph(|g| g.status(&id(name)).unwrap().score)
+}
+
+/// `svc` needs a critical `db` (weight 4) and a non-critical `cache` (weight 1); readiness
+/// requires `svc` at 0.8 with a 0.1 margin.
+fn service(db: Arc<Switch>, cache: Arc<Switch>) -> Topology {
+    let second = Duration::from_secs(1);
+    let dependency = |target: &str, weight: f64, critical: bool| Dependency {
+        weight,
+        critical,
+        ..Dependency::new(id(target), "test")
+    };
+    Topology {
+        targets: vec![
+            target("db", db, second, 0.0, 1, 1),
+            target("cache", cache, second, 0.0, 1, 1),
+        ],
+        nodes: vec![NodeSpec {
+            id: id("svc"),
+            kind: NodeKind::Group,
+            depends_on: vec![dependency("db", 4.0, true), dependency("cache", 1.0, false)],
+        }],
+        scoring: GraphConfig::default(),
+        readiness: Some(ReadinessPolicy::try_new(vec![id("svc")], 0.8, 0.1).unwrap()),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn results_feed_scores_and_readiness_follows_the_policy() {
+    let (engine, cancel) = start(8);
+    let mut events = engine.subscribe();
+    let (db, cache) = (Switch::new(), Switch::new());
+    engine.apply(service(db.clone(), cache.clone())).unwrap();
+    let r = engine.readiness();
+    assert!(!r.ready, "no verdict before results");
+    assert_eq!(r.reason.as_deref(), Some("svc has no score yet"));
+    wait_for(&mut events, "db", HealthState::Up).await;
+    wait_for(&mut events, "cache", HealthState::Up).await;
+    assert!(engine.readiness().ready);
+    assert_eq!(
+        (engine.readiness().total, engine.readiness().healthy),
+        (1, 1)
+    );
+    assert_eq!(node_score(&engine, "svc"), Some(1.0));
+    let listed = engine.statuses();
+    assert!(
+        listed
+            .iter()
+            .all(|s| s.score == Some(1.0) && !s.dependency_down)
+    );
+    assert_eq!(listed.len(), 2, "groups are not probed");
+
+    // The cache goes DOWN: lower, still ready.
+    cache.set(false);
+    wait_for(&mut events, "cache", HealthState::Down).await;
+    let svc = node_score(&engine, "svc").unwrap();
+    assert!(svc < 1.0 && svc >= 0.8, "{svc}");
+    assert!(engine.readiness().ready);
+
+    // The database in maintenance: its failures do not count, and it is not DOWN.
+    engine
+        .start_maintenance(&id("db"), "swap".into(), Duration::from_secs(60))
+        .unwrap();
+    db.set(false);
+    let before = engine.status(&id("db")).unwrap().score;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let during = engine.status(&id("db")).unwrap();
+    assert_eq!(during.state, HealthState::Maintenance);
+    assert_eq!(during.score, before);
+    assert!(engine.readiness().ready);
+
+    // Maintenance over, the database goes DOWN: capped, marked, not ready.
+    engine.end_maintenance(&id("db")).unwrap();
+    wait_for(&mut events, "db", HealthState::Down).await;
+    assert_eq!(node_score(&engine, "svc"), Some(0.0));
+    assert!(engine.with_graph(|g| g.status(&id("svc")).unwrap().dependency_down));
+    let r = engine.readiness();
+    assert!(!r.ready);
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("svc has a critical dependency DOWN (db)")
+    );
+    assert_eq!(
+        engine.with_graph(|g| g.explain(&id("svc")).unwrap().to_string()),
+        format!(
+            "svc 0.00, dependency down: db {:.2} (w 0.80, critical, caps) DOWN; cache {:.2} (w 0.20) DOWN",
+            engine.status(&id("db")).unwrap().score.unwrap(),
+            engine.status(&id("cache")).unwrap().score.unwrap(),
+        )
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dependency_changes_keep_targets_and_probe_changes_reset_scores() {
+    let (engine, cancel) = start(8);
+    let mut events = engine.subscribe();
+    let (db, cache) = (Switch::new(), Switch::new());
+    let mut topology = service(db.clone(), cache.clone());
+    engine.apply(topology.clone()).unwrap();
+    wait_for(&mut events, "db", HealthState::Up).await;
+    wait_for(&mut events, "cache", HealthState::Up).await;
+    cache.set(false);
+    wait_for(&mut events, "cache", HealthState::Down).await;
+    let cache_before = engine.status(&id("cache")).unwrap();
+    assert!(cache_before.score.unwrap() < 1.0);
+
+    // New weights and no readiness policy: no target restarts, scores are kept.
+    topology.nodes[0].depends_on[1].weight = 4.0;
+    topology.readiness = None;
+    let diff = engine.apply(topology.clone()).unwrap();
+    assert!(diff.is_empty(), "{diff:?}");
+    let cache_after = engine.status(&id("cache")).unwrap();
+    assert_eq!(cache_after.transitions, cache_before.transitions);
+    assert_eq!(cache_after.state, HealthState::Down);
+    assert_eq!(cache_after.score, cache_before.score);
+    let readiness = engine.readiness();
+    assert!(
+        !readiness.ready,
+        "all-targets readiness again: the cache is DOWN"
+    );
+    assert_eq!(readiness.total, 2);
+
+    // A new probe for the cache: restarted, its old results forgotten.
+    topology.targets[1] = target("cache", Switch::new(), Duration::from_secs(2), 0.0, 1, 1);
+    let diff = engine.apply(topology).unwrap();
+    assert_eq!(diff.changed, [id("cache")]);
+    let restarted = engine.status(&id("cache")).unwrap();
+    assert_eq!(restarted.state, HealthState::Probing);
+    assert_eq!(restarted.score, None);
+    assert_eq!(node_score(&engine, "svc"), None, "unknown propagates");
+    wait_for(&mut events, "cache", HealthState::Up).await;
+    assert_eq!(engine.status(&id("cache")).unwrap().score, Some(1.0));
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_topology_changes_nothing() {
+    let (engine, cancel) = start(8);
+    let (db, cache) = (Switch::new(), Switch::new());
+    let valid = service(db.clone(), cache.clone());
+    engine.apply(valid.clone()).unwrap();
+
+    let mut cycle = valid.clone();
+    cycle.nodes.push(NodeSpec {
+        id: id("db"),
+        kind: NodeKind::Probed,
+        depends_on: vec![Dependency::new(id("svc"), "db.yaml:3:5")],
+    });
+    let Err(TopologyError::Graph(errors)) = engine.apply(cycle) else {
+        panic!("a cycle must be refused");
+    };
+    assert!(
+        matches!(&errors[..], [GraphError::Cycle { chain, .. }] if chain.len() == 3),
+        "{errors:?}"
+    );
+
+    let mut group_is_target = valid.clone();
+    group_is_target.nodes[0].id = id("db");
+    assert_eq!(
+        engine.apply(group_is_target),
+        Err(TopologyError::GroupIsTarget(id("db")))
+    );
+    let mut not_a_target = valid.clone();
+    not_a_target.nodes[0].kind = NodeKind::Probed;
+    assert_eq!(
+        engine.apply(not_a_target),
+        Err(TopologyError::NotATarget(id("svc")))
+    );
+    let mut unknown = valid.clone();
+    unknown.readiness = Some(ReadinessPolicy::try_new(vec![id("web")], 0.8, 0.0).unwrap());
+    assert_eq!(
+        engine.apply(unknown),
+        Err(TopologyError::UnknownRequired(id("web")))
+    );
+    // Still the valid topology.
+    let nodes = engine.with_graph(|g| g.export().nodes.len());
+    assert_eq!(nodes, 3);
+    assert_eq!(engine.readiness().total, 1, "the policy stayed");
+    assert!(engine.apply(valid).unwrap().is_empty());
     cancel.cancel();
     engine.stopped().await;
 }

@@ -165,13 +165,15 @@ pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Graph
         .ok()
 }
 
-/// The `readiness` section, with each required id and its position for the check against the
-/// targets; `None` when invalid.
-pub(super) fn readiness(
-    node: &Node,
-    src: &str,
-    diags: &mut Diags,
-) -> Option<(ReadinessPolicy, Vec<(TargetId, Pos)>)> {
+/// A valid `readiness` section.
+pub(super) struct ParsedReadiness {
+    pub policy: ReadinessPolicy,
+    /// Each required id with its position, for the check against the targets.
+    pub required: Vec<(TargetId, Pos)>,
+}
+
+/// The `readiness` section; `None` when invalid.
+pub(super) fn readiness(node: &Node, src: &str, diags: &mut Diags) -> Option<ParsedReadiness> {
     let (raw, structural) = collect::<RawReadiness>(node, src);
     let clean = structural.is_empty();
     diags.extend(structural);
@@ -206,7 +208,7 @@ pub(super) fn readiness(
             diags.push((pos.unwrap_or(node.pos), e.to_string()));
         })
         .ok()
-        .map(|policy| (policy, required))
+        .map(|policy| ParsedReadiness { policy, required })
 }
 
 /// One file's declared node, for the whole-configuration check.

@@ -82,7 +82,7 @@ use std::time::Duration;
 
 use probe::backoff::BackoffError;
 use probe::engine::Topology;
-use probe::graph::{GraphConfig, NodeKind, ReadinessPolicy};
+use probe::graph::{GraphConfig, NodeKind};
 use probe::maintenance::{MaintenanceWindow, WindowError, WindowStart};
 use probe::target::{
     Address, CloseMode, Expect, FlapPolicy, ProbeSpec, Schedule, ScheduleError, TargetId,
@@ -1009,7 +1009,7 @@ struct FileOutcome {
     diags: Diags,
     targets: Vec<ParsedTarget>,
     scoring: Option<Section<GraphConfig>>,
-    readiness: Option<Section<(ReadinessPolicy, Vec<(TargetId, Pos)>)>>,
+    readiness: Option<Section<graph::ParsedReadiness>>,
 }
 
 impl FileOutcome {
@@ -1172,9 +1172,9 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
         Vec::new()
     });
     let readiness = readiness.and_then(|(index, section)| {
-        let (policy, required) = section?;
-        late.extend(graph::check_required(&required, index, &positions));
-        Some(policy)
+        let parsed = section?;
+        late.extend(graph::check_required(&parsed.required, index, &positions));
+        Some(parsed.policy)
     });
     for (index, pos, message) in late {
         if let Some(outcome) = outcomes.get_mut(index) {
