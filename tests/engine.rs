@@ -603,7 +603,7 @@ async fn results_feed_scores_and_readiness_follows_the_policy() {
     cache.set(false);
     wait_for(&mut events, "cache", HealthState::Down).await;
     let svc = node_score(&engine, "svc").unwrap();
-    assert!(svc < 1.0 && svc >= 0.8, "{svc}");
+    assert!((0.8..1.0).contains(&svc), "{svc}");
     assert!(engine.readiness().ready);
 
     // The database in maintenance: its failures do not count, and it is not DOWN.
