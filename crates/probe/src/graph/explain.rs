@@ -16,7 +16,8 @@ pub struct NodeStatus {
     pub id: TargetId,
     /// Probed or group.
     pub kind: NodeKind,
-    /// The score in `[0, 1]`; `None` while unknown (a probed node without results below).
+    /// The score in `[0, 1]`; `None` while unknown (a probed node below, or this one, has not
+    /// reached its first verdict).
     pub score: Option<f64>,
     /// Whether a critical dependency is DOWN (the score is capped).
     pub dependency_down: bool,

@@ -12,8 +12,10 @@
 //! - a *critical* dependency that is DOWN caps its parent at [`GraphConfig::critical_cap`] and
 //!   marks it `dependency_down`. The parent's own state does not change, and grandparents feel
 //!   it only through the parent's score (and their own critical edges);
-//! - a score is *unknown* while a probed node has no results, and unknown propagates upward: a
-//!   parent with an unknown child is unknown, never guessed healthy or failed.
+//! - a score is *unknown* while a probed node has not reached its first verdict (UP, DEGRADED or
+//!   DOWN: until then, in PROBING, its few results are not conclusive), and unknown propagates
+//!   upward: a parent with an unknown child is unknown, never guessed healthy or failed. A
+//!   verdict, once reached, keeps the node's results counting through later PROBING spells.
 //!
 //! Why it is fast: after validation the graph is compiled into flat arrays numbered children
 //! first, level by level (the `compiled` submodule), so a full rescore is one linear pass that
@@ -59,7 +61,7 @@ mod validate;
 use compiled::{Child, Compiled, normalised};
 pub use explain::{ChildExplanation, Edge, Explanation, Export, NodeStatus};
 pub use readiness::{GraphReadiness, ReadinessLatch, ReadinessPolicy, ReadinessPolicyError};
-use score::{Inputs, Nodes, Pending};
+use score::{Inputs, Nodes, Pending, probed_stability};
 pub use validate::GraphError;
 use validate::{Target, Validated, validate};
 
@@ -307,7 +309,6 @@ impl Graph {
         let i = self.probed(id)?;
         if state != HealthState::Maintenance {
             self.nodes.windows.record(i, quality);
-            self.nodes.stability[i] = self.nodes.windows.ratio(i, self.config.degraded_credit);
         }
         Ok(self.update(i, state))
     }
@@ -332,7 +333,7 @@ impl Graph {
     pub fn reset(&mut self, id: &TargetId) -> Result<usize, NodeError> {
         let i = self.probed(id)?;
         self.nodes.windows.clear(i);
-        self.nodes.stability[i] = f64::NAN;
+        self.nodes.decided[i] = false;
         Ok(self.update(i, HealthState::Probing))
     }
 
@@ -358,6 +359,7 @@ impl Graph {
             stability,
             states,
             dependency_down,
+            decided,
             windows,
         } = &mut self.nodes;
         let inputs = Inputs {
@@ -365,10 +367,11 @@ impl Graph {
             states,
             critical_cap: self.config.critical_cap,
         };
+        let credit = self.config.degraded_credit;
         // One pass: a node's stability is refreshed right before it is read.
         for i in 0..scores.len() {
             stability[i] = match self.topo.kinds[i] {
-                NodeKind::Probed => windows.ratio(i, self.config.degraded_credit),
+                NodeKind::Probed => probed_stability(decided[i], windows, i, credit),
                 NodeKind::Group => 1.0,
             };
             (scores[i], dependency_down[i]) = inputs.evaluate(scores, stability[i], i);
@@ -398,6 +401,17 @@ impl Graph {
         let is_down = |state: Option<HealthState>| state == Some(HealthState::Down);
         let mut moved = is_down(self.nodes.states[i]) != is_down(Some(state));
         self.nodes.states[i] = Some(state);
+        let verdict = matches!(
+            state,
+            HealthState::Up | HealthState::Degraded | HealthState::Down
+        );
+        self.nodes.decided[i] |= verdict;
+        self.nodes.stability[i] = probed_stability(
+            self.nodes.decided[i],
+            &self.nodes.windows,
+            i,
+            self.config.degraded_credit,
+        );
         let Nodes {
             scores,
             stability,

@@ -123,6 +123,9 @@ pub(super) struct Nodes {
     pub states: Vec<Option<HealthState>>,
     /// Whether a critical dependency is DOWN.
     pub dependency_down: Vec<bool>,
+    /// Whether the probed node has reached a verdict (UP, DEGRADED or DOWN) since it was added
+    /// or reset. Before that its results are not conclusive: its stability is unknown.
+    pub decided: Vec<bool>,
     pub windows: Windows,
 }
 
@@ -134,6 +137,7 @@ impl Nodes {
             stability: Vec::with_capacity(nodes),
             states: Vec::with_capacity(nodes),
             dependency_down: Vec::with_capacity(nodes),
+            decided: Vec::with_capacity(nodes),
             windows: Windows::with_capacity(window, nodes),
         }
     }
@@ -148,6 +152,7 @@ impl Nodes {
         self.stability.push(stability);
         self.states.push(state);
         self.dependency_down.push(false);
+        self.decided.push(false);
         self.windows.push_empty();
     }
 
@@ -157,6 +162,7 @@ impl Nodes {
         self.stability.push(old.stability[i]);
         self.states.push(old.states[i]);
         self.dependency_down.push(old.dependency_down[i]);
+        self.decided.push(old.decided[i]);
         self.windows.push_copy(&old.windows, i);
     }
 
@@ -175,6 +181,7 @@ impl Nodes {
             stability: self.stability.clone(),
             states: self.states.clone(),
             dependency_down: self.dependency_down.clone(),
+            decided: self.decided.clone(),
             windows,
         }
     }
@@ -183,9 +190,20 @@ impl Nodes {
     pub fn carry_over(&mut self, i: usize, old: &Self, j: usize) {
         self.states[i] = old.states[j];
         self.stability[i] = old.stability[j];
+        self.decided[i] = old.decided[j];
         let capacity = self.windows.capacity;
         self.windows.ring[i * capacity..(i + 1) * capacity].copy_from_slice(old.windows.slot(j));
         self.windows.heads[i] = old.windows.heads[j];
+    }
+}
+
+/// Probed node `i`'s stability: its success ratio once it has reached a verdict (`decided`),
+/// unknown (NaN) before.
+pub(super) fn probed_stability(decided: bool, windows: &Windows, i: usize, credit: f64) -> f64 {
+    if decided {
+        windows.ratio(i, credit)
+    } else {
+        f64::NAN
     }
 }
 

@@ -108,7 +108,8 @@ fn chain_multiplies_stabilities() {
     assert_eq!(score(&g, "c"), Some(0.75));
     assert_eq!(score(&g, "b"), Some(0.75));
     assert_eq!(score(&g, "a"), None, "a has no results yet");
-    feed(&mut g, "a", &[G, F], Probing);
+    feed(&mut g, "a", &[G], Up);
+    feed(&mut g, "a", &[F], Probing);
     assert_eq!(score(&g, "a"), Some(0.375));
 }
 
@@ -122,7 +123,8 @@ fn diamond_weights_are_normalised() {
     ]);
     feed(&mut g, "base", &[G, G, G, D], Up);
     feed(&mut g, "left", &[G], Up);
-    feed(&mut g, "right", &[G, F], Probing);
+    feed(&mut g, "right", &[G], Up);
+    feed(&mut g, "right", &[F], Probing);
     assert_eq!(score(&g, "base"), Some(0.875));
     assert_eq!(score(&g, "left"), Some(0.875));
     assert_eq!(score(&g, "right"), Some(0.4375));
@@ -143,7 +145,8 @@ fn group_of_groups() {
     ]);
     feed(&mut g, "w1", &[G], Up);
     feed(&mut g, "w2", &[F], Down);
-    feed(&mut g, "a1", &[G, F], Probing);
+    feed(&mut g, "a1", &[G], Up);
+    feed(&mut g, "a1", &[F], Probing);
     assert_eq!(score(&g, "all"), None, "a2 is still unknown");
     feed(&mut g, "a2", &[G], Up);
     assert_eq!(score(&g, "web"), Some(0.5));
@@ -167,7 +170,8 @@ fn critical_down_caps_the_parent_only() {
     let mut g = build(&specs);
     feed(&mut g, "app", &[G], Up);
     feed(&mut g, "cache", &[G], Up);
-    feed(&mut g, "db", &[G, F], Probing);
+    feed(&mut g, "db", &[G], Up);
+    feed(&mut g, "db", &[F], Probing);
     assert_eq!(score(&g, "app"), Some(0.75));
     feed(&mut g, "db", &[F], Down);
     let app = g.status(&id("app")).unwrap();
@@ -248,7 +252,17 @@ fn unknown_propagates_and_is_never_healthy() {
     g.set_state(&id("parent"), Up).unwrap();
     assert_eq!(score(&g, "parent"), None, "a state is not a result");
     feed(&mut g, "b", &[F], Probing);
+    assert_eq!(score(&g, "b"), None, "PROBING without a verdict is unknown");
+    assert_eq!(score(&g, "top"), None);
+    g.set_state(&id("b"), Down).unwrap();
+    assert_eq!(
+        score(&g, "b"),
+        Some(0.0),
+        "the verdict makes the results count"
+    );
     assert_eq!(score(&g, "top"), Some(0.5));
+    g.set_state(&id("b"), Probing).unwrap();
+    assert_eq!(score(&g, "b"), Some(0.0), "a verdict once reached stays");
     assert_eq!(
         g.explain(&id("parent")).unwrap().to_string(),
         "parent unknown UP, stability unknown: a 1.00 (w 1.00) UP"
@@ -456,7 +470,8 @@ fn apply_adds_and_removes_incrementally_and_keeps_results() {
         probed("a", vec![dep("b")]),
         probed("b", vec![]),
     ]);
-    feed(&mut g, "b", &[G, F], Probing);
+    feed(&mut g, "b", &[G], Up);
+    feed(&mut g, "b", &[F], Probing);
     feed(&mut g, "a", &[G], Up);
     let applied = g
         .apply(&[
@@ -491,7 +506,8 @@ fn apply_rebuilds_on_changed_edges_and_keeps_results() {
         probed("a", vec![]),
         probed("b", vec![]),
     ]);
-    feed(&mut g, "a", &[G, F], Probing);
+    feed(&mut g, "a", &[G], Up);
+    feed(&mut g, "a", &[F], Probing);
     feed(&mut g, "b", &[G], Up);
     let applied = g
         .apply(&[
