@@ -720,17 +720,20 @@ async fn an_invalid_topology_changes_nothing() {
         engine.apply(not_a_target),
         Err(TopologyError::NotATarget(id("svc")))
     );
-    let mut unknown = valid.clone();
-    unknown.readiness = Some(ReadinessPolicy::try_new(vec![id("web")], 0.8, 0.0).unwrap());
-    assert_eq!(
-        engine.apply(unknown),
-        Err(TopologyError::UnknownRequired(id("web")))
-    );
     // Still the valid topology.
     let nodes = engine.with_graph(|g| g.export().nodes.len());
     assert_eq!(nodes, 3);
     assert_eq!(engine.readiness().total, 1, "the policy stayed");
-    assert!(engine.apply(valid).unwrap().is_empty());
+    assert!(engine.apply(valid.clone()).unwrap().is_empty());
+
+    // Requiring a node no source declares (yet) is no error: it is not ready.
+    let mut unknown = valid;
+    unknown.readiness = Some(ReadinessPolicy::try_new(vec![id("web")], 0.8, 0.0).unwrap());
+    engine.apply(unknown).unwrap();
+    assert_eq!(
+        engine.readiness().reason.as_deref(),
+        Some("web is not in the dependency graph")
+    );
     cancel.cancel();
     engine.stopped().await;
 }

@@ -17,7 +17,8 @@
 //! - [`backoff`]: jittered exponential backoff with success-rate feedback;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
 //! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs;
-//! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets.
+//! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
+//! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -44,6 +45,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+pub mod discovery;
 pub mod engine;
 pub mod graph;
 pub mod http;

@@ -255,7 +255,7 @@ impl Engine {
         } = topology.into();
         let desired: BTreeMap<TargetId, TargetSpec> =
             specs.into_iter().map(|s| (s.id.clone(), s)).collect();
-        let nodes = graph_nodes(&desired, nodes, readiness.as_ref())?;
+        let nodes = graph_nodes(&desired, nodes)?;
         // Held throughout, so that applies do not interleave.
         let mut targets = write(&self.targets);
         // Lock order (status, then graph) forbids holding the graph lock while retiring; the graph

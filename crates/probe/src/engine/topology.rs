@@ -26,7 +26,9 @@ pub struct Topology {
     pub nodes: Vec<NodeSpec>,
     /// How scores are computed.
     pub scoring: GraphConfig,
-    /// What readiness requires: `None` for "every target UP, DEGRADED or in MAINTENANCE".
+    /// What readiness requires: `None` for "every target UP, DEGRADED or in MAINTENANCE". A
+    /// required id that is in no target or group fails readiness (it may come from a source that
+    /// has not declared it yet).
     pub readiness: Option<ReadinessPolicy>,
 }
 
@@ -51,9 +53,22 @@ pub enum TopologyError {
     /// A group has no probe, so it cannot share its id with a target.
     #[error("group {0} has the id of a target")]
     GroupIsTarget(TargetId),
-    /// Readiness requires a node that is not in the graph.
-    #[error("readiness requires {0}, which is neither a target nor a group")]
-    UnknownRequired(TargetId),
+}
+
+impl Topology {
+    /// Checks the topology as [`Engine::apply`](super::Engine::apply) does, without applying
+    /// it: for a front end that merges sources and wants to know what the engine would refuse.
+    ///
+    /// # Errors
+    /// What `apply` would return.
+    pub fn check(&self) -> Result<(), TopologyError> {
+        let targets: BTreeMap<TargetId, &TargetSpec> =
+            self.targets.iter().map(|t| (t.id.clone(), t)).collect();
+        let nodes = graph_nodes(&targets, self.nodes.clone())?;
+        Graph::build(self.scoring, &nodes)
+            .map(drop)
+            .map_err(TopologyError::Graph)
+    }
 }
 
 /// Graph errors on one line, each after its origin.
@@ -70,10 +85,9 @@ fn located(errors: &[GraphError]) -> String {
 
 /// The graph nodes of a topology: the declared ones, checked against the targets, plus a leaf
 /// for every target without one.
-pub(super) fn graph_nodes(
-    targets: &BTreeMap<TargetId, TargetSpec>,
+pub(super) fn graph_nodes<T>(
+    targets: &BTreeMap<TargetId, T>,
     declared: Vec<NodeSpec>,
-    readiness: Option<&ReadinessPolicy>,
 ) -> Result<Vec<NodeSpec>, TopologyError> {
     let mut named = HashSet::new();
     for node in &declared {
@@ -93,13 +107,6 @@ pub(super) fn graph_nodes(
             depends_on: Vec::new(),
         })
         .collect();
-    if let Some(unknown) = readiness
-        .into_iter()
-        .flat_map(ReadinessPolicy::require)
-        .find(|id| !named.contains(*id) && !targets.contains_key(*id))
-    {
-        return Err(TopologyError::UnknownRequired(unknown.clone()));
-    }
     let mut nodes = declared;
     nodes.extend(leaves);
     Ok(nodes)
