@@ -72,6 +72,18 @@ pub(super) struct ParsedDependency {
     pos: Pos,
 }
 
+impl ParsedDependency {
+    /// The dependency, with its position written into its origin by `origin`.
+    pub fn into_dependency(self, origin: impl FnOnce(Pos) -> String) -> Dependency {
+        Dependency {
+            target: self.target,
+            weight: self.weight,
+            critical: self.critical,
+            origin: origin(self.pos),
+        }
+    }
+}
+
 /// A target's `kind` (probed unless `kind: group`), or `None` when invalid.
 pub(super) fn kind(raw: Option<&Sp<String>>, diags: &mut Diags) -> Option<NodeKind> {
     match raw.map(|k| (k.value.as_str(), k.pos)) {
@@ -251,14 +263,11 @@ pub(super) fn check(
                 .depends_on
                 .into_iter()
                 .map(|dep| {
-                    let origin = origin(&files[file], dep.pos);
-                    origins.insert(origin.clone(), (file, dep.pos));
-                    Dependency {
-                        target: dep.target,
-                        weight: dep.weight,
-                        critical: dep.critical,
-                        origin,
-                    }
+                    dep.into_dependency(|pos| {
+                        let origin = origin(&files[file], pos);
+                        origins.insert(origin.clone(), (file, pos));
+                        origin
+                    })
                 })
                 .collect(),
         })

@@ -81,6 +81,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use probe::backoff::BackoffError;
+use probe::discovery::Declaration;
 use probe::engine::Topology;
 use probe::graph::{GraphConfig, NodeKind};
 use probe::maintenance::{MaintenanceWindow, WindowError, WindowStart};
@@ -203,6 +204,76 @@ pub fn parse_with_env(
         vec![file.to_path_buf()],
         vec![parse_text(text, &Source::new(file, env))],
     )
+}
+
+/// Reads one target declaration kept outside the files, such as an etcd value: a JSON (or
+/// YAML) mapping with the schema of one `targets` item. No `defaults` apply.
+///
+/// `name` is the entry's name (an etcd key's id): the declaration's `id` must be the same, so a
+/// key cannot declare someone else's target. `origin` names the entry in its dependencies'
+/// origins (`ORIGIN:LINE:COL`); `dir` anchors relative paths (`tls.ca_file`).
+///
+/// # Errors
+/// Every problem found, as `LINE:COL: message` joined by `; ` (positions within the value).
+pub fn parse_entry(
+    name: &str,
+    origin: &str,
+    value: &[u8],
+    dir: &Path,
+) -> Result<Declaration, String> {
+    let text = std::str::from_utf8(value).map_err(|e| format!("the value is not UTF-8: {e}"))?;
+    let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
+        Ok(Some(root)) if matches!(root.kind, Kind::Map(_)) => root,
+        Ok(_) => return Err("expected a JSON object: one target declaration".to_owned()),
+        Err(e) => {
+            let (pos, message) = syntax_error(&e);
+            return Err(format!("{}:{}: {message}", pos.line, pos.column));
+        }
+    };
+    let source = Source {
+        dir,
+        env: &process_env,
+    };
+    let mut diags = Vec::new();
+    let parsed = parse_target(&root, text, &source, &Sched::default(), true, &mut diags);
+    if let Some((id, pos)) = &parsed.id
+        && id.as_str() != name
+    {
+        diags.push((
+            *pos,
+            format!(
+                "id {} does not match the entry's name {}",
+                quote(id.as_str()),
+                quote(name)
+            ),
+        ));
+    }
+    if !diags.is_empty() {
+        diags.sort_by_key(|(pos, _)| *pos);
+        let shown: Vec<String> = diags
+            .iter()
+            .map(|(pos, message)| format!("{}:{}: {}", pos.line, pos.column, one_line(message)))
+            .collect();
+        return Err(shown.join("; "));
+    }
+    let node = parsed
+        .node
+        .ok_or_else(|| "the declaration could not be read".to_owned())?;
+    let depends_on = node
+        .depends_on
+        .into_iter()
+        .map(|d| d.into_dependency(|pos| format!("{origin}:{}:{}", pos.line, pos.column)))
+        .collect();
+    match parsed.spec {
+        Some(spec) => Ok(Declaration::Target {
+            spec: Box::new(spec),
+            depends_on,
+        }),
+        None => Ok(Declaration::Group {
+            id: node.id,
+            depends_on,
+        }),
+    }
 }
 
 /// A variable of the process environment; one that is not valid UTF-8 counts as unset.
@@ -1048,15 +1119,8 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         Ok(Some(root)) => root,
         Ok(None) => return FileOutcome::default(),
         Err(e) => {
-            let pos = e.location().map_or(Pos::NONE, |l| Pos {
-                line: l.line(),
-                column: l.column(),
-            });
-            let message = serde_saphyr::MessageFormatter::format_message(
-                &serde_saphyr::UserMessageFormatter,
-                e.without_snippet(),
-            );
-            return FileOutcome::failed(pos, format!("invalid YAML: {message}"));
+            let (pos, message) = syntax_error(&e);
+            return FileOutcome::failed(pos, message);
         }
     };
     if matches!(root.kind, Kind::Null) {
@@ -1117,6 +1181,19 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         scoring,
         readiness,
     }
+}
+
+/// Where a syntax error is and what it says.
+fn syntax_error(e: &serde_saphyr::Error) -> (Pos, String) {
+    let pos = e.location().map_or(Pos::NONE, |l| Pos {
+        line: l.line(),
+        column: l.column(),
+    });
+    let message = serde_saphyr::MessageFormatter::format_message(
+        &serde_saphyr::UserMessageFormatter,
+        e.without_snippet(),
+    );
+    (pos, format!("invalid YAML: {message}"))
 }
 
 /// Checks what spans files (duplicate ids, sections set twice, the dependency graph, the
