@@ -2,7 +2,7 @@
 //! [`Source::new`](crate::Source::new).
 //!
 //! The struct is plain data with public fields so the daemon can fill it from its own flags or
-//! YAML; every rule is checked in one place ([`SourceConfig::validate`]) and reported as a typed
+//! YAML; every rule is checked in one place (when the source is built) and reported as a typed
 //! [`Error`]. TLS files are read there too, so a wrong path fails at start-up rather than on the
 //! first connection attempt, minutes into a retry loop.
 
@@ -139,15 +139,8 @@ impl SourceConfig {
         }
     }
 
-    /// Checks every rule and reads the TLS files.
-    ///
-    /// # Errors
-    /// - [`Error::NoEndpoints`], [`Error::EmptyEndpoint`];
-    /// - [`Error::PlainEndpointWithTls`] when TLS is set and an endpoint is `http://`;
-    /// - [`Error::EmptyPrefix`];
-    /// - [`Error::ZeroDuration`] for a zero period or timeout;
-    /// - [`Error::Backoff`] for an invalid backoff;
-    /// - [`Error::TlsFile`] when a TLS file cannot be read.
+    /// Checks every rule (listed on [`Source::new`](crate::Source::new)) and reads the TLS
+    /// files.
     pub(crate) fn validate(&self) -> Result<Validated, Error> {
         if self.endpoints.is_empty() {
             return Err(Error::NoEndpoints);
@@ -216,7 +209,11 @@ impl Validated {
         let mut options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(self.connect_timeout)
             .with_keep_alive(self.keep_alive, self.request_timeout)
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive_while_idle(true)
+            // A member cut off from its cluster's leader would keep a watch open and silent;
+            // with this, etcd cancels the watch and the source reconnects (to another endpoint
+            // when there is one).
+            .with_require_leader(true);
         if let Some(c) = &self.credentials {
             // etcd's auth tokens expire (5 minutes by default); refresh them transparently.
             options = options
@@ -286,10 +283,7 @@ mod tests {
             check(&|c| c.endpoints.push(" ".into())),
             Error::EmptyEndpoint { index: 1 }
         ));
-        assert!(matches!(
-            check(&|c| c.prefix.clear()),
-            Error::EmptyPrefix
-        ));
+        assert!(matches!(check(&|c| c.prefix.clear()), Error::EmptyPrefix));
         assert!(matches!(
             check(&|c| c.resync_period = Duration::ZERO),
             Error::ZeroDuration {
@@ -314,7 +308,13 @@ mod tests {
             });
         });
         assert!(
-            matches!(err, Error::TlsFile { what: "CA certificate", .. }),
+            matches!(
+                err,
+                Error::TlsFile {
+                    what: "CA certificate",
+                    ..
+                }
+            ),
             "{err}"
         );
     }
@@ -326,6 +326,9 @@ mod tests {
             password: "hunter2".into(),
         };
         let shown = format!("{c:?}");
-        assert!(shown.contains("probe") && !shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("probe") && !shown.contains("hunter2"),
+            "{shown}"
+        );
     }
 }

@@ -52,7 +52,9 @@ pub enum Error {
         index: usize,
     },
     /// TLS is configured but an endpoint asks for plain `http://`.
-    #[error("etcd endpoint {endpoint:?} is http:// but TLS is configured (use https:// or no scheme)")]
+    #[error(
+        "etcd endpoint {endpoint:?} is http:// but TLS is configured (use https:// or no scheme)"
+    )]
     PlainEndpointWithTls {
         /// The endpoint as configured.
         endpoint: String,
@@ -66,9 +68,6 @@ pub enum Error {
         /// The configuration field.
         name: &'static str,
     },
-    /// The range page size is zero.
-    #[error("the range page size must be greater than zero")]
-    ZeroPageSize,
     /// The reconnect backoff is invalid.
     #[error("invalid reconnect backoff: {0}")]
     Backoff(#[from] BackoffError),

@@ -28,7 +28,7 @@
 //! - [`source`]: the sync engine, [`Source`];
 //! - [`snapshot`]: [`Snapshot`] and [`Entry`];
 //! - [`status`]: [`Status`], [`SyncState`], [`Counters`];
-//! - [`error`]: [`Error`];
+//! - [`error`]: what can fail, [`Error`];
 //! - `testing` (feature `test-support`): a throw-away `etcd` for tests, reusable from any crate.
 //!
 //! Metrics (`probe_etcd_*`, through the `metrics` facade) are described by

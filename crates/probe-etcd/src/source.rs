@@ -135,9 +135,12 @@ impl Source {
     /// A source that starts empty (revision 0) and reads the prefix first.
     ///
     /// # Errors
-    /// Any configuration error listed on [`SourceConfig`]'s validation rules: no or empty
-    /// endpoints, `http://` with TLS, an empty prefix, a zero duration, an invalid backoff, an
-    /// unreadable TLS file.
+    /// - [`Error::NoEndpoints`], [`Error::EmptyEndpoint`];
+    /// - [`Error::PlainEndpointWithTls`] when TLS is set and an endpoint is `http://`;
+    /// - [`Error::EmptyPrefix`];
+    /// - [`Error::ZeroDuration`] for a zero period or timeout;
+    /// - [`Error::Backoff`] for an invalid backoff;
+    /// - [`Error::TlsFile`] when a TLS file cannot be read.
     pub fn new(config: SourceConfig) -> Result<Self, Error> {
         Self::build(config, Arc::new(Snapshot::default()), false)
     }
@@ -319,12 +322,9 @@ impl Runner {
             )
             .await?;
             if revision == 0 {
-                revision = page
-                    .header()
-                    .map(|h| h.revision())
-                    .ok_or(Error::NoHeader {
-                        op: Operation::Range,
-                    })?;
+                revision = page.header().map(|h| h.revision()).ok_or(Error::NoHeader {
+                    op: Operation::Range,
+                })?;
             }
             let more = page.more();
             let mut last = None;
@@ -333,10 +333,13 @@ impl Runner {
                 let (key, value) = kv.into_key_value();
                 if let Some(id) = self.suffix(&key) {
                     let value = Bytes::from(value);
-                    entries.insert(id, Entry {
-                        value,
-                        mod_revision,
-                    });
+                    entries.insert(
+                        id,
+                        Entry {
+                            value,
+                            mod_revision,
+                        },
+                    );
                 }
                 last = Some(key);
             }
@@ -643,7 +646,10 @@ mod tests {
 
     #[test]
     fn prefix_end_covers_exactly_the_prefix() {
-        assert_eq!(prefix_end(b"/probe-engine/targets/"), b"/probe-engine/targets0");
+        assert_eq!(
+            prefix_end(b"/probe-engine/targets/"),
+            b"/probe-engine/targets0"
+        );
         assert_eq!(prefix_end(b"a\xff\xff"), b"b");
         assert_eq!(prefix_end(b"\xff"), b"\0");
     }

@@ -5,8 +5,9 @@ use std::time::SystemTime;
 /// Where the sync stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SyncState {
-    /// No content confirmed yet: the first read (or, for a resumed source, the first watch) has
-    /// not succeeded. `last_error` says why, after a failed attempt.
+    /// Not following etcd yet: the first watch is not established. The first read's content may
+    /// already be published (it is, right before the watch starts). `last_error` says what went
+    /// wrong, after a failed attempt.
     Syncing {
         /// The latest failure, if an attempt failed.
         last_error: Option<String>,

@@ -5,6 +5,8 @@
 //! its own temporary data directory, on free 127.0.0.1 ports, and waits until it answers. It
 //! never listens on anything but loopback. Dropping it kills the process and removes the data.
 //!
+//! [`TestEtcd::start_tls`] serves https instead, with the certificates a test generates.
+//!
 //! It can be killed and restarted on the same data and ports ([`TestEtcd::kill`],
 //! [`TestEtcd::restart`]), which is how outage tests make etcd disappear and come back with the
 //! content it had.
@@ -55,6 +57,19 @@ const PROBE_PAUSE: Duration = Duration::from_millis(25);
 /// The member name; any name works for a single-member cluster.
 const NAME: &str = "probe-etcd-test";
 
+/// TLS for a [`TestEtcd`]'s client URL (the peer URL, loopback too, stays plain).
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// The server certificate (PEM); it must name 127.0.0.1 (an IP subject alternative name).
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+    /// When set, etcd requires client certificates signed by this CA (`--client-cert-auth`).
+    pub client_ca_file: Option<PathBuf>,
+    /// How the harness's own clients ([`TestEtcd::client`] and the readiness probe) connect.
+    pub client: etcd_client::TlsOptions,
+}
+
 /// A single-member etcd on loopback, killed and deleted on drop.
 pub struct TestEtcd {
     /// Owns the data directory and the log: removed on drop, after the process is gone.
@@ -62,6 +77,7 @@ pub struct TestEtcd {
     client_port: u16,
     peer_port: u16,
     extra_args: Vec<String>,
+    tls: Option<ServerTls>,
     child: Option<Child>,
 }
 
@@ -83,17 +99,32 @@ impl TestEtcd {
     pub async fn start_with_args<S: Into<String>>(
         args: impl IntoIterator<Item = S>,
     ) -> io::Result<Self> {
-        let extra_args: Vec<String> = args.into_iter().map(Into::into).collect();
+        Self::launch_new(args.into_iter().map(Into::into).collect(), None).await
+    }
+
+    /// Starts etcd serving its clients over TLS: [`endpoint`](Self::endpoint) is then
+    /// `https://127.0.0.1:<port>`.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn start_tls(tls: ServerTls) -> io::Result<Self> {
+        Self::launch_new(Vec::new(), Some(tls)).await
+    }
+
+    async fn launch_new(extra_args: Vec<String>, tls: Option<ServerTls>) -> io::Result<Self> {
         // A port picked by binding port 0 is free when picked, not necessarily when etcd binds
         // it: try again with new ports when etcd cannot start.
         let mut last_error = None;
         for _ in 0..3 {
             let (client_port, peer_port) = free_ports()?;
             let mut etcd = Self {
-                dir: tempfile::Builder::new().prefix("probe-etcd-test").tempdir()?,
+                dir: tempfile::Builder::new()
+                    .prefix("probe-etcd-test")
+                    .tempdir()?,
                 client_port,
                 peer_port,
                 extra_args: extra_args.clone(),
+                tls: tls.clone(),
                 child: None,
             };
             match etcd.launch().await {
@@ -104,9 +135,10 @@ impl TestEtcd {
         Err(last_error.unwrap_or_else(|| io::Error::other("etcd did not start")))
     }
 
-    /// The client URL, `http://127.0.0.1:<port>`.
+    /// The client URL, `http://127.0.0.1:<port>` (`https` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The data directory, kept across [`restart`](Self::restart)s.
@@ -124,7 +156,12 @@ impl TestEtcd {
     /// # Errors
     /// The client's, for an endpoint that cannot be parsed (never, in practice).
     pub async fn client(&self) -> Result<etcd_client::Client, etcd_client::Error> {
-        etcd_client::Client::connect([self.endpoint()], None).await
+        etcd_client::Client::connect([self.endpoint()], self.client_options()).await
+    }
+
+    fn client_options(&self) -> Option<etcd_client::ConnectOptions> {
+        let tls = self.tls.as_ref()?;
+        Some(etcd_client::ConnectOptions::new().with_tls(tls.client.clone()))
     }
 
     /// Whether the process is running.
@@ -173,6 +210,17 @@ impl TestEtcd {
             .arg("--initial-cluster-state=new")
             .arg(format!("--initial-cluster-token={NAME}-{}", self.peer_port))
             .args(&self.extra_args)
+            .args(self.tls.iter().flat_map(|tls| {
+                let mut flags = vec![
+                    format!("--cert-file={}", tls.cert_file.display()),
+                    format!("--key-file={}", tls.key_file.display()),
+                ];
+                if let Some(ca) = &tls.client_ca_file {
+                    flags.push(format!("--trusted-ca-file={}", ca.display()));
+                    flags.push("--client-cert-auth".to_owned());
+                }
+                flags
+            }))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -208,12 +256,14 @@ impl TestEtcd {
     async fn wait_ready(&mut self) -> io::Result<()> {
         let deadline = Instant::now() + READY_WITHIN;
         let endpoint = self.endpoint();
+        let options = self.client_options();
         loop {
             if !self.is_running() {
                 return Err(io::Error::other("etcd exited during start-up"));
             }
             let attempt = async {
-                let mut client = etcd_client::Client::connect([endpoint.as_str()], None).await?;
+                let mut client =
+                    etcd_client::Client::connect([endpoint.as_str()], options.clone()).await?;
                 client.get("probe-etcd-test-ready", None).await
             };
             match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use probe_etcd::etcd_client::{self, Client, CompactionOptions, GetOptions, PutOptions, Txn, TxnOp};
+use probe_etcd::etcd_client::{
+    self, Client, CompactionOptions, GetOptions, PutOptions, Txn, TxnOp,
+};
 use probe_etcd::testing::{TestEtcd, wait_for};
 use probe_etcd::{
     BackoffConfig, DEFAULT_PREFIX, Entry, Snapshot, Source, SourceConfig, Status, SyncState,
@@ -123,7 +125,10 @@ async fn reads_the_prefix_then_follows_puts_and_deletes() {
     put(&mut client, "b", "2").await;
     // Outside the prefix: never part of the content.
     client.put("/probe-engine/other", "x", None).await.unwrap();
-    client.put("/probe-engine/targetsX", "x", None).await.unwrap();
+    client
+        .put("/probe-engine/targetsX", "x", None)
+        .await
+        .unwrap();
 
     let mut run = Running::spawn(Source::new(config(&etcd)).unwrap());
     let first = run.content(&map([("a", "1"), ("b", "2")])).await;
@@ -134,7 +139,9 @@ async fn reads_the_prefix_then_follows_puts_and_deletes() {
     assert_eq!(status.counters.resyncs, 1);
 
     let rev_c = put(&mut client, "c", "3").await;
-    let snapshot = run.content(&map([("a", "1"), ("b", "2"), ("c", "3")])).await;
+    let snapshot = run
+        .content(&map([("a", "1"), ("b", "2"), ("c", "3")]))
+        .await;
     assert_eq!(snapshot.revision, rev_c);
     assert_eq!(snapshot.get("c").map(|e| e.mod_revision), Some(rev_c));
 
@@ -169,10 +176,7 @@ async fn a_key_whose_lease_expires_disappears() {
     // etcd rounds TTLs up to its minimum (about 2 s with default timings).
     let lease = client.lease_grant(1, None).await.unwrap();
     let options = PutOptions::new().with_lease(lease.id());
-    client
-        .put(key("leased"), "2", Some(options))
-        .await
-        .unwrap();
+    client.put(key("leased"), "2", Some(options)).await.unwrap();
     run.content(&map([("stays", "1"), ("leased", "2")])).await;
     run.content(&map([("stays", "1")])).await;
     run.stop().await;
@@ -255,7 +259,10 @@ async fn an_etcd_outage_keeps_the_snapshot_and_converges_after_restart() {
     let SyncState::Stale { since, last_error } = stale.state else {
         unreachable!()
     };
-    assert!(since >= killed_at && since <= SystemTime::now(), "{since:?}");
+    assert!(
+        since >= killed_at && since <= SystemTime::now(),
+        "{since:?}"
+    );
     assert!(!last_error.is_empty());
     // Retries keep failing; the snapshot and the "since" stay.
     let later = run.status_where(|s| s.counters.failures >= 3).await;
@@ -292,7 +299,11 @@ async fn the_periodic_resync_repairs_drifted_content() {
     };
     let drifted = Arc::new(Snapshot {
         revision,
-        entries: [("a".to_owned(), entry("wrong")), ("ghost".to_owned(), entry("0"))].into(),
+        entries: [
+            ("a".to_owned(), entry("wrong")),
+            ("ghost".to_owned(), entry("0")),
+        ]
+        .into(),
     });
     let mut config = config(&etcd);
     config.resync_period = Duration::from_millis(300);
@@ -306,10 +317,9 @@ async fn the_periodic_resync_repairs_drifted_content() {
 
 #[tokio::test]
 async fn progress_notifications_advance_the_revision_without_publishing() {
-    let etcd =
-        TestEtcd::start_with_args(["--experimental-watch-progress-notify-interval=100ms"])
-            .await
-            .unwrap();
+    let etcd = TestEtcd::start_with_args(["--experimental-watch-progress-notify-interval=100ms"])
+        .await
+        .unwrap();
     let mut client = etcd.client().await.unwrap();
     put(&mut client, "a", "1").await;
     let mut run = Running::spawn(Source::new(config(&etcd)).unwrap());
