@@ -82,6 +82,10 @@ impl ResyncReason {
     }
 }
 
+/// How many times one session reads in full because its watch could not continue, before it
+/// gives up and backs off.
+const MAX_REREADS_PER_SESSION: u32 = 3;
+
 /// Why a session stopped.
 enum Halt {
     /// The token was cancelled: [`Source::run`] returns.
@@ -273,6 +277,9 @@ impl Runner {
         } else {
             Some(ResyncReason::Initial)
         };
+        // Re-reads without backoff on this connection, capped: a compaction that keeps racing
+        // the watch (an aggressive auto-compaction) must not turn into a hot loop.
+        let mut rereads = 0;
         loop {
             if let Some(reason) = read.take()
                 && let Err(halt) = self.full_read(&mut kv, reason, cancel).await
@@ -289,8 +296,11 @@ impl Runner {
                 Error::RevisionWentBack { .. } => Some(ResyncReason::RevisionWentBack),
                 _ => return Halt::Failed(error),
             };
-            // Confirmed content that is now behind: the state stays as it was (synced) during
-            // the immediate re-read, which is bounded like every call.
+            rereads += 1;
+            if rereads > MAX_REREADS_PER_SESSION {
+                return Halt::Failed(error);
+            }
+            // The state stays as it is during the re-read, which is bounded like every call.
             self.resume = false;
         }
     }

@@ -2,6 +2,7 @@
 //! loopback ports. Tests wait on the published channels with bounded timeouts, never on sleeps.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -112,6 +113,12 @@ async fn etcd_content(client: &mut Client) -> (BTreeMap<String, String>, i64) {
     (content, resp.header().unwrap().revision())
 }
 
+/// etcd's current revision.
+async fn etcd_revision(client: &mut Client) -> i64 {
+    let resp = client.get("/", None).await.unwrap();
+    resp.header().unwrap().revision()
+}
+
 async fn put(client: &mut Client, id: &str, value: &str) -> i64 {
     let resp = client.put(key(id), value, None).await.unwrap();
     resp.header().unwrap().revision()
@@ -162,6 +169,28 @@ async fn reads_the_prefix_then_follows_puts_and_deletes() {
         .await;
     assert_eq!(run.status.borrow().counters.publishes, before + 1);
 
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn reads_a_large_prefix_in_pages_and_skips_non_utf8_names() {
+    let etcd = TestEtcd::start().await.unwrap();
+    let mut client = etcd.client().await.unwrap();
+    let mut expected = BTreeMap::new();
+    for i in 0..7 {
+        let id = format!("t{i}");
+        put(&mut client, &id, &i.to_string()).await;
+        expected.insert(id, i.to_string());
+    }
+    let mut bad = DEFAULT_PREFIX.as_bytes().to_vec();
+    bad.extend_from_slice(b"\xff\xfe");
+    client.put(bad, "x", None).await.unwrap();
+
+    let mut config = config(&etcd);
+    config.page_size = NonZeroU32::new(3).unwrap();
+    let mut run = Running::spawn(Source::new(config).unwrap());
+    let snapshot = run.content(&expected).await;
+    assert_eq!(snapshot.revision, etcd_revision(&mut client).await);
     run.stop().await;
 }
 
