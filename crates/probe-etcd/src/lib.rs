@@ -26,6 +26,7 @@
 //! # Modules
 //! - [`config`]: [`SourceConfig`], endpoints, prefix, credentials, TLS, timeouts, backoff;
 //! - [`source`]: the sync engine, [`Source`];
+//! - [`discovery`]: [`EtcdDiscovery`], the snapshots decoded into `probe::discovery` catalogs;
 //! - [`snapshot`]: [`Snapshot`] and [`Entry`];
 //! - [`status`]: [`Status`], [`SyncState`], [`Counters`];
 //! - [`error`]: what can fail, [`Error`];
@@ -43,6 +44,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod config;
+pub mod discovery;
 pub mod error;
 mod metrics;
 pub mod snapshot;
@@ -52,6 +54,7 @@ pub mod status;
 pub mod testing;
 
 pub use config::{BackoffConfig, ClientCert, Credentials, DEFAULT_PREFIX, SourceConfig, TlsFiles};
+pub use discovery::{Decoder, EtcdDiscovery};
 pub use error::{Error, Operation};
 pub use metrics::describe_metrics;
 pub use snapshot::{Entry, Snapshot};

@@ -72,6 +72,7 @@
 mod graph;
 mod http;
 mod node;
+mod topology;
 
 use std::collections::HashMap;
 use std::fs;
@@ -105,6 +106,8 @@ pub struct Config {
     pub topology: Topology,
     /// The files that were read, in the order they were merged, for logs and reload watches.
     pub files: Vec<PathBuf>,
+    /// Where more targets come from: etcd, when the `topology` section says so.
+    pub etcd: Option<probe_etcd::SourceConfig>,
 }
 
 /// One configuration problem, located so that an editor or a person can jump to it.
@@ -334,6 +337,8 @@ struct RawDocument {
     _scoring: Option<IgnoredAny>,
     #[serde(rename = "readiness")]
     _readiness: Option<IgnoredAny>,
+    #[serde(rename = "topology")]
+    _topology: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule and threshold fields shared by
@@ -1081,6 +1086,8 @@ struct FileOutcome {
     targets: Vec<ParsedTarget>,
     scoring: Option<Section<GraphConfig>>,
     readiness: Option<Section<graph::ParsedReadiness>>,
+    /// The `topology` section: `Some(None)` when it has no source.
+    topology: Option<Section<Option<probe_etcd::SourceConfig>>>,
 }
 
 impl FileOutcome {
@@ -1175,11 +1182,16 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         key: key("readiness"),
         value: graph::readiness(node, text, &mut diags),
     });
+    let topology = section("topology").map(|node| Section {
+        key: key("topology"),
+        value: topology::parse(node, text, source, &mut diags),
+    });
     FileOutcome {
         diags,
         targets,
         scoring,
         readiness,
+        topology,
     }
 }
 
@@ -1234,6 +1246,14 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
         &mut late,
     );
     let scoring = scoring.and_then(|(_, config)| config).unwrap_or_default();
+    let etcd = once(
+        &files,
+        &mut outcomes,
+        "topology",
+        |o| o.topology.take(),
+        &mut late,
+    )
+    .and_then(|(_, etcd)| etcd.flatten());
 
     let declared: Vec<(usize, graph::DeclaredNode)> = outcomes
         .iter_mut()
@@ -1250,7 +1270,10 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
     });
     let readiness = readiness.and_then(|(index, section)| {
         let parsed = section?;
-        late.extend(graph::check_required(&parsed.required, index, &positions));
+        // With etcd, a required node may be declared there: it is then checked at run time.
+        if etcd.is_none() {
+            late.extend(graph::check_required(&parsed.required, index, &positions));
+        }
         Some(parsed.policy)
     });
     for (index, pos, message) in late {
@@ -1295,6 +1318,7 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
             readiness,
         },
         files,
+        etcd,
     })
 }
 
