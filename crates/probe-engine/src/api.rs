@@ -12,6 +12,7 @@
 //! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
 //! | `DELETE /v1/targets/{id}/maintenance` | end it |
 //! | `GET /v1/events` | state changes as Server-Sent Events |
+//! | `GET /v1/topology` | where targets come from: the files and etcd, their state, rejected entries |
 //! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
 //! | `GET /metrics` | Prometheus text exposition |
 //!
@@ -47,6 +48,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::persist::StateStore;
+use crate::topology::{Topology, TopologyStatus};
 
 /// The longest maintenance an operator can set in one request.
 const MAX_MAINTENANCE: Duration = Duration::from_secs(30 * 86_400);
@@ -62,6 +64,8 @@ pub struct ApiState {
     pub token: Option<Arc<str>>,
     /// Where operator maintenance is saved, so it survives a restart.
     pub store: Option<StateStore>,
+    /// The sources of the targets, for `/v1/topology` and `/health`.
+    pub topology: Topology,
     /// Ends long-lived responses (the event stream) when the daemon stops.
     pub shutdown: CancellationToken,
 }
@@ -83,6 +87,7 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::put(start_maintenance).delete(end_maintenance),
         )
         .route("/v1/events", get(events))
+        .route("/v1/topology", get(topology))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
@@ -582,6 +587,74 @@ fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
 
+/// `GET /v1/topology`: the sources, their state, and the entries left out.
+async fn topology(State(state): State<ApiState>) -> Json<serde_json::Value> {
+    let TopologyStatus {
+        generation,
+        last_change,
+        files,
+        etcd,
+        rejected,
+    } = state.topology.status();
+    let mut sources = vec![json!({
+        "name": "files",
+        "state": if files.last_error.is_empty() { "synced" } else { "error" },
+        "path": files.path.display().to_string(),
+        "files": files.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        "last_reload": files.last_reload.map(rfc3339),
+        "last_error": files.last_error,
+        "last_good_generation": files.last_good_generation,
+    })];
+    if let Some(etcd) = etcd {
+        let mut source = json!({
+            "name": "etcd",
+            "endpoints": etcd.endpoints,
+            "prefix": etcd.prefix,
+        });
+        match (&etcd.sync, &etcd.error) {
+            (Some(sync), _) => {
+                let (since, last_error) = match &sync.state {
+                    probe_etcd::SyncState::Stale { since, last_error } => {
+                        (Some(rfc3339(*since)), Some(last_error.clone()))
+                    }
+                    probe_etcd::SyncState::Syncing { last_error } => (None, last_error.clone()),
+                    probe_etcd::SyncState::Synced => (None, None),
+                };
+                source["state"] = json!(sync.state.as_str());
+                source["stale_since"] = json!(since);
+                source["last_error"] = json!(last_error);
+                source["revision"] = json!(sync.revision);
+                source["entries"] = json!(sync.entries);
+                source["last_change"] = json!(sync.last_change.map(rfc3339));
+                source["last_resync"] = json!(sync.last_resync.map(rfc3339));
+            }
+            (None, error) => {
+                source["state"] = json!("error");
+                source["last_error"] = json!(error);
+            }
+        }
+        sources.push(source);
+    }
+    let rejected: Vec<serde_json::Value> = rejected
+        .iter()
+        .map(|r| {
+            json!({
+                "source": r.source,
+                "name": r.name,
+                "origin": r.origin,
+                "reason": r.reason,
+                "kept_previous": r.kept_previous,
+            })
+        })
+        .collect();
+    Json(json!({
+        "generation": generation,
+        "last_change": last_change.map(rfc3339),
+        "sources": sources,
+        "rejected": rejected,
+    }))
+}
+
 /// A check's status in `application/health+json`, ordered from best to worst.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -645,6 +718,39 @@ async fn health(State(state): State<ApiState>) -> Response {
             check["score"] = json!(score);
         }
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
+    }
+    // A stale topology source is worth a warning, never a failure: the last content is probed.
+    if let Some(etcd) = state.topology.status().etcd {
+        let (status, output) = match (&etcd.sync, &etcd.error) {
+            (Some(sync), _) => match &sync.state {
+                probe_etcd::SyncState::Synced => (CheckStatus::Pass, None),
+                probe_etcd::SyncState::Stale { since, last_error } => (
+                    CheckStatus::Warn,
+                    Some(format!("stale since {}: {last_error}", rfc3339(*since))),
+                ),
+                probe_etcd::SyncState::Syncing { last_error } => (
+                    CheckStatus::Warn,
+                    Some(format!(
+                        "syncing{}",
+                        last_error
+                            .as_deref()
+                            .map(|e| format!(": {e}"))
+                            .unwrap_or_default()
+                    )),
+                ),
+            },
+            (None, error) => (CheckStatus::Warn, error.clone()),
+        };
+        overall = overall.max(status);
+        let mut check = json!({
+            "componentId": "etcd",
+            "componentType": "datastore",
+            "status": status,
+        });
+        if let Some(output) = output {
+            check["output"] = json!(output);
+        }
+        checks.insert("topology:etcd".to_owned(), json!([check]));
     }
     let code = if overall == CheckStatus::Fail {
         StatusCode::SERVICE_UNAVAILABLE

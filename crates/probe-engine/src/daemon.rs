@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
-use probe::engine::{Diff, Engine, EngineConfig};
+use probe::engine::{Engine, EngineConfig};
 use probe::target::TargetId;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
-use crate::config::{self, Config, ConfigErrors};
+use crate::config::{self, ConfigErrors};
 use crate::persist::{PersistError, StateStore};
+use crate::topology::Topology;
 
 /// How to start the daemon.
 #[derive(Clone, Debug, Default)]
@@ -45,7 +46,7 @@ pub enum StartError {
 /// A running daemon: its engine, where its config comes from and where its state goes.
 pub struct Daemon {
     engine: Engine,
-    config_path: PathBuf,
+    topology: Topology,
     store: Option<StateStore>,
     token: Option<Arc<str>>,
     cancel: CancellationToken,
@@ -67,7 +68,12 @@ impl Daemon {
             .transpose()?;
         let engine = Engine::start(options.engine, cancel.clone());
         let files = loaded.files.len();
-        let diff = apply(&engine, &options.config, loaded)?;
+        let (topology, diff) = Topology::start(
+            engine.clone(),
+            options.config.clone(),
+            loaded,
+            cancel.clone(),
+        )?;
         tracing::info!(
             targets = diff.added.len(),
             files,
@@ -76,7 +82,7 @@ impl Daemon {
         );
         let daemon = Self {
             engine,
-            config_path: options.config,
+            topology,
             store,
             token: options.api_token.map(Arc::from),
             cancel,
@@ -121,39 +127,16 @@ impl Daemon {
         &self.engine
     }
 
-    /// Re-reads the config and applies it as a diff. An invalid config changes nothing: the
-    /// running targets keep probing with their state, and every error is logged.
-    ///
-    /// # Errors
-    /// The new config's errors, when it is rejected.
-    pub fn reload(&self) -> Result<Diff, ConfigErrors> {
-        match config::load(&self.config_path) {
-            Ok(loaded) => {
-                let diff = apply(&self.engine, &self.config_path, loaded)?;
-                metrics::counter!("probe_config_reloads_total", "result" => "success").increment(1);
-                metrics::gauge!("probe_config_last_reload_successful").set(1.0);
-                tracing::info!(
-                    added = diff.added.len(),
-                    removed = diff.removed.len(),
-                    changed = diff.changed.len(),
-                    unchanged = diff.unchanged,
-                    "config reloaded"
-                );
-                Ok(diff)
-            }
-            Err(errors) => {
-                metrics::counter!("probe_config_reloads_total", "result" => "failure").increment(1);
-                metrics::gauge!("probe_config_last_reload_successful").set(0.0);
-                for e in &errors.0 {
-                    tracing::error!(error = %e, "invalid config");
-                }
-                tracing::error!(
-                    errors = errors.0.len(),
-                    "config reload rejected; the running config stays in force"
-                );
-                Err(errors)
-            }
-        }
+    /// The topology: its status, and reload requests.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Asks for the config to be re-read and applied as a diff. An invalid config changes
+    /// nothing: the running targets keep probing with their state, and every error is logged and
+    /// shown in `GET /v1/topology`.
+    pub fn reload(&self) {
+        self.topology.reload();
     }
 
     /// Serves the API on `listener` until cancellation, then waits up to `grace` for in-flight
@@ -174,6 +157,7 @@ impl Daemon {
             metrics,
             token: self.token.clone(),
             store: self.store.clone(),
+            topology: self.topology.clone(),
             shutdown: self.cancel.clone(),
         });
         axum::serve(
@@ -191,14 +175,6 @@ impl Daemon {
         }
         Ok(())
     }
-}
-
-/// Applies a loaded config. The config's checks are the engine's, so a refusal here means the
-/// two disagree; it is reported against the config as a whole.
-fn apply(engine: &Engine, path: &std::path::Path, loaded: Config) -> Result<Diff, ConfigErrors> {
-    engine
-        .apply(loaded.topology)
-        .map_err(|e| config::file_error(path, e.to_string()))
 }
 
 /// Folds recorded histogram samples into their buckets every `period` until cancellation.
@@ -248,6 +224,15 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
 /// Registers descriptions of the daemon's own metrics and the library's.
 pub fn describe_metrics() {
     probe::engine::describe_metrics();
+    probe_etcd::describe_metrics();
+    metrics::describe_counter!(
+        "probe_topology_errors_total",
+        "Topology entries rejected (invalid, conflicting or breaking the graph), by source."
+    );
+    metrics::describe_gauge!(
+        "probe_topology_generation",
+        "Topologies applied since start: files reloads and etcd changes."
+    );
     metrics::describe_counter!(
         "probe_config_reloads_total",
         "Config reloads, by result (success or failure)."

@@ -173,8 +173,8 @@ async fn run(
             }
             _ = hangup.recv() => {
                 tracing::info!("SIGHUP: reloading config");
-                // Errors are logged by reload; the running config stays.
-                let _ = daemon.reload();
+                // The result is logged, and shown in /v1/topology.
+                daemon.reload();
             }
             _ = terminate.recv() => {
                 tracing::info!("SIGTERM: shutting down");

@@ -300,7 +300,8 @@ async fn daemon_serves_health_reloads_and_stops() {
         &[("up", up_addr), ("up-2", up2.local_addr().unwrap())],
     );
     daemon.signal("-HUP");
-    let reloaded = daemon.wait_log("config reloaded");
+    let reloaded = daemon.wait_log("topology applied");
+    assert_eq!(reloaded["source"], "files");
     assert_eq!(reloaded["added"], 1);
     assert_eq!(reloaded["removed"], 1);
     assert_eq!(reloaded["unchanged"], 1);
