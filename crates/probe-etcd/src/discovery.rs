@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use crate::snapshot::Snapshot;
 
 /// Decodes one value: `(name, origin, value)` to a declaration, or the reason it is invalid.
-/// `name` is the key's part after the prefix, `origin` the full key.
+/// `name` is the key's part after the prefix, `origin` names the key for people
+/// (`etcd key /probe-engine/targets/db`).
 pub type Decoder = dyn Fn(&str, &str, &[u8]) -> Result<Declaration, String> + Send + Sync;
 
 /// The snapshots of a [`Source`](crate::Source), decoded into catalogs.
@@ -49,7 +50,7 @@ impl EtcdDiscovery {
             .entries
             .iter()
             .map(|(name, entry)| {
-                let key = format!("{}{name}", self.prefix);
+                let key = format!("etcd key {}{name}", self.prefix);
                 let declaration = match self.decoded.get(name) {
                     Some((revision, decoded)) if *revision == entry.mod_revision => decoded.clone(),
                     _ => {
@@ -61,7 +62,7 @@ impl EtcdDiscovery {
                 };
                 CatalogEntry {
                     name: name.clone(),
-                    origin: format!("etcd key {key} (revision {})", entry.mod_revision),
+                    origin: format!("{key} (revision {})", entry.mod_revision),
                     declaration,
                 }
             })

@@ -241,11 +241,14 @@ pub(super) type Located = (usize, Pos, String);
 /// the engine: the groups, and the targets that have dependencies.
 ///
 /// `nodes` holds each file's index with its nodes; `positions` where each id is declared.
+/// With `external` (etcd is configured), a dependency on an id no file declares is no error: etcd
+/// may declare it, and the merged topology is checked when it is applied.
 pub(super) fn check(
     files: &[PathBuf],
     nodes: Vec<(usize, DeclaredNode)>,
     positions: &HashMap<TargetId, (usize, Pos)>,
     scoring: GraphConfig,
+    external: bool,
 ) -> Result<Vec<NodeSpec>, Vec<Located>> {
     let mut origins: HashMap<String, (usize, Pos)> = HashMap::new();
     let partial: HashSet<TargetId> = nodes
@@ -293,12 +296,17 @@ pub(super) fn check(
                 // Reported with both places by the duplicate id check.
                 GraphError::DuplicateNode { .. } => false,
                 GraphError::EmptyGroup { node } => !partial.contains(node),
+                GraphError::UnknownTarget { .. } => !external,
                 _ => true,
             })
             .map(|e| locate(e, &origins, positions))
             .collect(),
     };
-    Err(errors)
+    if errors.is_empty() {
+        Ok(specs)
+    } else {
+        Err(errors)
+    }
 }
 
 /// `FILE:LINE:COL`, the origin a dependency's errors quote and are located by.

@@ -1264,10 +1264,12 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
                 .filter_map(move |t| Some((index, t.node.take()?)))
         })
         .collect();
-    let nodes = graph::check(&files, declared, &positions, scoring).unwrap_or_else(|errors| {
-        late.extend(errors);
-        Vec::new()
-    });
+    let nodes = graph::check(&files, declared, &positions, scoring, etcd.is_some()).unwrap_or_else(
+        |errors| {
+            late.extend(errors);
+            Vec::new()
+        },
+    );
     let readiness = readiness.and_then(|(index, section)| {
         let parsed = section?;
         // With etcd, a required node may be declared there: it is then checked at run time.

@@ -1,0 +1,364 @@
+//! The daemon with targets in a real etcd (started per test on loopback ports by
+//! `probe_etcd::testing::TestEtcd`): keys become targets, changes apply as diffs, bad values are
+//! rejected per key, and an outage changes nothing but the reported state.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use probe_etcd::DEFAULT_PREFIX;
+use probe_etcd::etcd_client::{Client, CompactionOptions, PutOptions};
+use probe_etcd::testing::TestEtcd;
+use serde_json::Value;
+use support::{Daemon, WAIT};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+/// The issue's bound on a key change reaching `/v1/targets`.
+const WITHIN: Duration = Duration::from_secs(1);
+
+fn key(id: &str) -> String {
+    format!("{DEFAULT_PREFIX}{id}")
+}
+
+/// One etcd value: a TCP target with a quick schedule.
+fn tcp(id: &str, addr: SocketAddr) -> String {
+    format!(
+        r#"{{"id": "{id}", "tcp": {{"address": "{addr}"}}, "interval": "300ms", "timeout": "200ms", "rise": 1, "fall": 1}}"#
+    )
+}
+
+/// A config with one file target and the etcd source.
+fn write_config(dir: &Path, etcd: &TestEtcd, extra: &str, file_target: SocketAddr) {
+    std::fs::write(
+        dir.join("probes.yaml"),
+        format!(
+            "topology:\n  etcd:\n    endpoints: [\"{}\"]\n{extra}targets:\n  - id: file-db\n    tcp: {{address: \"{file_target}\"}}\n    interval: 300ms\n    timeout: 200ms\n    rise: 1\n",
+            etcd.endpoint()
+        ),
+    )
+    .unwrap();
+}
+
+async fn listener() -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+/// The target ids the API lists.
+async fn ids(daemon: &Daemon) -> Vec<String> {
+    daemon
+        .targets()
+        .await
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Polls `/v1/targets` (the API is the daemon's only signal) until it lists exactly `want`;
+/// returns how long that took.
+async fn wait_ids(daemon: &Daemon, want: &[&str]) -> Duration {
+    let started = Instant::now();
+    loop {
+        let mut have = ids(daemon).await;
+        have.sort();
+        if have == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "targets {have:?}, never {want:?}: {}",
+            daemon.get("/v1/topology").await.text().await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn target(daemon: &Daemon, id: &str) -> Value {
+    daemon
+        .get(&format!("/v1/targets/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn topology(daemon: &Daemon) -> Value {
+    daemon.get("/v1/topology").await.json().await.unwrap()
+}
+
+/// Polls `/v1/topology` until `ok` holds for it.
+async fn wait_topology(daemon: &Daemon, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let topology = topology(daemon).await;
+        if ok(&topology) {
+            return topology;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {topology}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn put(client: &mut Client, id: &str, value: &str) {
+    client.put(key(id), value, None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_become_targets_and_a_change_touches_only_its_target() {
+    let etcd = TestEtcd::start().await.unwrap();
+    let mut client = etcd.client().await.unwrap();
+    let (_l1, up1) = listener().await;
+    let (_l2, up2) = listener().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &etcd, "", up1);
+    put(&mut client, "a", &tcp("a", up1)).await;
+    let mut daemon = Daemon::start(dir.path());
+    wait_ids(&daemon, &["a", "file-db"]).await;
+
+    put(&mut client, "b", &tcp("b", up2)).await;
+    let took = wait_ids(&daemon, &["a", "b", "file-db"]).await;
+    assert!(took <= WITHIN, "a new key took {took:?}");
+    daemon
+        .wait_states(&[("a", "UP"), ("b", "UP"), ("file-db", "UP")])
+        .await;
+    let applied = daemon.wait_log("topology applied");
+    assert_eq!(applied["source"], "etcd");
+
+    // A change to a: a restarts, b and the file's target keep their counters.
+    let b_before = target(&daemon, "b").await;
+    let file_before = target(&daemon, "file-db").await;
+    put(&mut client, "a", &tcp("a", up2)).await;
+    let changed = loop {
+        let line = daemon.wait_log("topology applied");
+        if line["changed"] == 1 {
+            break line;
+        }
+    };
+    assert_eq!(
+        (changed["added"].as_u64(), changed["removed"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let b_after = target(&daemon, "b").await;
+    let file_after = target(&daemon, "file-db").await;
+    for (before, after) in [(&b_before, &b_after), (&file_before, &file_after)] {
+        assert_eq!(after["transitions"], before["transitions"], "{after}");
+        assert_eq!(after["state"], "UP");
+        assert!(
+            after["consecutive_successes"].as_u64() >= before["consecutive_successes"].as_u64()
+        );
+    }
+
+    client.delete(key("a"), None).await.unwrap();
+    let took = wait_ids(&daemon, &["b", "file-db"]).await;
+    assert!(took <= WITHIN, "a deleted key took {took:?}");
+
+    // A self-registered target goes with its lease.
+    let lease = client.lease_grant(1, None).await.unwrap();
+    let (_l3, up3) = listener().await;
+    client
+        .put(
+            key("leased"),
+            tcp("leased", up3),
+            Some(PutOptions::new().with_lease(lease.id())),
+        )
+        .await
+        .unwrap();
+    wait_ids(&daemon, &["b", "file-db", "leased"]).await;
+    wait_ids(&daemon, &["b", "file-db"]).await;
+
+    let topology = topology(&daemon).await;
+    let etcd_source = &topology["sources"][1];
+    assert_eq!(etcd_source["name"], "etcd");
+    assert_eq!(etcd_source["state"], "synced");
+    assert!(etcd_source["revision"].as_i64() > Some(0));
+    assert!(topology["generation"].as_u64() > Some(3), "{topology}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_values_are_rejected_per_key_and_disturb_nothing() {
+    let etcd = TestEtcd::start().await.unwrap();
+    let mut client = etcd.client().await.unwrap();
+    let (_l1, up) = listener().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The file's group depends on a target that etcd declares.
+    write_config(dir.path(), &etcd, "", up);
+    let mut yaml = std::fs::read_to_string(dir.path().join("probes.yaml")).unwrap();
+    yaml.push_str("  - id: svc\n    kind: group\n    depends_on: [{target: api}]\n");
+    std::fs::write(dir.path().join("probes.yaml"), yaml).unwrap();
+    put(&mut client, "api", &tcp("api", up)).await;
+    let daemon = Daemon::start(dir.path());
+    daemon
+        .wait_states(&[("api", "UP"), ("file-db", "UP")])
+        .await;
+    let api_before = target(&daemon, "api").await;
+
+    put(&mut client, "broken", "{\"id\": \"broken\", \"tcp\": ").await;
+    put(
+        &mut client,
+        "colour",
+        &format!(r#"{{"id": "colour", "tcp": {{"address": "{up}"}}, "colour": "red"}}"#),
+    )
+    .await;
+    put(&mut client, "other", &tcp("someone-else", up)).await;
+    put(&mut client, "file-db", &tcp("file-db", up)).await;
+    // A new api value that closes a cycle through the file's group: api keeps its old value.
+    put(
+        &mut client,
+        "api",
+        &format!(
+            r#"{{"id": "api", "tcp": {{"address": "{up}"}}, "interval": "300ms", "timeout": "200ms", "rise": 1, "fall": 1, "depends_on": [{{"target": "svc"}}]}}"#
+        ),
+    )
+    .await;
+    let (_l2, up2) = listener().await;
+    put(&mut client, "fine", &tcp("fine", up2)).await;
+
+    let topology = wait_topology(&daemon, "five rejections", |t| {
+        t["rejected"].as_array().map(Vec::len) == Some(5)
+    })
+    .await;
+    let reasons: Vec<(String, String, bool)> = topology["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap().to_owned(),
+                r["kept_previous"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let find = |name: &str| {
+        reasons
+            .iter()
+            .find(|(n, ..)| n == name)
+            .unwrap_or_else(|| panic!("no rejection of {name}: {reasons:?}"))
+            .clone()
+    };
+    assert!(find("broken").1.contains("invalid YAML"), "{reasons:?}");
+    assert!(
+        find("colour").1.contains(r#"unknown field "colour""#),
+        "{reasons:?}"
+    );
+    assert!(
+        find("other")
+            .1
+            .contains(r#"id "someone-else" does not match the entry's name "other""#),
+        "{reasons:?}"
+    );
+    assert!(
+        find("file-db").1.contains("already declared by files"),
+        "{reasons:?}"
+    );
+    let (_, cycle, kept) = find("api");
+    assert!(cycle.contains("dependency cycle"), "{cycle}");
+    assert!(
+        cycle.contains("etcd key /probe-engine/targets/api:1:"),
+        "located: {cycle}"
+    );
+    assert!(kept, "api keeps its previous value");
+    let origin = topology["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "broken")
+        .unwrap()["origin"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        origin.starts_with("etcd key /probe-engine/targets/broken (revision "),
+        "{origin}"
+    );
+
+    // Nothing else was disturbed: the fine key applied, api kept its state and counters.
+    wait_ids(&daemon, &["api", "file-db", "fine"]).await;
+    let api_after = target(&daemon, "api").await;
+    assert_eq!(api_after["transitions"], api_before["transitions"]);
+    assert_eq!(api_after["state"], "UP");
+    let metrics = daemon.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("probe_topology_errors_total{source=\"etcd\"} 5"),
+        "{metrics}"
+    );
+
+    // Fixing a key clears its rejection.
+    put(&mut client, "colour", &tcp("colour", up2)).await;
+    wait_topology(&daemon, "four rejections", |t| {
+        t["rejected"].as_array().map(Vec::len) == Some(4)
+    })
+    .await;
+    wait_ids(&daemon, &["api", "colour", "file-db", "fine"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_keeps_the_targets_and_a_compacted_restart_converges() {
+    let mut etcd = TestEtcd::start().await.unwrap();
+    let mut client = etcd.client().await.unwrap();
+    let (_l1, up) = listener().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &etcd, "", up);
+    put(&mut client, "a", &tcp("a", up)).await;
+    put(&mut client, "b", &tcp("b", up)).await;
+    let daemon = Daemon::start(dir.path());
+    daemon
+        .wait_states(&[("a", "UP"), ("b", "UP"), ("file-db", "UP")])
+        .await;
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
+
+    etcd.kill();
+    let topology = wait_topology(&daemon, "stale", |t| t["sources"][1]["state"] == "stale").await;
+    assert!(
+        topology["sources"][1]["stale_since"].is_string(),
+        "{topology}"
+    );
+    assert!(
+        topology["sources"][1]["last_error"].is_string(),
+        "{topology}"
+    );
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    assert_eq!(
+        health["checks"]["topology:etcd"][0]["status"], "warn",
+        "{health}"
+    );
+    assert_eq!(health["status"], "warn");
+    // Still probing, still ready: the outage is not the targets' problem.
+    let a_before = target(&daemon, "a").await;
+    let deadline = Instant::now() + WAIT;
+    while target(&daemon, "a").await["consecutive_successes"].as_u64()
+        <= a_before["consecutive_successes"].as_u64()
+    {
+        assert!(Instant::now() < deadline, "a is no longer probed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
+    let mut have = ids(&daemon).await;
+    have.sort();
+    assert_eq!(have, ["a", "b", "file-db"]);
+
+    // Back with other content, compacted past what the daemon saw: it converges.
+    etcd.restart().await.unwrap();
+    let mut client = etcd.client().await.unwrap();
+    client.delete(key("b"), None).await.unwrap();
+    put(&mut client, "c", &tcp("c", up)).await;
+    let revision = client
+        .put(key("d"), tcp("d", up), None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    client
+        .compact(revision, Some(CompactionOptions::new().with_physical()))
+        .await
+        .unwrap();
+    wait_ids(&daemon, &["a", "c", "d", "file-db"]).await;
+    wait_topology(&daemon, "synced", |t| t["sources"][1]["state"] == "synced").await;
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    assert_eq!(health["checks"]["topology:etcd"][0]["status"], "pass");
+}
