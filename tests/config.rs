@@ -1894,3 +1894,136 @@ fn the_graph_spans_files_and_sections_are_set_once() {
     assert_eq!(config.topology.nodes.len(), 1);
     assert!(config.topology.readiness.is_some());
 }
+
+#[test]
+fn the_topology_section_configures_etcd() {
+    let config = parse_ok(&doc(&[
+        "topology:",
+        "  etcd:",
+        "    endpoints: [\"https://10.0.0.1:2379\", \"https://10.0.0.2:2379\"]",
+        "    prefix: /teams/a/",
+        "    username: probe",
+        "    password: secret",
+        "    tls: {ca_file: ca.pem, cert_file: c.pem, key_file: k.pem}",
+        "    resync: 1m",
+        "readiness: {require: [checkout]}",
+        "targets:",
+        "  - id: web",
+        "    kind: group",
+        "    depends_on: [{target: declared-in-etcd}]",
+    ]));
+    let etcd = config.etcd.expect("etcd configured");
+    assert_eq!(
+        etcd.endpoints,
+        ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
+    );
+    assert_eq!(etcd.prefix, "/teams/a/");
+    let credentials = etcd.credentials.expect("credentials");
+    assert_eq!(credentials.username, "probe");
+    assert_eq!(credentials.password, "secret");
+    assert!(!format!("{credentials:?}").contains("secret"));
+    let tls = etcd.tls.expect("tls");
+    assert_eq!(tls.ca_file.as_deref(), Some(Path::new("ca.pem")));
+    assert_eq!(
+        tls.client_cert.map(|c| (c.cert_file, c.key_file)),
+        Some(("c.pem".into(), "k.pem".into()))
+    );
+    assert_eq!(etcd.resync_period, Duration::from_secs(60));
+    // With etcd, dependencies and required nodes may be declared there.
+    assert_eq!(config.topology.nodes.len(), 1);
+
+    let plain = parse_ok("targets: []\n");
+    assert_eq!(plain.etcd, None);
+
+    let errors = parse(&doc(&[
+        "topology:",
+        "  etcd:",
+        "    endpoints: [\"http://a:2379\", \"ftp://b\"]",
+        "    prefix: \"\"",
+        "    username: probe",
+        "    tls: {cert_file: c.pem}",
+        "    resync: 0s",
+        "    colour: red",
+    ]))
+    .unwrap_err();
+    let lines: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            r#"t.yaml:8:5: unknown field "colour" in etcd; expected one of "endpoints", "prefix", "username", "password", "tls", "resync""#,
+        ],
+        "structural errors first"
+    );
+    let errors = parse(&doc(&[
+        "topology:",
+        "  etcd:",
+        "    endpoints: [\"http://a:2379\", \"ftp://b\"]",
+        "    prefix: \"\"",
+        "    username: probe",
+        "    tls: {cert_file: c.pem}",
+        "    resync: 0s",
+    ]))
+    .unwrap_err();
+    let lines: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            r#"t.yaml:3:17: invalid etcd endpoint "http://a:2379": expected https://HOST:PORT (tls is set)"#,
+            r#"t.yaml:3:34: invalid etcd endpoint "ftp://b": expected https://HOST:PORT (tls is set)"#,
+            "t.yaml:4:13: prefix must not be empty",
+            "t.yaml:5:5: username and password go together: set both or neither",
+            "t.yaml:6:5: cert_file and key_file go together: set both or neither",
+            "t.yaml:7:13: resync must be greater than zero",
+        ]
+    );
+}
+
+#[test]
+fn an_entry_outside_the_files_reads_like_a_targets_item() {
+    use probe::discovery::Declaration;
+    let dir = Path::new("/etc/probe-engine");
+    let value = br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "interval": "2s",
+                     "depends_on": [{"target": "disk", "critical": true}]}"#;
+    let Declaration::Target { spec, depends_on } =
+        config::parse_entry("db", "etcd key /p/db", value, dir).unwrap()
+    else {
+        panic!("a target")
+    };
+    assert_eq!(spec.id.as_str(), "db");
+    assert_eq!(spec.schedule.interval(), Duration::from_secs(2));
+    assert_eq!(depends_on.len(), 1);
+    assert!(depends_on[0].critical);
+    assert_eq!(depends_on[0].origin, "etcd key /p/db:2:37");
+
+    let group = config::parse_entry(
+        "svc",
+        "k",
+        br#"{"id": "svc", "kind": "group", "depends_on": [{"target": "db"}]}"#,
+        dir,
+    )
+    .unwrap();
+    assert!(matches!(group, Declaration::Group { .. }));
+
+    let error = |value: &[u8]| config::parse_entry("db", "k", value, dir).unwrap_err();
+    assert_eq!(
+        error(br#"{"id": "db", "tcp": {"adress": "a:1"}}"#),
+        r#"1:22: unknown field "adress" in tcp, did you mean "address"?"#
+    );
+    assert_eq!(
+        error(br#"{"id": "web", "tcp": {"address": "a:1"}}"#),
+        r#"1:8: id "web" does not match the entry's name "db""#
+    );
+    assert_eq!(
+        error(b"[1, 2]"),
+        "expected a JSON object: one target declaration"
+    );
+    assert_eq!(
+        error(b"{\"id\": "),
+        "1:1: invalid YAML: unclosed bracket '{'"
+    );
+    assert!(error(b"\xff").starts_with("the value is not UTF-8"));
+    assert_eq!(
+        error(br#"{"id": "db", "tcp": {"address": "a:1"}, "interval": "1s", "timeout": "2s"}"#),
+        "1:59: timeout (2s) must be less than interval (1s)"
+    );
+}

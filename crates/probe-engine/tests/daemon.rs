@@ -105,6 +105,17 @@ async fn daemon_serves_health_reloads_and_stops() {
     .unwrap();
     daemon.signal("-HUP");
     daemon.wait_log("config reload rejected; the running config stays in force");
+    let topology: Value = daemon.get("/v1/topology").await.json().await.unwrap();
+    let files = &topology["sources"][0];
+    assert_eq!(files["state"], "error", "{topology}");
+    assert!(
+        files["last_error"][0].as_str().unwrap().contains("adress"),
+        "{topology}"
+    );
+    assert_eq!(files["last_good_generation"], 1);
+    assert_eq!(topology["generation"], 1);
+    let metrics = daemon.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("probe_config_last_reload_successful 0"));
     let after: Value = daemon.get("/v1/targets/up").await.json().await.unwrap();
     assert_eq!(after["state"], "UP");
     assert_eq!(after["transitions"], before["transitions"]);
@@ -123,6 +134,10 @@ async fn daemon_serves_health_reloads_and_stops() {
     assert_eq!(reloaded["added"], 1);
     assert_eq!(reloaded["removed"], 1);
     assert_eq!(reloaded["unchanged"], 1);
+    let topology: Value = daemon.get("/v1/topology").await.json().await.unwrap();
+    assert_eq!(topology["sources"][0]["state"], "synced", "{topology}");
+    assert_eq!(topology["sources"][0]["last_good_generation"], 2);
+    assert_eq!(topology["generation"], 2);
     assert!(daemon.state_of("down").await.is_none());
     let kept: Value = daemon.get("/v1/targets/up").await.json().await.unwrap();
     assert_eq!(kept["transitions"], before["transitions"]);
