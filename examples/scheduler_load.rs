@@ -224,7 +224,7 @@ async fn run(
         start,
         buckets: (0..buckets_len).map(|_| AtomicU32::new(0)).collect(),
     });
-    let rss_before = vm_rss()?;
+    let rss_before = support::vm_rss()?;
     let cpu_before = support::cpu_ticks("self")?;
 
     let schedule = Schedule::try_new(
@@ -271,7 +271,7 @@ async fn run(
     let (rss_twice, twice_at) = loop {
         let healthy = engine.readiness().healthy;
         if healthy == args.targets {
-            break (vm_rss()?, start.elapsed());
+            break (support::vm_rss()?, start.elapsed());
         }
         if Instant::now() > give_up {
             bail!(
@@ -284,7 +284,7 @@ async fn run(
     };
     tokio::time::sleep_until(start + args.run_for()).await;
     let end = start.elapsed();
-    let rss_end = vm_rss()?;
+    let rss_end = support::vm_rss()?;
     let cpu = support::cpu_ticks("self")? - cpu_before;
     let workers = engine.scheduler().workers();
     cancel.cancel();
@@ -395,17 +395,6 @@ async fn run(
 }
 
 /// `VmRSS` of this process, in bytes.
-fn vm_rss() -> anyhow::Result<u64> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS in /proc/self/status")?;
-    Ok(kib * 1024)
-}
-
 fn install_metrics(args: &Args) -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
     const DURATION_BUCKETS: &[f64] = &[
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,

@@ -1,4 +1,5 @@
-//! What the load harnesses share: flag parsing, exit codes and CPU accounting from `/proc`.
+//! What the load harnesses share: flag parsing, exit codes, and CPU and memory accounting from
+//! `/proc`.
 //!
 //! Included by each harness with `#[path]`; each uses a subset.
 #![allow(dead_code)]
@@ -47,4 +48,16 @@ pub fn cpu_ticks(pid: &str) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     stat_ticks(&stat)
+}
+
+/// This process's resident set size in bytes (`VmRSS` of `/proc/self/status`).
+pub fn vm_rss() -> anyhow::Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS in /proc/self/status")?;
+    Ok(kib * 1024)
 }
