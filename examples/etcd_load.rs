@@ -149,6 +149,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         engine.clone(),
         dir.path().to_path_buf(),
         loaded,
+        None,
         cancel.clone(),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;

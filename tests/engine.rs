@@ -679,6 +679,7 @@ async fn dependency_changes_keep_targets_and_probe_changes_reset_scores() {
     assert_eq!(diff.changed, [id("cache")]);
     let restarted = engine.status(&id("cache")).unwrap();
     assert_eq!(restarted.state, HealthState::Probing);
+    assert_eq!(restarted.transitions, 0);
     assert_eq!(restarted.score, None);
     assert_eq!(node_score(&engine, "svc"), None, "unknown propagates");
     wait_for(&mut events, "cache", HealthState::Up).await;
@@ -734,6 +735,28 @@ async fn an_invalid_topology_changes_nothing() {
         engine.readiness().reason.as_deref(),
         Some("web is not in the dependency graph")
     );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn operator_maintenance_survives_a_spec_change() {
+    let (engine, cancel) = start(8);
+    let second = Duration::from_secs(1);
+    engine
+        .apply(vec![target("db", Switch::new(), second, 0.0, 1, 1)])
+        .unwrap();
+    let info = engine
+        .start_maintenance(&id("db"), "disk swap".into(), Duration::from_secs(600))
+        .unwrap();
+    let diff = engine
+        .apply(vec![target("db", Switch::new(), 2 * second, 0.0, 1, 1)])
+        .unwrap();
+    assert_eq!(diff.changed, [id("db")]);
+    let status = engine.status(&id("db")).unwrap();
+    assert_eq!(status.state, HealthState::Maintenance);
+    assert_eq!(status.maintenance, Some(info.clone()));
+    assert_eq!(engine.operator_maintenance(), [(id("db"), info)]);
     cancel.cancel();
     engine.stopped().await;
 }

@@ -6,11 +6,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::engine::{Engine, EngineConfig};
-use probe::target::TargetId;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +71,7 @@ impl Daemon {
             engine.clone(),
             options.config.clone(),
             loaded,
+            store.clone(),
             cancel.clone(),
         )?;
         tracing::info!(
@@ -87,39 +87,7 @@ impl Daemon {
             token: options.api_token.map(Arc::from),
             cancel,
         };
-        daemon.restore_maintenance();
         Ok(daemon)
-    }
-
-    /// Re-applies saved operator maintenance that has not expired. A damaged state file is
-    /// reported and skipped: losing a maintenance flag must not keep the daemon down.
-    fn restore_maintenance(&self) {
-        let Some(store) = &self.store else { return };
-        let saved = match store.load() {
-            Ok(saved) => saved,
-            Err(e) => {
-                tracing::error!(error = %e, "saved maintenance not restored");
-                return;
-            }
-        };
-        let now = SystemTime::now();
-        for entry in saved {
-            let left = entry
-                .until()
-                .and_then(|until| until.duration_since(now).ok());
-            let (Ok(id), Some(left)) = (TargetId::new(&entry.target), left) else {
-                tracing::info!(target_id = %entry.target, "saved maintenance expired or invalid; dropped");
-                continue;
-            };
-            match self.engine.start_maintenance(&id, entry.reason, left) {
-                Ok(info) => tracing::info!(
-                    target_id = %id,
-                    until = %humantime::format_rfc3339_seconds(info.until),
-                    "maintenance restored"
-                ),
-                Err(e) => tracing::warn!(error = %e, "saved maintenance not restored"),
-            }
-        }
     }
 
     /// The engine, for embedding tests and the API.

@@ -6,9 +6,10 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use probe::engine::MaintenanceInfo;
+use probe::engine::{Engine, EngineError, MaintenanceInfo};
 use probe::target::TargetId;
 use serde::{Deserialize, Serialize};
 
@@ -51,10 +52,16 @@ struct StateFile {
     maintenance: Vec<SavedMaintenance>,
 }
 
-/// Reads and writes the state file in one directory.
+/// Reads and writes the state file in one directory, and holds saved maintenance whose target
+/// is not there yet.
+///
+/// Targets from etcd arrive after start-up, so saved maintenance waits in the store until its
+/// target appears ([`StateStore::restore`]) or it expires; saving keeps the waiting entries, so
+/// an API change meanwhile does not lose them.
 #[derive(Clone, Debug)]
 pub struct StateStore {
     path: PathBuf,
+    pending: Arc<Mutex<Vec<SavedMaintenance>>>,
 }
 
 impl StateStore {
@@ -69,7 +76,54 @@ impl StateStore {
         })?;
         Ok(Self {
             path: dir.join("maintenance.json"),
+            pending: Arc::default(),
         })
+    }
+
+    /// Loads the saved maintenance as pending, to be restored as targets appear. A damaged file
+    /// is reported and skipped: losing a maintenance flag must not keep the daemon down.
+    pub fn load_pending(&self) {
+        match self.load() {
+            Ok(saved) => *self.lock() = saved,
+            Err(e) => tracing::error!(error = %e, "saved maintenance not restored"),
+        }
+    }
+
+    /// Puts the pending maintenance of every target `engine` has now back in force, and drops
+    /// the expired and invalid entries. The others keep waiting.
+    pub fn restore(&self, engine: &Engine) {
+        let now = SystemTime::now();
+        self.lock().retain(|entry| {
+            let left = entry
+                .until()
+                .and_then(|until| until.duration_since(now).ok());
+            let (Ok(id), Some(left)) = (TargetId::new(&entry.target), left) else {
+                tracing::info!(target_id = %entry.target, "saved maintenance expired or invalid; dropped");
+                return false;
+            };
+            match engine.start_maintenance(&id, entry.reason.clone(), left) {
+                Ok(info) => {
+                    tracing::info!(
+                        target_id = %id,
+                        until = %humantime::format_rfc3339_seconds(info.until),
+                        "maintenance restored"
+                    );
+                    false
+                }
+                Err(EngineError::UnknownTarget(_)) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "saved maintenance not restored");
+                    false
+                }
+            }
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SavedMaintenance>> {
+        // The list is replaced or filtered whole; a poisoned lock still holds a usable list.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The saved maintenance; none when the file does not exist yet.
@@ -95,21 +149,27 @@ impl StateStore {
         Ok(file.maintenance)
     }
 
-    /// Replaces the saved maintenance with `entries`, atomically.
+    /// Replaces the saved maintenance with `entries` plus the pending entries of other
+    /// targets, atomically.
     ///
     /// # Errors
     /// Writing, syncing or renaming fails.
     pub fn save(&self, entries: &[(TargetId, MaintenanceInfo)]) -> Result<(), PersistError> {
-        let file = StateFile {
-            maintenance: entries
+        let mut maintenance: Vec<SavedMaintenance> = entries
+            .iter()
+            .map(|(id, info)| SavedMaintenance {
+                target: id.to_string(),
+                reason: info.reason.clone(),
+                until: humantime::format_rfc3339_millis(info.until).to_string(),
+            })
+            .collect();
+        maintenance.extend(
+            self.lock()
                 .iter()
-                .map(|(id, info)| SavedMaintenance {
-                    target: id.to_string(),
-                    reason: info.reason.clone(),
-                    until: humantime::format_rfc3339_millis(info.until).to_string(),
-                })
-                .collect(),
-        };
+                .filter(|p| !entries.iter().any(|(id, _)| id.as_str() == p.target))
+                .cloned(),
+        );
+        let file = StateFile { maintenance };
         let tmp = self.path.with_extension("json.tmp");
         let io = |path: &Path| {
             let path = path.to_owned();

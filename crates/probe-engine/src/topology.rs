@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, ConfigErrors};
+use crate::persist::StateStore;
 
 /// The sources' names, in precedence order: the merger's indices.
 const SOURCES: [&str; 2] = ["files", "etcd"];
@@ -118,7 +119,8 @@ struct RunningEtcd {
 
 impl Topology {
     /// Applies a loaded config (the daemon's first load), then starts the loop that follows the
-    /// files and etcd until `cancel`.
+    /// files and etcd until `cancel`. Saved maintenance in `store` is restored as its targets
+    /// appear.
     ///
     /// # Errors
     /// When the engine refuses the config's topology, which its own checks should have caught.
@@ -126,6 +128,7 @@ impl Topology {
         engine: Engine,
         path: PathBuf,
         loaded: Config,
+        store: Option<StateStore>,
         cancel: CancellationToken,
     ) -> Result<(Self, Diff), ConfigErrors> {
         let mut merger = Merger::new(SOURCES);
@@ -138,6 +141,10 @@ impl Topology {
         let diff = engine
             .apply(merged.topology)
             .map_err(|e| config::file_error(&path, e.to_string()))?;
+        if let Some(store) = &store {
+            store.load_pending();
+            store.restore(&engine);
+        }
         let (reload, triggers) = mpsc::channel(1);
         let shared = Arc::new(Mutex::new(Shared {
             generation: 1,
@@ -168,6 +175,7 @@ impl Topology {
             updates_tx,
             files_etcd,
             dir: config_dir(&path),
+            store,
             etcd: None,
             incarnations: 0,
             cancel: cancel.clone(),
@@ -318,6 +326,7 @@ struct Loop {
     /// The etcd settings of the files' last good config.
     files_etcd: watch::Receiver<Option<SourceConfig>>,
     dir: PathBuf,
+    store: Option<StateStore>,
     etcd: Option<RunningEtcd>,
     incarnations: u64,
     cancel: CancellationToken,
@@ -425,6 +434,9 @@ impl Loop {
                 return;
             }
         };
+        if let Some(store) = self.store.as_ref().filter(|_| !diff.added.is_empty()) {
+            store.restore(&self.engine);
+        }
         let mut shared = lock(&self.shared);
         for rejection in merged
             .rejected

@@ -362,3 +362,36 @@ async fn an_outage_keeps_the_targets_and_a_compacted_restart_converges() {
     let health: Value = daemon.get("/health").await.json().await.unwrap();
     assert_eq!(health["checks"]["topology:etcd"][0]["status"], "pass");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_of_an_etcd_target_survives_a_restart() {
+    let etcd = TestEtcd::start().await.unwrap();
+    let mut client = etcd.client().await.unwrap();
+    let (_l, up) = listener().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = dir.path().join("config");
+    std::fs::create_dir(&config).unwrap();
+    write_config(&config, &etcd, "", up);
+    put(&mut client, "a", &tcp("a", up)).await;
+    let state_arg = state.to_str().unwrap();
+    let daemon = Daemon::start_with(&config, &["--state-dir", state_arg]);
+    daemon.wait_states(&[("a", "UP")]).await;
+    let (status, _) = daemon
+        .send(
+            reqwest::Method::PUT,
+            "/v1/targets/a/maintenance",
+            None,
+            Some(r#"{"reason": "disk swap", "duration": "1h"}"#),
+        )
+        .await;
+    assert_eq!(status, 200);
+    drop(daemon);
+
+    // The target comes from etcd after start-up: its maintenance waits for it.
+    let daemon = Daemon::start_with(&config, &["--state-dir", state_arg]);
+    daemon.wait_states(&[("a", "MAINTENANCE")]).await;
+    let a = target(&daemon, "a").await;
+    assert_eq!(a["maintenance"]["reason"], "disk swap");
+    assert_eq!(a["maintenance"]["source"], "operator");
+}

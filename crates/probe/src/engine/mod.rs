@@ -271,6 +271,7 @@ impl Engine {
             }
             keep
         });
+        // Each with the operator maintenance it carries over from its previous spec.
         let mut launch = Vec::new();
         for (id, spec) in desired {
             match targets.get(&id) {
@@ -278,11 +279,16 @@ impl Engine {
                 Some(current) => {
                     current.retire();
                     diff.changed.push(id);
-                    launch.push(spec);
+                    let maintenance = current
+                        .lock()
+                        .maintenance
+                        .clone()
+                        .filter(|m| m.info.source == MaintenanceSource::Operator);
+                    launch.push((spec, maintenance));
                 }
                 None => {
                     diff.added.push(id);
-                    launch.push(spec);
+                    launch.push((spec, None));
                 }
             }
         }
@@ -294,8 +300,12 @@ impl Engine {
                 deps.reset(id);
             }
         }
-        for spec in launch {
-            targets.insert(spec.id.clone(), self.launch(spec));
+        for (spec, maintenance) in launch {
+            let target = self.launch(spec);
+            if let Some(maintenance) = maintenance {
+                target.enter_maintenance(maintenance);
+            }
+            targets.insert(target.spec.id.clone(), target);
         }
         Ok(diff)
     }
@@ -409,6 +419,7 @@ impl Engine {
 
     /// Puts a target in maintenance for `duration`, replacing any maintenance in force. Probes
     /// keep running; the state stays MAINTENANCE until it expires or [`Engine::end_maintenance`].
+    /// It survives a change of the target's spec.
     ///
     /// # Errors
     /// [`EngineError::UnknownTarget`].
@@ -424,16 +435,10 @@ impl Engine {
             source: MaintenanceSource::Operator,
             until: SystemTime::now() + duration,
         };
-        let transition = {
-            let mut status = target.lock();
-            status.maintenance = Some(ActiveMaintenance {
-                info: info.clone(),
-                deadline: Some(Instant::now() + duration),
-            });
-            let t = status.machine.start_maintenance();
-            target.change(&mut status, t)
-        };
-        target.announce(transition, Some(&info.reason));
+        target.enter_maintenance(ActiveMaintenance {
+            info: info.clone(),
+            deadline: Some(Instant::now() + duration),
+        });
         Ok(info)
     }
 
@@ -534,6 +539,7 @@ struct Target {
     duration: metrics::Histogram,
 }
 
+#[derive(Clone)]
 struct ActiveMaintenance {
     info: MaintenanceInfo,
     /// When an operator's maintenance expires, on the engine's clock (so paused-time tests and
@@ -606,6 +612,18 @@ impl Target {
 
     fn lock(&self) -> MutexGuard<'_, Status> {
         lock(&self.status)
+    }
+
+    /// Puts the target in `maintenance`, replacing any in force.
+    fn enter_maintenance(&self, maintenance: ActiveMaintenance) {
+        let reason = maintenance.info.reason.clone();
+        let transition = {
+            let mut status = self.lock();
+            status.maintenance = Some(maintenance);
+            let t = status.machine.start_maintenance();
+            self.change(&mut status, t)
+        };
+        self.announce(transition, Some(&reason));
     }
 
     fn retire(&self) {
