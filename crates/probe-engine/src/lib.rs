@@ -8,3 +8,4 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod persist;
+pub mod watch;
