@@ -9,3 +9,4 @@ pub mod config;
 pub mod daemon;
 pub mod persist;
 pub mod topology;
+pub mod watch;
