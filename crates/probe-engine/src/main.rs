@@ -13,6 +13,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::EngineConfig;
 use probe::scheduler::SchedulerConfig;
 use probe_engine::daemon::{self, Daemon};
+use probe_engine::watch;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,10 @@ enum Command {
         /// anything).
         #[arg(long, env = "PROBE_ENGINE_API_TOKEN", hide_env_values = true)]
         api_token: Option<String>,
+        /// Reload when the config changes on disk (editors' rename-on-save and Kubernetes
+        /// ConfigMap updates included), as SIGHUP does.
+        #[arg(long)]
+        watch_config: bool,
     },
     /// Validate a config: exit 0 with a summary, or 1 with every error.
     Check {
@@ -69,6 +74,10 @@ enum Command {
         config: PathBuf,
     },
 }
+
+/// How long the config must be quiet before a watched change reloads it: an editor's save or a
+/// ConfigMap swap is several events.
+const CONFIG_DEBOUNCE: Duration = Duration::from_millis(200);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -83,6 +92,7 @@ fn main() -> ExitCode {
             shutdown_grace,
             state_dir,
             api_token,
+            watch_config,
         } => {
             let options = daemon::Options {
                 config,
@@ -97,7 +107,7 @@ fn main() -> ExitCode {
                 state_dir,
                 api_token,
             };
-            match run(options, listen, shutdown_grace) {
+            match run(options, listen, shutdown_grace, watch_config) {
                 Ok(code) => code,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -138,6 +148,7 @@ async fn run(
     options: daemon::Options,
     listen: SocketAddr,
     grace: Duration,
+    watch_config: bool,
 ) -> anyhow::Result<ExitCode> {
     let metrics = install_metrics()?;
     let cancel = CancellationToken::new();
@@ -163,6 +174,19 @@ async fn run(
         Duration::from_secs(5),
         cancel.clone(),
     ));
+    if watch_config {
+        let watcher = watch::watch_config(
+            config,
+            CONFIG_DEBOUNCE,
+            daemon.topology().reload_trigger(),
+            cancel.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = watcher.await {
+                tracing::error!(error = %e, "not watching the config");
+            }
+        });
+    }
     let serving = daemon.serve(listener, Some(metrics), grace);
     tokio::pin!(serving);
     loop {

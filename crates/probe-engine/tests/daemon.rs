@@ -628,3 +628,35 @@ targets:
     expect_readiness(&mut daemon, true);
     assert_eq!(daemon.get("/readyz").await.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_config_reloads_on_save() {
+    let (a, b) = (closed_port(), closed_port());
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("a", a)]);
+    let mut daemon = Daemon::start_with(dir.path(), &["--watch-config"]);
+    assert!(daemon.state_of("a").await.is_some());
+
+    // An editor's save: a temporary file renamed over the config.
+    let staged = tempfile::tempdir_in(dir.path()).unwrap();
+    write_targets(staged.path(), &[("a", a), ("b", b)]);
+    std::fs::rename(
+        staged.path().join("targets.yaml"),
+        dir.path().join("targets.yaml"),
+    )
+    .unwrap();
+    let applied = loop {
+        let line = daemon.wait_log("topology applied");
+        if line["added"] == 1 {
+            break line;
+        }
+    };
+    assert_eq!(applied["source"], "files");
+    assert_eq!(applied["unchanged"], 1);
+    assert!(daemon.state_of("b").await.is_some());
+
+    // A broken save is rejected; the running config stays.
+    std::fs::write(dir.path().join("targets.yaml"), "targets: [").unwrap();
+    daemon.wait_log("config reload rejected; the running config stays in force");
+    assert!(daemon.state_of("b").await.is_some());
+}
