@@ -18,7 +18,8 @@
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
 //! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs;
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
-//! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology.
+//! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
+//! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -47,6 +48,7 @@
 pub mod backoff;
 pub mod discovery;
 pub mod engine;
+pub mod gate;
 pub mod graph;
 pub mod http;
 pub mod maintenance;
