@@ -21,7 +21,14 @@
 //! Stopped or when a registered [`Heartbeat`] is stuck, never because of a dependency; readiness
 //! needs Serving, startup complete and the attached [`Readiness`] source (the engine's verdict);
 //! startup masks liveness until it completes or its deadline passes. [`shutdown`] runs the whole
-//! stop sequence.
+//! stop sequence. With the `tower` feature, `GateLayer` admits each request of an `http` service
+//! through the gate.
+
+#[cfg(feature = "tower")]
+mod layer;
+
+#[cfg(feature = "tower")]
+pub use layer::{GateLayer, GateService, ObserveRequests, RequestOutcome, ResponseFuture};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -104,6 +111,22 @@ pub struct Check {
 }
 
 impl Check {
+    /// The check as a plain-text HTTP answer: 200 `ok`, or 503 with the reason, for `/livez`,
+    /// `/readyz` and `/startupz` handlers of any framework.
+    pub fn into_response<B: From<String>>(self) -> http::Response<B> {
+        let (status, text) = match self.reason {
+            None => (http::StatusCode::OK, "ok\n".to_owned()),
+            Some(reason) => (http::StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+        };
+        let mut response = http::Response::new(B::from(text));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    }
+
     /// A passing check.
     pub fn pass() -> Self {
         Self {
