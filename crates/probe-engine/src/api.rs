@@ -3,8 +3,10 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /livez` | 200 while the process serves at all |
-//! | `GET /readyz` | 200 when ready, else 503 with a reason: from the `readiness` policy when the config has one, else when every target is UP, DEGRADED or in MAINTENANCE |
+//! | `GET /livez` | 200 until the daemon has stopped (dependencies never fail it) |
+//! | `GET /readyz` | 200 when ready, else 503 with a reason: not while starting or stopping; then from the `readiness` policy when the config has one, else when every target is UP, DEGRADED or in MAINTENANCE |
+//! | `GET /startupz` | 200 once the daemon has loaded its config and listens |
+//! | `POST /v1/drain` | stops the daemon as `SIGTERM` does: not ready, drain, exit |
 //! | `GET /v1/targets` | every target's status as JSON, with its score |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
 //! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
@@ -21,6 +23,9 @@
 //!
 //! Mutations are accepted from loopback peers only, unless a token is configured; then every
 //! mutation needs `Authorization: Bearer <token>`, wherever it comes from.
+//!
+//! The `/v1` routes are admitted through the daemon's [`Gate`]: once it drains they answer 503
+//! with `Connection: close`, while the health routes and `/metrics` keep answering.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -49,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::persist::StateStore;
 use crate::topology::{Topology, TopologyStatus};
+use probe::gate::{Gate, GateLayer};
 
 /// The longest maintenance an operator can set in one request.
 const MAX_MAINTENANCE: Duration = Duration::from_secs(30 * 86_400);
@@ -68,16 +74,16 @@ pub struct ApiState {
     pub topology: Topology,
     /// Ends long-lived responses (the event stream) when the daemon stops.
     pub shutdown: CancellationToken,
+    /// Admits the `/v1` requests, and answers liveness, readiness and startup.
+    pub gate: Gate,
+    /// Cancelled to start the stop sequence (`POST /v1/drain`).
+    pub stop: CancellationToken,
 }
 
 /// Builds the router. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`: the
 /// mutation guard needs the peer address.
 pub fn router(state: ApiState) -> Router {
     Router::new()
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
         .route("/v1/targets", get(targets))
         .route("/v1/targets/{id}", get(target))
         .route("/v1/targets/{id}/explain", get(explain))
@@ -88,6 +94,14 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/events", get(events))
         .route("/v1/topology", get(topology))
+        .route("/v1/drain", axum::routing::post(drain))
+        .layer(GateLayer::new(state.gate.clone()))
+        // Added after the layer: not admitted through the gate, so they answer while draining.
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/startupz", get(startupz))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
@@ -135,13 +149,17 @@ impl From<EngineError> for ApiError {
     }
 }
 
-async fn livez() -> &'static str {
-    "ok\n"
+async fn livez(State(state): State<ApiState>) -> Response {
+    state.gate.liveness().into_response()
 }
 
+async fn startupz(State(state): State<ApiState>) -> Response {
+    state.gate.startup().into_response()
+}
+
+/// Not `Check::into_response`: the daemon's answers name what they are about.
 async fn readyz(State(state): State<ApiState>) -> Response {
-    let readiness = state.engine.readiness();
-    match readiness.reason {
+    match state.gate.readiness().reason {
         None => (StatusCode::OK, "ready\n").into_response(),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -149,6 +167,20 @@ async fn readyz(State(state): State<ApiState>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// `POST /v1/drain`: starts the stop sequence (idempotent); answers at once with 202.
+async fn drain(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(state.token.as_deref(), peer, &headers)?;
+    if !state.stop.is_cancelled() {
+        tracing::info!(%peer, "drain requested through the API");
+        state.stop.cancel();
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response())
 }
 
 async fn metrics(State(state): State<ApiState>) -> Response {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::engine::{Engine, EngineConfig};
+use probe::gate::{self, Gate, GateConfig, Hook, ShutdownPlan};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +30,9 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// When set, API mutations need this bearer token (otherwise: loopback peers only).
     pub api_token: Option<String>,
+    /// How long the daemon keeps serving after it turns not ready on a stop, so that whatever
+    /// balances or scrapes it notices.
+    pub drain_delay: Duration,
 }
 
 /// Why the daemon could not start.
@@ -48,6 +52,11 @@ pub struct Daemon {
     topology: Topology,
     store: Option<StateStore>,
     token: Option<Arc<str>>,
+    gate: Gate,
+    drain_delay: Duration,
+    /// Cancelled to start the stop sequence (SIGTERM, `POST /v1/drain`).
+    stop: CancellationToken,
+    /// Cancelled at the end of the stop sequence, or to stop at once.
     cancel: CancellationToken,
 }
 
@@ -80,11 +89,16 @@ impl Daemon {
             config = %options.config.display(),
             "config loaded"
         );
+        let gate = Gate::new(GateConfig::default());
+        gate.set_readiness(Arc::new(engine.clone()));
         let daemon = Self {
             engine,
             topology,
             store,
             token: options.api_token.map(Arc::from),
+            gate,
+            drain_delay: options.drain_delay,
+            stop: CancellationToken::new(),
             cancel,
         };
         Ok(daemon)
@@ -107,8 +121,26 @@ impl Daemon {
         self.topology.reload();
     }
 
-    /// Serves the API on `listener` until cancellation, then waits up to `grace` for in-flight
-    /// probes to finish.
+    /// Starts the stop sequence: not ready at once, serving for the drain delay, then API
+    /// requests drained and probes stopped within the grace, then [`Daemon::serve`] returns.
+    /// Idempotent.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Whether the stop sequence has begun.
+    pub fn stopping(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// The gate the API is admitted through.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Serves the API on `listener` until the stop sequence ([`Daemon::stop`]) has run, or until
+    /// cancellation (at once). `grace` bounds both the drain of API requests and the wait for
+    /// probes in flight.
     ///
     /// # Errors
     /// An I/O error of the server.
@@ -119,7 +151,6 @@ impl Daemon {
         grace: Duration,
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
-        tracing::info!(%addr, "listening");
         let app = api::router(ApiState {
             engine: self.engine.clone(),
             metrics,
@@ -127,19 +158,46 @@ impl Daemon {
             store: self.store.clone(),
             topology: self.topology.clone(),
             shutdown: self.cancel.clone(),
+            gate: self.gate.clone(),
+            stop: self.stop.clone(),
         });
-        axum::serve(
+        self.gate.startup_complete();
+        tracing::info!(%addr, "listening");
+        let server = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
         )
-        .with_graceful_shutdown(self.cancel.clone().cancelled_owned())
-        .await?;
-        tracing::info!("stopping: waiting for probes in flight");
-        if tokio::time::timeout(grace, self.engine.stopped())
-            .await
-            .is_err()
-        {
-            tracing::warn!(grace = %humantime::format_duration(grace), "probes still in flight at the deadline");
+        .with_graceful_shutdown(self.cancel.clone().cancelled_owned());
+        let sequence = async {
+            tokio::select! {
+                () = self.cancel.cancelled() => return,
+                () = self.stop.cancelled() => {}
+            }
+            let (engine, cancel) = (self.engine.clone(), self.cancel.clone());
+            let plan = ShutdownPlan {
+                propagation_delay: self.drain_delay,
+                grace,
+                hooks: vec![Hook::new("stop probing", async move {
+                    cancel.cancel();
+                    engine.stopped().await;
+                })],
+                hook_timeout: grace,
+            };
+            let report = gate::shutdown(&self.gate, plan).await;
+            if !report.hooks_timed_out.is_empty() {
+                tracing::warn!(
+                    grace = %humantime::format_duration(grace),
+                    "probes still in flight at the deadline"
+                );
+            }
+            // Whatever happened, the server goes now.
+            self.cancel.cancel();
+        };
+        let (served, ()) = tokio::join!(server.into_future(), sequence);
+        served?;
+        if !self.stop.is_cancelled() {
+            // Cancelled at once: still give probes in flight their grace.
+            let _ = tokio::time::timeout(grace, self.engine.stopped()).await;
         }
         Ok(())
     }

@@ -52,9 +52,13 @@ enum Command {
         /// Workers kept when idle.
         #[arg(long, default_value = "4")]
         min_workers: usize,
-        /// How long to wait for probes in flight when stopping.
+        /// How long to wait, when stopping, for API requests and probes in flight.
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         shutdown_grace: Duration,
+        /// How long to keep serving, when stopping, after /readyz turns 503: at least the period
+        /// times the failure threshold of whatever polls /readyz.
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        drain_delay: Duration,
         /// Directory for state that survives restarts (operator maintenance).
         #[arg(long)]
         state_dir: Option<PathBuf>,
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
             max_in_flight,
             min_workers,
             shutdown_grace,
+            drain_delay,
             state_dir,
             api_token,
             watch_config,
@@ -106,6 +111,7 @@ fn main() -> ExitCode {
                 },
                 state_dir,
                 api_token,
+                drain_delay,
             };
             match run(options, listen, shutdown_grace, watch_config) {
                 Ok(code) => code,
@@ -200,18 +206,24 @@ async fn run(
                 // The result is logged, and shown in /v1/topology.
                 daemon.reload();
             }
-            _ = terminate.recv() => {
-                tracing::info!("SIGTERM: shutting down");
-                cancel.cancel();
-            }
-            _ = interrupt.recv() => {
-                tracing::info!("SIGINT: shutting down");
-                cancel.cancel();
-            }
+            // The first signal stops gracefully; a second one stops at once.
+            _ = terminate.recv() => stop(&daemon, &cancel, "SIGTERM"),
+            _ = interrupt.recv() => stop(&daemon, &cancel, "SIGINT"),
         }
     }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the stop sequence, or ends it at once when it is running already.
+fn stop(daemon: &Daemon, cancel: &CancellationToken, signal: &str) {
+    if daemon.stopping() {
+        tracing::info!("{signal} while stopping: stopping now");
+        cancel.cancel();
+    } else {
+        tracing::info!("{signal}: stopping: not ready, draining, then exiting");
+        daemon.stop();
+    }
 }
 
 fn install_metrics() -> anyhow::Result<PrometheusHandle> {

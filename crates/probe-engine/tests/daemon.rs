@@ -660,3 +660,45 @@ async fn a_watched_config_reloads_on_save() {
     daemon.wait_log("config reload rejected; the running config stays in force");
     assert!(daemon.state_of("b").await.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_request_stops_the_daemon_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("a", closed_port())]);
+    let mut daemon = Daemon::start_with(dir.path(), &["--drain-delay", "1s"]);
+    assert_eq!(daemon.get("/startupz").await.status(), 200);
+    assert_eq!(daemon.get("/livez").await.status(), 200);
+
+    let (status, body) = daemon
+        .send(reqwest::Method::POST, "/v1/drain", None, None)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let asked = Instant::now();
+    // Not ready at once, still serving the API during the delay, alive throughout.
+    let readyz = daemon.get("/readyz").await;
+    assert_eq!(readyz.status(), 503);
+    assert_eq!(readyz.text().await.unwrap(), "not ready: shutting down\n");
+    assert_eq!(daemon.get("/v1/targets").await.status(), 200);
+    assert_eq!(daemon.get("/livez").await.status(), 200);
+    // Then the API refuses, and the daemon exits cleanly once drained.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match daemon.http.get(daemon.url("/v1/targets")).send().await {
+            Ok(r) if r.status() == 503 => {
+                assert_eq!(r.headers()["connection"], "close");
+                break;
+            }
+            // Refused while the drain delay runs, or the listener is gone: both are fine.
+            Ok(r) => assert_eq!(r.status(), 200),
+            Err(_) => break,
+        }
+        assert!(Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        asked.elapsed() >= Duration::from_secs(1),
+        "refused before the delay"
+    );
+    assert!(daemon.wait_exit().success());
+    daemon.wait_log("shutdown: drained");
+}
