@@ -19,7 +19,8 @@
 //! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs;
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
-//! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain.
+//! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
+//! - [`passive`]: real-traffic outcomes, for the passive detectors.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -53,6 +54,7 @@ pub mod graph;
 pub mod http;
 pub mod maintenance;
 pub mod outcome;
+pub mod passive;
 pub mod probe;
 pub mod scheduler;
 pub mod state;
