@@ -573,6 +573,11 @@ targets:
             .unwrap()
             .contains("critical dependency DOWN (orders-db)")
     );
+    assert_eq!(
+        daemon.get("/livez").await.status(),
+        200,
+        "a dependency never fails liveness"
+    );
     let checkout = explain(&daemon, "checkout").await;
     assert_eq!(checkout["node"]["dependency_down"], true);
     assert_eq!(checkout["node"]["score"], 0.0);
