@@ -760,3 +760,50 @@ async fn operator_maintenance_survives_a_spec_change() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_passive_failure_re_probes_at_once() {
+    use probe::passive::{Call, CallOutcome};
+    let (engine, cancel) = start(8);
+    let interval = Duration::from_secs(60);
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
+    engine
+        .apply(vec![target("db", probe, interval, 0.0, 1, 1)])
+        .unwrap();
+    starts.recv().await.unwrap();
+    starts.recv().await.unwrap();
+    assert_eq!(engine.status(&id("db")).unwrap().state, HealthState::Up);
+    let settled = starts.recv().await.unwrap();
+
+    // A success changes nothing: the next run is one interval later.
+    let ok = Call {
+        outcome: CallOutcome::Success,
+        latency: Duration::from_millis(3),
+    };
+    engine.report(&id("db"), &ok);
+    assert_eq!(starts.recv().await.unwrap() - settled, interval);
+
+    // Failures re-probe now, once for a burst, and the grid is kept afterwards.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let reported = Instant::now();
+    let failed = Call::http(503, Duration::from_millis(3));
+    for _ in 0..5 {
+        engine.report(&id("db"), &failed);
+    }
+    let expedited = starts.recv().await.unwrap();
+    assert_eq!(expedited, reported, "re-probed at once");
+    let next = starts.recv().await.unwrap();
+    assert_eq!(
+        next - settled,
+        2 * interval,
+        "one extra run; the grid is kept"
+    );
+    // While a run is in flight (it takes 1 ms): one more right after it.
+    engine.report(&id("db"), &failed);
+    let after = starts.recv().await.unwrap();
+    assert_eq!(after - next, Duration::from_millis(1));
+    assert_eq!(starts.recv().await.unwrap() - settled, 3 * interval);
+    engine.report(&id("ghost"), &failed);
+    cancel.cancel();
+    engine.stopped().await;
+}

@@ -78,6 +78,7 @@ impl Default for SchedulerConfig {
 enum Command {
     Insert(Arc<dyn Job>),
     Remove(TargetId),
+    Expedite(TargetId),
 }
 
 /// A due run handed to a worker.
@@ -157,6 +158,14 @@ impl Scheduler {
         let _ = self.commands.send(Command::Remove(id.clone()));
     }
 
+    /// Runs the job with this id once more, now (right after its current run, when one is in
+    /// flight). The regular runs keep their grid, unless the extra run's result asks for an
+    /// earlier one. Requests while a run is due or in flight count once, so a burst of failures
+    /// from real traffic costs one extra probe.
+    pub fn expedite(&self, id: &TargetId) {
+        let _ = self.commands.send(Command::Expedite(id.clone()));
+    }
+
     /// The number of live workers.
     pub fn workers(&self) -> usize {
         self.stats.workers.load(Ordering::Relaxed)
@@ -177,6 +186,13 @@ struct Entry {
     job: Arc<dyn Job>,
     /// The planned (un-jittered) start of the current or next run.
     anchor: Instant,
+    /// When its run in the heap fires; `None` while a run is in flight. A heap item for this
+    /// key with another time is stale (the run was expedited) and skipped.
+    queued: Option<Instant>,
+    /// Run again as soon as the run in flight finishes.
+    expedite: bool,
+    /// The run queued or in flight is an extra one: `anchor` still holds the regular run's time.
+    extra: bool,
 }
 
 struct Dispatcher {
@@ -249,6 +265,27 @@ impl Dispatcher {
                     self.entries.remove(&key);
                 }
             }
+            Command::Expedite(id) => self.expedite(&id),
+        }
+    }
+
+    fn expedite(&mut self, id: &TargetId) {
+        let Some(&key) = self.keys.get(id) else {
+            return;
+        };
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let now = Instant::now();
+        match entry.queued {
+            None => entry.expedite = true,
+            Some(at) if at > now => {
+                entry.queued = Some(now);
+                entry.extra = true;
+                self.heap.push(Reverse((now, key)));
+            }
+            // Due already.
+            Some(_) => {}
         }
     }
 
@@ -261,21 +298,40 @@ impl Dispatcher {
         let anchor = first_anchor(self.epoch, Instant::now(), job.interval(), job.id());
         let fire = anchor + crate::state::jitter(job.interval(), job.jitter(), &mut self.rng);
         self.heap.push(Reverse((fire, key)));
-        self.entries.insert(key, Entry { job, anchor });
+        self.entries.insert(
+            key,
+            Entry {
+                job,
+                anchor,
+                queued: Some(fire),
+                expedite: false,
+                extra: false,
+            },
+        );
     }
 
     fn reschedule(&mut self, done: Done) {
         let Some(entry) = self.entries.get_mut(&done.key) else {
             return;
         };
-        entry.anchor += done.step;
         let now = Instant::now();
-        if entry.anchor < now {
-            // The run overran its step: start again now and keep the grid from here.
-            entry.anchor = now;
+        if std::mem::take(&mut entry.extra) {
+            // The regular run stays planned, unless this result asks for an earlier one.
+            entry.anchor = entry.anchor.min(now + done.step);
+        } else {
+            entry.anchor += done.step;
+            if entry.anchor < now {
+                // The run overran its step: start again now and keep the grid from here.
+                entry.anchor = now;
+            }
         }
-        let fire =
-            entry.anchor + crate::state::jitter(done.step, entry.job.jitter(), &mut self.rng);
+        let fire = if std::mem::take(&mut entry.expedite) {
+            entry.extra = true;
+            now
+        } else {
+            entry.anchor + crate::state::jitter(done.step, entry.job.jitter(), &mut self.rng)
+        };
+        entry.queued = Some(fire);
         self.heap.push(Reverse((fire, done.key)));
     }
 
@@ -287,9 +343,13 @@ impl Dispatcher {
                 break;
             }
             self.heap.pop();
-            let Some(entry) = self.entries.get(&key) else {
+            let Some(entry) = self.entries.get_mut(&key) else {
                 continue;
             };
+            if entry.queued != Some(at) {
+                continue;
+            }
+            entry.queued = None;
             let dispatch = Dispatch {
                 key,
                 job: entry.job.clone(),

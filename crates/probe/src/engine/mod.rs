@@ -35,6 +35,7 @@ pub use topology::{Topology, TopologyError};
 use crate::backoff::SuccessWindow;
 use crate::graph::Graph;
 use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
+use crate::passive::Call;
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
@@ -345,6 +346,17 @@ impl Engine {
             score(&deps.graph, status);
         }
         statuses
+    }
+
+    /// Takes in what real traffic saw of a target (passive health): a failed call while the
+    /// target is UP or DEGRADED re-probes it now, so the active verdict follows within one probe
+    /// rather than one interval. Unknown ids are ignored (the caller's view may be older).
+    pub fn report(&self, id: &TargetId, call: &Call) {
+        let Ok(target) = self.target(id) else { return };
+        if call.outcome.is_failure() && target.lock().machine.state().is_healthy() {
+            tracing::debug!(target_id = %id, outcome = call.outcome.as_str(), "passive failure: re-probing now");
+            self.scheduler.expedite(id);
+        }
     }
 
     /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked
