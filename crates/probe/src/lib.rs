@@ -20,7 +20,8 @@
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
-//! - [`passive`]: real-traffic outcomes, for the passive detectors.
+//! - [`passive`]: real-traffic outcomes, for the passive detectors;
+//! - [`retry`]: which requests a client may retry on another member, within a retry budget.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -56,6 +57,7 @@ pub mod maintenance;
 pub mod outcome;
 pub mod passive;
 pub mod probe;
+pub mod retry;
 pub mod scheduler;
 pub mod state;
 pub mod target;
