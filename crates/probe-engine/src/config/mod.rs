@@ -51,6 +51,10 @@
 //!           when: { status: 503, header: { x-reason: inventory_shortage } }  # all must match
 //! ```
 //!
+//! Dependencies (`depends_on`, `kind: group`) and the top-level `scoring` and `readiness`
+//! sections are described in the `graph` submodule, the `topology` section (targets from etcd) in
+//! the `topology` submodule; [`parse_entry`] reads one target declaration kept outside the files.
+//!
 //! JSON paths are the subset documented in [`probe::http::json_path`]: `$`, `.name`,
 //! `["name"]` and `[index]`. Header values may reference environment variables as `${VAR}`
 //! (`$$` for a literal `$`); they are expanded at load, an unset variable is an error naming it,
