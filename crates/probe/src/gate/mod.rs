@@ -818,6 +818,13 @@ mod tests {
             let order = order.clone();
             async move { order.lock().unwrap().push(what) }
         };
+        // A background job that outlives the request: the hooks wait for it too.
+        let job = log("job done");
+        gate.spawn(async move {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            job.await;
+        })
+        .unwrap();
         let plan = ShutdownPlan {
             propagation_delay: Duration::from_secs(10),
             grace: Duration::from_secs(20),
@@ -844,7 +851,7 @@ mod tests {
         assert_eq!(report.hooks_timed_out, ["stuck"]);
         assert_eq!(
             *order.lock().unwrap(),
-            ["request done", "consumers", "pool"]
+            ["request done", "job done", "consumers", "pool"]
         );
     }
 
