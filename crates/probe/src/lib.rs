@@ -20,7 +20,8 @@
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
-//! - [`passive`]: real-traffic outcomes, for the passive detectors.
+//! - [`passive`]: real-traffic outcomes, for the passive detectors;
+//! - [`breaker`]: the per-target circuit breaker over those outcomes (closed, open, half-open).
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -47,6 +48,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+pub mod breaker;
 pub mod discovery;
 pub mod engine;
 pub mod gate;
