@@ -29,11 +29,12 @@
 //! per target behind whatever lock it likes. Like [`crate::state`], the machine only decides and
 //! reports each [`Transition`] once; the caller logs and counts it.
 //!
-//! Both windows record in O(1) and never allocate after construction:
+//! Both windows record in constant time and never allocate after construction:
 //! - [`Window::Time`] is a ring of one-second buckets (calls, failures, slow calls) with running
 //!   totals. It covers the current second and the `n - 1` before it, so "the last 60 s" spans
 //!   between 59 and 60 s, as in resilience4j. Buckets that fall out are subtracted when time
-//!   moves on; a gap longer than the window empties it.
+//!   moves on: at most one per elapsed second and never more than the ring, so a gap longer
+//!   than the window empties it in one pass.
 //! - [`Window::Count`] is a ring of the last `n` outcomes, one byte each.
 //!
 //! ```
@@ -100,7 +101,10 @@ impl Default for Window {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum BreakerConfigError {
     /// A time window has one bucket per second, so it must be whole seconds, and bounded.
-    #[error("breaker time window {0:?} is not a whole number of seconds from 1s to 3600s")]
+    #[error(
+        "breaker time window {0:?} is not a whole number of seconds from 1s to {max:?}",
+        max = MAX_TIME_WINDOW
+    )]
     TimeWindow(Duration),
     /// A count window keeps one byte per call, so it is bounded.
     #[error("breaker count window {0} is larger than {MAX_COUNT_WINDOW} calls")]
