@@ -21,6 +21,7 @@
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
 //! - [`passive`]: real-traffic outcomes, for the passive detectors;
+//! - [`breaker`]: the per-target circuit breaker over those outcomes (closed, open, half-open);
 //! - [`retry`]: which requests a client may retry on another member, within a retry budget.
 //!
 //! ```no_run
@@ -48,6 +49,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+pub mod breaker;
 pub mod discovery;
 pub mod engine;
 pub mod gate;
