@@ -780,7 +780,7 @@ async fn a_passive_failure_re_probes_at_once() {
         outcome: CallOutcome::Success,
         latency: Duration::from_millis(3),
     };
-    engine.report(&id("db"), &ok);
+    engine.report(&id("db"), &ok).unwrap();
     assert_eq!(starts.recv().await.unwrap() - settled, interval);
 
     // Failures re-probe now, once for a burst, and the grid is kept afterwards.
@@ -788,7 +788,7 @@ async fn a_passive_failure_re_probes_at_once() {
     let reported = Instant::now();
     let failed = Call::http(503, Duration::from_millis(3));
     for _ in 0..5 {
-        engine.report(&id("db"), &failed);
+        engine.report(&id("db"), &failed).unwrap();
     }
     let expedited = starts.recv().await.unwrap();
     assert_eq!(expedited, reported, "re-probed at once");
@@ -799,11 +799,14 @@ async fn a_passive_failure_re_probes_at_once() {
         "one extra run; the grid is kept"
     );
     // While a run is in flight (it takes 1 ms): one more right after it.
-    engine.report(&id("db"), &failed);
+    engine.report(&id("db"), &failed).unwrap();
     let after = starts.recv().await.unwrap();
     assert_eq!(after - next, Duration::from_millis(1));
     assert_eq!(starts.recv().await.unwrap() - settled, 3 * interval);
-    engine.report(&id("ghost"), &failed);
+    assert_eq!(
+        engine.report(&id("ghost"), &failed),
+        Err(probe::engine::EngineError::UnknownTarget(id("ghost")))
+    );
     cancel.cancel();
     engine.stopped().await;
 }

@@ -13,6 +13,7 @@
 //! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
 //! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
 //! | `DELETE /v1/targets/{id}/maintenance` | end it |
+//! | `POST /v1/targets/{id}/calls` | report a real call: `{"status": 503, "latency_ms": 12}` or `{"outcome": "timeout", "latency_ms": 1000}`; a failure re-probes a healthy target at once |
 //! | `GET /v1/events` | state changes as Server-Sent Events |
 //! | `GET /v1/topology` | where targets come from: the files and etcd, their state, rejected entries |
 //! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
@@ -45,6 +46,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::{Engine, EngineError, Event, MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
 use probe::outcome::{Outcome, Signal};
+use probe::passive::{Call, CallOutcome};
 use probe::state::HealthState;
 use probe::target::TargetId;
 use serde::{Deserialize, Serialize};
@@ -92,6 +94,7 @@ pub fn router(state: ApiState) -> Router {
             "/v1/targets/{id}/maintenance",
             axum::routing::put(start_maintenance).delete(end_maintenance),
         )
+        .route("/v1/targets/{id}/calls", axum::routing::post(report_call))
         .route("/v1/events", get(events))
         .route("/v1/topology", get(topology))
         .route("/v1/drain", axum::routing::post(drain))
@@ -379,6 +382,61 @@ async fn end_maintenance(
     state.engine.end_maintenance(&id)?;
     persist(&state);
     detail(&state.engine, &id)
+}
+
+/// The body of `POST /v1/targets/{id}/calls`: a status, or an outcome for calls without one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallReport {
+    status: Option<u16>,
+    outcome: Option<String>,
+    latency_ms: f64,
+}
+
+impl CallReport {
+    fn validate(self) -> Result<Call, String> {
+        if !(0.0..=MAX_MAINTENANCE.as_millis() as f64).contains(&self.latency_ms) {
+            return Err("latency_ms must be a number of milliseconds, 0 or more".into());
+        }
+        let latency = Duration::from_secs_f64(self.latency_ms / 1000.0);
+        let outcome = match (self.status, self.outcome.as_deref()) {
+            (Some(status), None) if (100..=599).contains(&status) => {
+                CallOutcome::from_status(status)
+            }
+            (Some(status), None) => return Err(format!("status {status} is not an HTTP status")),
+            (None, Some(name)) => CallOutcome::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = CallOutcome::ALL.iter().map(|o| o.as_str()).collect();
+                format!(
+                    "unknown outcome {name:?}: expected one of {}",
+                    names.join(", ")
+                )
+            })?,
+            _ => return Err("give either status or outcome".into()),
+        };
+        Ok(Call { outcome, latency })
+    }
+}
+
+/// `POST /v1/targets/{id}/calls`: what real traffic saw, for passive health.
+async fn report_call(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Json<CallReport>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    authorize(state.token.as_deref(), peer, &headers)?;
+    let id = parse_id(&id)?;
+    let call = body
+        .map_err(|e| e.body_text())
+        .and_then(|Json(r)| r.validate())
+        .map_err(|message| ApiError::new(StatusCode::BAD_REQUEST, message))?;
+    state.engine.report(&id, &call)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "target": id.as_str(), "outcome": call.outcome.as_str() })),
+    )
+        .into_response())
 }
 
 /// Saves operator maintenance; a failure is logged, the change itself stands.
@@ -849,5 +907,40 @@ mod tests {
         assert!(req("x", "soon").validate().unwrap_err().contains("soon"));
         assert!(req("x", "0s").validate().is_err());
         assert!(req("x", "365d").validate().is_err());
+    }
+
+    #[test]
+    fn call_reports_are_validated() {
+        let report = |status: Option<u16>, outcome: Option<&str>, latency_ms: f64| CallReport {
+            status,
+            outcome: outcome.map(str::to_owned),
+            latency_ms,
+        };
+        assert_eq!(
+            report(Some(503), None, 12.0).validate(),
+            Ok(Call::http(503, Duration::from_millis(12)))
+        );
+        assert_eq!(
+            report(None, Some("timeout"), 1000.0)
+                .validate()
+                .map(|c| c.outcome),
+            Ok(CallOutcome::Timeout)
+        );
+        assert!(report(Some(503), Some("timeout"), 1.0).validate().is_err());
+        assert!(report(None, None, 1.0).validate().is_err());
+        assert!(
+            report(Some(42), None, 1.0)
+                .validate()
+                .unwrap_err()
+                .contains("42")
+        );
+        assert!(
+            report(None, Some("meh"), 1.0)
+                .validate()
+                .unwrap_err()
+                .contains("refused")
+        );
+        assert!(report(Some(200), None, -1.0).validate().is_err());
+        assert!(report(Some(200), None, f64::NAN).validate().is_err());
     }
 }

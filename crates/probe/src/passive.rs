@@ -49,6 +49,21 @@ impl CallOutcome {
         )
     }
 
+    /// Every outcome, for parsing and listing.
+    pub const ALL: [Self; 6] = [
+        Self::Success,
+        Self::ServerError,
+        Self::GatewayFailure,
+        Self::Timeout,
+        Self::Reset,
+        Self::Refused,
+    ];
+
+    /// The outcome named `name` ([`CallOutcome::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == name)
+    }
+
     /// The lowercase name used in metric labels and the API.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -96,5 +111,9 @@ mod tests {
         assert!(!CallOutcome::ServerError.is_gateway_failure());
         assert!(CallOutcome::Refused.is_gateway_failure());
         assert!(!CallOutcome::Success.is_failure());
+        for outcome in CallOutcome::ALL {
+            assert_eq!(CallOutcome::from_name(outcome.as_str()), Some(outcome));
+        }
+        assert_eq!(CallOutcome::from_name("fine"), None);
     }
 }

@@ -350,13 +350,17 @@ impl Engine {
 
     /// Takes in what real traffic saw of a target (passive health): a failed call while the
     /// target is UP or DEGRADED re-probes it now, so the active verdict follows within one probe
-    /// rather than one interval. Unknown ids are ignored (the caller's view may be older).
-    pub fn report(&self, id: &TargetId, call: &Call) {
-        let Ok(target) = self.target(id) else { return };
+    /// rather than one interval.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`].
+    pub fn report(&self, id: &TargetId, call: &Call) -> Result<(), EngineError> {
+        let target = self.target(id)?;
         if call.outcome.is_failure() && target.lock().machine.state().is_healthy() {
             tracing::debug!(target_id = %id, outcome = call.outcome.as_str(), "passive failure: re-probing now");
             self.scheduler.expedite(id);
         }
+        Ok(())
     }
 
     /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked
