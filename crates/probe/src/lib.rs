@@ -20,7 +20,10 @@
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
-//! - [`passive`]: real-traffic outcomes, for the passive detectors.
+//! - [`passive`]: real-traffic outcomes, for the passive detectors;
+//! - [`outlier`]: Envoy-style outlier ejection over a pool of members, capped, with panic mode;
+//! - [`recovery`]: an ejected member's way back: cool-down, probation, permanent ejection;
+//! - [`slow_start`]: the weight ramp of a member back in its pool, and weighted selection.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -54,9 +57,12 @@ pub mod graph;
 pub mod http;
 pub mod maintenance;
 pub mod outcome;
+pub mod outlier;
 pub mod passive;
 pub mod probe;
+pub mod recovery;
 pub mod scheduler;
+pub mod slow_start;
 pub mod state;
 pub mod target;
 pub mod tcp;
