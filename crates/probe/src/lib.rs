@@ -22,6 +22,9 @@
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
 //! - [`passive`]: real-traffic outcomes, for the passive detectors;
 //! - [`breaker`]: the per-target circuit breaker over those outcomes (closed, open, half-open);
+//! - [`outlier`]: Envoy-style outlier ejection over a pool of members, capped, with panic mode;
+//! - [`recovery`]: an ejected member's way back: cool-down, probation, permanent ejection;
+//! - [`slow_start`]: the weight ramp of a member back in its pool, and weighted selection;
 //! - [`retry`]: which requests a client may retry on another member, within a retry budget.
 //!
 //! ```no_run
@@ -57,10 +60,13 @@ pub mod graph;
 pub mod http;
 pub mod maintenance;
 pub mod outcome;
+pub mod outlier;
 pub mod passive;
 pub mod probe;
+pub mod recovery;
 pub mod retry;
 pub mod scheduler;
+pub mod slow_start;
 pub mod state;
 pub mod target;
 pub mod tcp;
