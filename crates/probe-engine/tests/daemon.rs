@@ -707,3 +707,75 @@ async fn a_drain_request_stops_the_daemon_in_order() {
     assert!(daemon.wait_exit().success());
     daemon.wait_log("shutdown: drained");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reported_failure_re_probes_at_once() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        format!(
+            "targets:\n  - id: api\n    tcp: {{address: \"{addr}\"}}\n    interval: 4s\n    jitter: 0\n    rise: 1\n"
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("api", "UP")]).await;
+    let last = |t: &Value| humantime::parse_rfc3339(t["last"]["at"].as_str().unwrap()).unwrap();
+    let result = || async {
+        let t: Value = daemon.get("/v1/targets/api").await.json().await.unwrap();
+        last(&t)
+    };
+    // Waits for the next result after `after`.
+    let next_after = |after| async move {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let at = result().await;
+            if at > after {
+                return at;
+            }
+            assert!(Instant::now() < deadline, "no result after {after:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    // Right after a regular run, the next one is 4 s away.
+    let regular = next_after(result().await).await;
+    let (status, body) = daemon
+        .send(
+            reqwest::Method::POST,
+            "/v1/targets/api/calls",
+            None,
+            Some(r#"{"status": 503, "latency_ms": 12}"#),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["outcome"], "gateway_failure");
+    let re_probe = next_after(regular).await;
+    let gap = re_probe.duration_since(regular).unwrap();
+    assert!(
+        gap < Duration::from_secs(2),
+        "the next result came {gap:?} later"
+    );
+
+    for (path, body, want) in [
+        (
+            "/v1/targets/api/calls",
+            r#"{"outcome": "meh", "latency_ms": 1}"#,
+            400,
+        ),
+        ("/v1/targets/api/calls", r#"{"latency_ms": 1}"#, 400),
+        (
+            "/v1/targets/nope/calls",
+            r#"{"status": 500, "latency_ms": 1}"#,
+            404,
+        ),
+    ] {
+        let (status, reply) = daemon
+            .send(reqwest::Method::POST, path, None, Some(body))
+            .await;
+        assert_eq!(status, want, "{path} {body}: {reply}");
+        assert!(reply["error"].is_string());
+    }
+    drop(listener);
+}
