@@ -58,13 +58,16 @@ pub struct RetryBudget {
 const SLOTS: usize = 10;
 
 impl RetryBudget {
+    /// The usual window: 10 s.
+    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
+    /// The usual ratio: one retry per ten requests.
+    pub const DEFAULT_RATIO: f64 = 0.1;
+    /// The usual floor: one retry per second.
+    pub const DEFAULT_MIN_PER_SECOND: u32 = 1;
+
     /// A budget allowing `ratio` retries per request over `window`, and at least
-    /// `min_per_second` retries per second of the window whatever the traffic.
-    ///
-    /// Defaults through [`RetryBudget::default`]:
-    /// - `window`: 10 s;
-    /// - `ratio`: 0.1 (one retry per ten requests);
-    /// - `min_per_second`: 1.
+    /// `min_per_second` retries per second of the window whatever the traffic (the `DEFAULT_*`
+    /// constants are the usual values).
     ///
     /// # Errors
     /// A zero `window`, or a `ratio` outside `0..=1` (or NaN).
@@ -177,7 +180,13 @@ mod tests {
         assert_eq!(granted, 10, "10% of 100 requests");
 
         // A floor of 1 per second gives a quiet client 10 retries per 10 s window.
-        let mut quiet = RetryBudget::try_new(Duration::from_secs(10), 0.1, 1, start).unwrap();
+        let mut quiet = RetryBudget::try_new(
+            RetryBudget::DEFAULT_WINDOW,
+            RetryBudget::DEFAULT_RATIO,
+            RetryBudget::DEFAULT_MIN_PER_SECOND,
+            start,
+        )
+        .unwrap();
         assert_eq!((0..50).filter(|_| quiet.withdraw(start)).count(), 10);
     }
 
