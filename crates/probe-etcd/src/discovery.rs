@@ -24,7 +24,7 @@ pub struct EtcdDiscovery {
     prefix: String,
     decode: Box<Decoder>,
     /// Decoded values by name, with the `mod_revision` they were decoded at.
-    decoded: HashMap<String, (i64, Result<Declaration, String>)>,
+    decoded: HashMap<String, (i64, Result<Arc<Declaration>, String>)>,
 }
 
 impl EtcdDiscovery {
@@ -54,7 +54,7 @@ impl EtcdDiscovery {
                 let declaration = match self.decoded.get(name) {
                     Some((revision, decoded)) if *revision == entry.mod_revision => decoded.clone(),
                     _ => {
-                        let decoded = (self.decode)(name, &key, &entry.value);
+                        let decoded = (self.decode)(name, &key, &entry.value).map(Arc::new);
                         self.decoded
                             .insert(name.clone(), (entry.mod_revision, decoded.clone()));
                         decoded

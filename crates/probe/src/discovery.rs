@@ -15,6 +15,7 @@
 //! - `scoring` and `readiness` come from the highest source that sets them.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::engine::{Topology, TopologyError};
 use crate::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
@@ -57,8 +58,9 @@ pub struct CatalogEntry {
     pub name: String,
     /// Where the entry is, for people: `etcd key /probe-engine/targets/db (revision 42)`.
     pub origin: String,
-    /// The declaration, or why it could not be read.
-    pub declaration: Result<Declaration, String>,
+    /// The declaration, or why it could not be read. Shared: a source keeps its decoded values
+    /// and the merger its last good ones without copying them.
+    pub declaration: Result<Arc<Declaration>, String>,
 }
 
 /// Everything one source declares now.
@@ -83,7 +85,7 @@ impl From<Topology> for Catalog {
         let entry = |declaration: Declaration| CatalogEntry {
             name: declaration.id().to_string(),
             origin: "config".to_owned(),
-            declaration: Ok(declaration),
+            declaration: Ok(Arc::new(declaration)),
         };
         let mut entries: Vec<CatalogEntry> = topology
             .targets
@@ -162,14 +164,14 @@ struct Source {
     name: String,
     catalog: Catalog,
     /// The declaration in force per entry name: the last valid one that was applied.
-    last_good: HashMap<String, Declaration>,
+    last_good: HashMap<String, Arc<Declaration>>,
 }
 
 /// A declaration competing for a place in the merged topology.
 struct Candidate<'a> {
     source: usize,
     entry: &'a CatalogEntry,
-    declaration: Declaration,
+    declaration: Arc<Declaration>,
     /// Whether `declaration` is the entry's last-known-good (not a new value).
     previous: bool,
 }
@@ -294,7 +296,7 @@ impl Merger {
         };
 
         // What applies becomes every entry's last-known-good; gone entries are forgotten.
-        let mut in_force: Vec<HashMap<String, Declaration>> =
+        let mut in_force: Vec<HashMap<String, Arc<Declaration>>> =
             vec![HashMap::new(); self.sources.len()];
         for c in &candidates {
             in_force[c.source].insert(c.entry.name.clone(), c.declaration.clone());
@@ -349,7 +351,7 @@ fn assemble(
         ..Topology::default()
     };
     for c in candidates {
-        match &c.declaration {
+        match c.declaration.as_ref() {
             Declaration::Target { spec, depends_on } => {
                 topology.targets.push(TargetSpec::clone(spec));
                 if !depends_on.is_empty() {
@@ -429,7 +431,7 @@ mod tests {
         CatalogEntry {
             name: name.to_owned(),
             origin: format!("key {name}"),
-            declaration: declaration.map_err(str::to_owned),
+            declaration: declaration.map(Arc::new).map_err(str::to_owned),
         }
     }
 
