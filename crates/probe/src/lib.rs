@@ -68,6 +68,7 @@ pub mod retry;
 pub mod scheduler;
 pub mod slow_start;
 pub mod state;
+mod sync;
 pub mod target;
 pub mod tcp;
 

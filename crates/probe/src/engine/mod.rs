@@ -39,6 +39,7 @@ use crate::passive::Call;
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
+use crate::sync::{lock, read, write};
 use crate::target::{Schedule, TargetId, TargetSpec};
 
 /// Engine settings.
@@ -518,26 +519,6 @@ fn score(graph: &Graph, status: &mut TargetStatus) {
         status.score = node.score;
         status.dependency_down = node.dependency_down;
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update of the guarded data completes before the guard drops; a panic in between
-    // (a bug) leaves at worst one stale score, not an inconsistent structure.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    // A panic while holding the lock cannot leave the map half-updated (every update is a single
-    // insert or remove), so a poisoned lock is still consistent.
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A target as the engine runs it.

@@ -37,6 +37,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::sync::lock;
 use tokio::time::Instant;
 
 /// Where the gate is in its life. Only ever moves forward.
@@ -439,13 +441,6 @@ impl Gate {
             .startup_deadline
             .filter(|deadline| self.inner.started.elapsed() > *deadline)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Each guarded value is replaced or read whole; a poisoned lock still holds a usable one.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Inner {
