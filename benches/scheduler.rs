@@ -98,6 +98,8 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
             thresholds: Thresholds::default(),
             flap: Some(FlapPolicy::default()),
             maintenance: Vec::new(),
+            circuit_breaker: None,
+            skip_active_after: None,
         })
         .collect();
     let notify = Arc::new(Notify::new());
@@ -116,6 +118,8 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
         thresholds: Thresholds::default(),
         flap: Some(FlapPolicy::default()),
         maintenance: Vec::new(),
+        circuit_breaker: None,
+        skip_active_after: None,
     });
     (specs, notify)
 }

@@ -245,6 +245,8 @@ async fn run(
                 thresholds: Thresholds::default(),
                 flap: Some(FlapPolicy::default()),
                 maintenance: Vec::new(),
+                circuit_breaker: None,
+                skip_active_after: None,
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -469,6 +469,8 @@ async fn engine_phase(
                 thresholds: Thresholds::default(),
                 flap: Some(FlapPolicy::default()),
                 maintenance: Vec::new(),
+                circuit_breaker: None,
+                skip_active_after: None,
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -74,6 +74,8 @@ fn target(
         ),
         flap: None,
         maintenance: Vec::new(),
+        circuit_breaker: None,
+        skip_active_after: None,
     }
 }
 
@@ -571,6 +573,7 @@ fn service(db: Arc<Switch>, cache: Arc<Switch>) -> Topology {
         }],
         scoring: GraphConfig::default(),
         readiness: Some(ReadinessPolicy::try_new(vec![id("svc")], 0.8, 0.1).unwrap()),
+        ..Topology::default()
     }
 }
 

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::engine::{Topology, TopologyError};
+use crate::engine::{PoolPolicy, Topology, TopologyError};
 use crate::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use crate::target::{TargetId, TargetSpec};
 
@@ -37,6 +37,8 @@ pub enum Declaration {
         id: TargetId,
         /// Its dependencies; at least one.
         depends_on: Vec<Dependency>,
+        /// Set when the group is a pool whose members are ejected on real-traffic failures.
+        pool: Option<PoolPolicy>,
     },
 }
 
@@ -105,6 +107,7 @@ impl From<Topology> for Catalog {
         groups.sort_by(|a, b| a.id.cmp(&b.id));
         entries.extend(groups.into_iter().map(|n| {
             entry(Declaration::Group {
+                pool: topology.pools.get(&n.id).copied(),
                 id: n.id,
                 depends_on: n.depends_on,
             })
@@ -362,11 +365,20 @@ fn assemble(
                     });
                 }
             }
-            Declaration::Group { id, depends_on } => topology.nodes.push(NodeSpec {
-                id: id.clone(),
-                kind: NodeKind::Group,
-                depends_on: depends_on.clone(),
-            }),
+            Declaration::Group {
+                id,
+                depends_on,
+                pool,
+            } => {
+                topology.nodes.push(NodeSpec {
+                    id: id.clone(),
+                    kind: NodeKind::Group,
+                    depends_on: depends_on.clone(),
+                });
+                if let Some(pool) = pool {
+                    topology.pools.insert(id.clone(), *pool);
+                }
+            }
         }
     }
     topology
@@ -424,6 +436,7 @@ mod tests {
         Declaration::Group {
             id: id(name),
             depends_on,
+            pool: None,
         }
     }
 

@@ -41,6 +41,8 @@
 //!     thresholds: Thresholds::default(),
 //!     flap: Some(FlapPolicy::default()),
 //!     maintenance: Vec::new(),
+//!     circuit_breaker: None,
+//!     skip_active_after: None,
 //! }])?;
 //! let healthy = engine.readiness().ready;
 //! cancel.cancel();

@@ -533,6 +533,18 @@ pub struct TargetSpec {
     pub flap: Option<FlapPolicy>,
     /// Declared maintenance windows.
     pub maintenance: Vec<crate::maintenance::MaintenanceWindow>,
+    /// The circuit breaker that real calls to the target go through ([`Engine::pick`] and the
+    /// client layer fail fast while it is open); `None` for none.
+    ///
+    /// [`Engine::pick`]: crate::Engine::pick
+    pub circuit_breaker: Option<crate::breaker::BreakerConfig>,
+    /// Lets real traffic stand in for active probes: a run is skipped while the target is UP and
+    /// at least this many passive successes, and no passive failure, were reported since the
+    /// previous run. `None` always probes.
+    ///
+    /// Envoy's no-traffic interval inverted: a target that real calls prove healthy every second
+    /// gains nothing from a synthetic request, while one without traffic is still probed.
+    pub skip_active_after: Option<NonZeroU32>,
 }
 
 impl TargetSpec {
@@ -546,6 +558,8 @@ impl TargetSpec {
             thresholds: Thresholds::default(),
             flap: Some(FlapPolicy::default()),
             maintenance: Vec::new(),
+            circuit_breaker: None,
+            skip_active_after: None,
         }
     }
 }

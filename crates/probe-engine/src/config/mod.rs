@@ -78,7 +78,7 @@ mod http;
 mod node;
 mod topology;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Read;
 use std::num::NonZeroU32;
@@ -279,6 +279,7 @@ pub fn parse_entry(
         None => Ok(Declaration::Group {
             id: node.id,
             depends_on,
+            pool: None,
         }),
     }
 }
@@ -1322,6 +1323,7 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
             nodes,
             scoring,
             readiness,
+            pools: BTreeMap::new(),
         },
         files,
         etcd,

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 mod topology;
 
 use topology::{Dependencies, graph_nodes};
-pub use topology::{Topology, TopologyError};
+pub use topology::{PoolPolicy, Topology, TopologyError};
 
 use crate::backoff::SuccessWindow;
 use crate::graph::Graph;
@@ -254,6 +254,7 @@ impl Engine {
             nodes,
             scoring,
             readiness,
+            pools: _,
         } = topology.into();
         let desired: BTreeMap<TargetId, TargetSpec> =
             specs.into_iter().map(|s| (s.id.clone(), s)).collect();
