@@ -13,7 +13,9 @@
 //! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
 //! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
 //! | `DELETE /v1/targets/{id}/maintenance` | end it |
-//! | `POST /v1/targets/{id}/calls` | report a real call: `{"status": 503, "latency_ms": 12}` or `{"outcome": "timeout", "latency_ms": 1000}`; a failure re-probes a healthy target at once |
+//! | `POST /v1/targets/{id}/calls` | report a real call: `{"status": 503, "latency_ms": 12}` or `{"outcome": "timeout", "latency_ms": 1000}`; it feeds the target's circuit breaker and pools, and a failure re-probes a healthy target at once |
+//! | `POST /v1/targets/{id}/circuit` | command its circuit breaker: `{"command": "force_open"}`, `"disable"` or `"reset"` |
+//! | `DELETE /v1/targets/{id}/ejection` | put an ejected target back in its pools (permanent ejections too), through slow start |
 //! | `GET /v1/events` | state changes as Server-Sent Events |
 //! | `GET /v1/topology` | where targets come from: the files and etcd, their state, rejected entries |
 //! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
@@ -43,15 +45,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::Stream;
 use metrics_exporter_prometheus::PrometheusHandle;
-use probe::engine::{Engine, EngineError, Event, MaintenanceInfo, TargetStatus};
+use probe::breaker::Snapshot;
+use probe::engine::{CircuitCommand, Engine, EngineError, Event, MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
 use probe::outcome::{Outcome, Signal};
+use probe::outlier::MemberStatus;
 use probe::passive::{Call, CallOutcome};
+use probe::recovery::RecoveryPhase;
 use probe::state::HealthState;
 use probe::target::TargetId;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::persist::StateStore;
@@ -95,6 +101,14 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::put(start_maintenance).delete(end_maintenance),
         )
         .route("/v1/targets/{id}/calls", axum::routing::post(report_call))
+        .route(
+            "/v1/targets/{id}/circuit",
+            axum::routing::post(command_circuit),
+        )
+        .route(
+            "/v1/targets/{id}/ejection",
+            axum::routing::delete(clear_ejection),
+        )
         .route("/v1/events", get(events))
         .route("/v1/topology", get(topology))
         .route("/v1/drain", axum::routing::post(drain))
@@ -146,7 +160,9 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let status = match e {
             EngineError::UnknownTarget(_) => StatusCode::NOT_FOUND,
-            EngineError::NotInMaintenance(_) => StatusCode::CONFLICT,
+            EngineError::NotInMaintenance(_)
+            | EngineError::NoCircuitBreaker(_)
+            | EngineError::NotEjected(_) => StatusCode::CONFLICT,
         };
         Self::new(status, e.to_string())
     }
@@ -191,7 +207,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         // Rendering walks every series (several per target): keep it off the async workers,
         // which also run the probes.
         Some(handle) => match tokio::task::spawn_blocking(move || {
-            state.engine.publish_scores();
+            state.engine.publish_gauges();
             handle.render()
         })
         .await
@@ -439,6 +455,54 @@ async fn report_call(
         .into_response())
 }
 
+/// The body of `POST /v1/targets/{id}/circuit`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CircuitRequest {
+    command: String,
+}
+
+/// `POST /v1/targets/{id}/circuit`: force the circuit open, disable it, or reset it to closed.
+async fn command_circuit(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Json<CircuitRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    authorize(state.token.as_deref(), peer, &headers)?;
+    let id = parse_id(&id)?;
+    let Json(request) = body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let command = match request.command.as_str() {
+        "force_open" => CircuitCommand::ForceOpen,
+        "disable" => CircuitCommand::Disable,
+        "reset" => CircuitCommand::Reset,
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("unknown command {other:?}: expected force_open, disable or reset"),
+            ));
+        }
+    };
+    state.engine.command_circuit(&id, command)?;
+    tracing::info!(%peer, target_id = %id, command = request.command, "circuit commanded through the API");
+    detail(&state.engine, &id)
+}
+
+/// `DELETE /v1/targets/{id}/ejection`: an operator readmits an ejected target.
+async fn clear_ejection(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    authorize(state.token.as_deref(), peer, &headers)?;
+    let id = parse_id(&id)?;
+    state.engine.clear_ejection(&id)?;
+    tracing::info!(%peer, target_id = %id, "ejection cleared through the API");
+    detail(&state.engine, &id)
+}
+
 /// Saves operator maintenance; a failure is logged, the change itself stands.
 fn persist(state: &ApiState) {
     if let Some(store) = &state.store
@@ -507,6 +571,84 @@ struct TargetView {
     /// The dependency-graph score; `null` while unknown.
     score: Option<f64>,
     dependency_down: bool,
+    /// Its share of its pool's traffic in `[0, 1]`; `null` when it is in no pool.
+    weight: Option<f64>,
+    /// Whether a pool has it out.
+    ejected: bool,
+    /// The ejection and recovery while it is out; `null` otherwise.
+    ejection: Option<EjectionView>,
+    /// Its circuit breaker; `null` without one.
+    circuit: Option<CircuitView>,
+}
+
+#[derive(Serialize)]
+struct EjectionView {
+    /// `ejected`, `cooling_down`, `probation` or `permanent`.
+    phase: &'static str,
+    reason: Option<&'static str>,
+    since: Option<String>,
+    /// When the ejection time ends; `null` when permanent.
+    until: Option<String>,
+    times_ejected: Option<u32>,
+    /// Passes counted so far on probation.
+    passes: Option<u32>,
+    permanent: bool,
+}
+
+#[derive(Serialize)]
+struct CircuitView {
+    /// `closed`, `open`, `half_open`, `forced_open` or `disabled`.
+    state: &'static str,
+    calls: u64,
+    failures: u64,
+    slow_calls: u64,
+    failure_rate: f64,
+    slow_call_rate: f64,
+    open_until: Option<String>,
+    reopens: u32,
+}
+
+/// The wall-clock time of an engine instant.
+fn wall(at: Instant) -> SystemTime {
+    let now = Instant::now();
+    if at >= now {
+        SystemTime::now() + (at - now)
+    } else {
+        SystemTime::now() - (now - at)
+    }
+}
+
+impl From<&MemberStatus> for EjectionView {
+    fn from(m: &MemberStatus) -> Self {
+        let ejection = m.ejection.as_ref();
+        Self {
+            phase: m.phase.as_str(),
+            reason: ejection.map(|e| e.reason.as_str()),
+            since: ejection.map(|e| rfc3339(wall(e.since))),
+            until: ejection.and_then(|e| e.until).map(|at| rfc3339(wall(at))),
+            times_ejected: ejection.map(|e| e.times_ejected),
+            passes: match m.phase {
+                RecoveryPhase::Probation { passes } => Some(passes),
+                _ => None,
+            },
+            permanent: matches!(m.phase, RecoveryPhase::Permanent(_)),
+        }
+    }
+}
+
+impl From<&Snapshot> for CircuitView {
+    fn from(c: &Snapshot) -> Self {
+        Self {
+            state: c.state.as_str(),
+            calls: c.calls,
+            failures: c.failures,
+            slow_calls: c.slow_calls,
+            failure_rate: c.failure_rate,
+            slow_call_rate: c.slow_call_rate,
+            open_until: c.open_until.map(|at| rfc3339(wall(at))),
+            reopens: c.reopens,
+        }
+    }
 }
 
 /// A graph node as `/v1/graph` and explanations show it. Field names are a public contract.
@@ -669,6 +811,14 @@ impl From<&TargetStatus> for TargetView {
             timeout_ms: s.schedule.timeout().as_millis(),
             score: s.score,
             dependency_down: s.dependency_down,
+            weight: s.pool.as_ref().map(|m| m.weight),
+            ejected: s.pool.as_ref().is_some_and(|m| m.ejected),
+            ejection: s
+                .pool
+                .as_ref()
+                .filter(|m| m.ejected)
+                .map(EjectionView::from),
+            circuit: s.circuit.as_ref().map(CircuitView::from),
         }
     }
 }

@@ -86,6 +86,10 @@ pub enum Cause {
     MaintenanceStarted,
     /// Maintenance ended (operator, expiry or end of window).
     MaintenanceEnded,
+    /// Real traffic got the target ejected from its pool ([`outlier`](crate::outlier)).
+    Ejected,
+    /// The target came back into its pool; results give the verdict again.
+    Readmitted,
 }
 
 impl Cause {
@@ -97,6 +101,8 @@ impl Cause {
             Self::Settled => "settled",
             Self::MaintenanceStarted => "maintenance_started",
             Self::MaintenanceEnded => "maintenance_ended",
+            Self::Ejected => "ejected",
+            Self::Readmitted => "readmitted",
         }
     }
 }
@@ -129,6 +135,8 @@ pub fn is_legal(from: HealthState, to: HealthState, cause: Cause) -> bool {
         (Up | Degraded | Down, Probing, Results | Flapping) => true,
         (Up | Degraded, Down, Results) => true,
         (Down, Up | Degraded, Results) => true,
+        (Probing | Up | Degraded, Down, Ejected) => true,
+        (Down, Probing, Readmitted) => true,
         _ => false,
     }
 }
@@ -177,6 +185,8 @@ pub struct StateMachine {
     recent: VecDeque<Instant>,
     /// While flapping: the verdict the results point to, and since when.
     flapping: Option<(Option<HealthState>, Instant)>,
+    /// Whether the target is out of its pool: held DOWN whatever the results say.
+    ejected: bool,
 }
 
 impl StateMachine {
@@ -193,6 +203,7 @@ impl StateMachine {
             last: None,
             recent: VecDeque::new(),
             flapping: None,
+            ejected: false,
         }
     }
 
@@ -221,6 +232,8 @@ impl StateMachine {
         self.count(quality);
         match self.state {
             HealthState::Maintenance => None,
+            // Held DOWN while out of the pool; back from a maintenance, it goes DOWN again.
+            _ if self.ejected => self.go(HealthState::Down, Cause::Ejected),
             _ if self.flapping.is_some() => self.observe_flapping(now),
             _ => {
                 let to = self.next_state(quality)?;
@@ -246,6 +259,33 @@ impl StateMachine {
         self.recent.clear();
         self.flapping = None;
         self.go(HealthState::Probing, Cause::MaintenanceEnded)
+    }
+
+    /// Takes the target out of its pool: DOWN at once (unless in maintenance, which it ends in
+    /// DOWN), and held there until [`readmit`](Self::readmit). Results keep being counted, so
+    /// the verdict after readmission is the results'. `None` if already DOWN or in maintenance.
+    pub fn eject(&mut self) -> Option<Transition> {
+        self.ejected = true;
+        if self.state == HealthState::Maintenance {
+            return None;
+        }
+        self.flapping = None;
+        self.go(HealthState::Down, Cause::Ejected)
+    }
+
+    /// Puts an ejected target back: PROBING, where the next result decides as its counters
+    /// say (a target readmitted after its recovery's passes has `rise` passes already, and goes
+    /// UP on the next one). `None` if it was not held DOWN by an ejection.
+    pub fn readmit(&mut self) -> Option<Transition> {
+        if !std::mem::take(&mut self.ejected) || self.state != HealthState::Down {
+            return None;
+        }
+        self.go(HealthState::Probing, Cause::Readmitted)
+    }
+
+    /// Whether the target is held DOWN by an ejection.
+    pub fn is_ejected(&self) -> bool {
+        self.ejected
     }
 
     fn count(&mut self, quality: Quality) {
@@ -488,6 +528,33 @@ mod tests {
         // Fresh counters: `rise` new passes are needed, never straight to UP.
         assert_eq!(run(&mut m, &[G, G]), [Probing, Up]);
         assert_eq!(m.end_maintenance(), None);
+    }
+
+    #[test]
+    fn an_ejection_holds_down_until_readmitted() {
+        let mut m = machine(2, 3, None);
+        run(&mut m, &[G, G]);
+        let t = m.eject().unwrap();
+        assert_eq!((t.from, t.to, t.cause), (Up, Down, Cause::Ejected));
+        assert!(m.is_ejected());
+        // Passing results do not bring it back while it is out.
+        assert_eq!(run(&mut m, &[G, G, G]), [Down; 3]);
+        let t = m.readmit().unwrap();
+        assert_eq!((t.from, t.to, t.cause), (Down, Probing, Cause::Readmitted));
+        // Its passes while out count: the next pass is a verdict.
+        assert_eq!(run(&mut m, &[G]), [Up]);
+        assert_eq!(m.readmit(), None, "not ejected");
+    }
+
+    #[test]
+    fn an_ejection_outlasts_a_maintenance() {
+        let mut m = machine(1, 1, None);
+        run(&mut m, &[G]);
+        m.start_maintenance();
+        assert_eq!(m.eject(), None, "maintenance keeps the state");
+        m.end_maintenance();
+        assert_eq!(run(&mut m, &[G]), [Down], "still out once maintenance ends");
+        assert_eq!(m.readmit().map(|t| t.to), Some(Probing));
     }
 
     #[test]

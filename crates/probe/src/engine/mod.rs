@@ -27,15 +27,20 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod passive;
+mod pools;
 mod topology;
 
+pub use passive::{CircuitCommand, Lease, PickError, Reporter};
+use pools::Pools;
 use topology::{Dependencies, graph_nodes};
 pub use topology::{PoolPolicy, Topology, TopologyError};
 
 use crate::backoff::SuccessWindow;
+use crate::breaker::{CircuitBreaker, Snapshot};
 use crate::graph::Graph;
 use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
-use crate::passive::Call;
+use crate::outlier::MemberStatus;
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
@@ -116,6 +121,12 @@ pub struct TargetStatus {
     /// Whether a critical dependency is DOWN. The target's own state is not affected: it keeps
     /// being probed, and alerts on it can be suppressed on this basis.
     pub dependency_down: bool,
+    /// The target's standing in its pool ([`Topology::pools`]): ejection, recovery phase and
+    /// routing weight; `None` when it is in no pool. In several pools: the one that has it out,
+    /// with its smallest weight.
+    pub pool: Option<MemberStatus>,
+    /// Its circuit breaker's state and figures; `None` without one.
+    pub circuit: Option<Snapshot>,
 }
 
 impl TargetStatus {
@@ -181,6 +192,12 @@ pub enum EngineError {
     /// Ending maintenance of a target that is not in maintenance.
     #[error("target {:?} is not in maintenance", .0.as_str())]
     NotInMaintenance(TargetId),
+    /// Commanding the circuit breaker of a target that has none.
+    #[error("target {:?} has no circuit breaker", .0.as_str())]
+    NoCircuitBreaker(TargetId),
+    /// Clearing the ejection of a target that no pool has out.
+    #[error("target {:?} is not ejected", .0.as_str())]
+    NotEjected(TargetId),
 }
 
 /// The engine's readiness verdict.
@@ -217,6 +234,7 @@ const EVENT_BACKLOG: usize = 1024;
 pub struct Engine {
     targets: Arc<RwLock<BTreeMap<TargetId, Arc<Target>>>>,
     deps: Arc<Mutex<Dependencies>>,
+    pools: Arc<Mutex<Pools>>,
     tally: Arc<Tally>,
     events: broadcast::Sender<Event>,
     scheduler: Scheduler,
@@ -229,14 +247,17 @@ impl Engine {
     /// Cancelling `cancel` stops probing; [`Engine::stopped`] then resolves when in-flight probes
     /// have finished.
     pub fn start(config: EngineConfig, cancel: CancellationToken) -> Self {
-        Self {
+        let engine = Self {
             targets: Arc::default(),
             deps: Arc::new(Mutex::new(Dependencies::new())),
+            pools: Arc::default(),
             tally: Arc::default(),
             events: broadcast::channel(EVENT_BACKLOG).0,
-            scheduler: Scheduler::start(config.scheduler, cancel),
+            scheduler: Scheduler::start(config.scheduler, cancel.clone()),
             history: config.history,
-        }
+        };
+        tokio::spawn(engine.clone().tick_pools(cancel));
+        engine
     }
 
     /// Makes `topology` the engine's whole desired state, touching only what changed: a plain
@@ -254,11 +275,11 @@ impl Engine {
             nodes,
             scoring,
             readiness,
-            pools: _,
+            pools,
         } = topology.into();
         let desired: BTreeMap<TargetId, TargetSpec> =
             specs.into_iter().map(|s| (s.id.clone(), s)).collect();
-        let nodes = graph_nodes(&desired, nodes)?;
+        let nodes = graph_nodes(&desired, nodes, &pools)?;
         // Held throughout, so that applies do not interleave.
         let mut targets = write(&self.targets);
         // Lock order (status, then graph) forbids holding the graph lock while retiring; the graph
@@ -310,6 +331,22 @@ impl Engine {
             }
             targets.insert(target.spec.id.clone(), target);
         }
+        lock(&self.pools).apply(
+            &pools,
+            &nodes,
+            |id| targets.contains_key(id),
+            Instant::now(),
+        );
+        // Members that left a pool come back, restarted members stay out.
+        let pools = lock(&self.pools);
+        let ejected: Vec<_> = targets
+            .values()
+            .map(|t| (t.clone(), pools.is_out(&t.spec.id)))
+            .collect();
+        drop(pools);
+        for (target, out) in ejected {
+            target.set_ejected(out);
+        }
         Ok(diff)
     }
 
@@ -317,6 +354,7 @@ impl Engine {
         let target = Arc::new(Target::new(
             spec,
             self.deps.clone(),
+            self.pools.clone(),
             self.tally.clone(),
             self.events.clone(),
             self.history,
@@ -336,6 +374,7 @@ impl Engine {
     pub fn status(&self, id: &TargetId) -> Option<TargetStatus> {
         let mut status = self.target(id).ok()?.status(true);
         score(&lock(&self.deps).graph, &mut status);
+        status.pool = lock(&self.pools).member(id, Instant::now());
         Some(status)
     }
 
@@ -343,26 +382,18 @@ impl Engine {
     pub fn statuses(&self) -> Vec<TargetStatus> {
         let targets: Vec<_> = read(&self.targets).values().cloned().collect();
         let mut statuses: Vec<_> = targets.iter().map(|t| t.status(false)).collect();
-        let deps = lock(&self.deps);
+        {
+            let deps = lock(&self.deps);
+            for status in &mut statuses {
+                score(&deps.graph, status);
+            }
+        }
+        let pools = lock(&self.pools);
+        let now = Instant::now();
         for status in &mut statuses {
-            score(&deps.graph, status);
+            status.pool = pools.member(&status.id, now);
         }
         statuses
-    }
-
-    /// Takes in what real traffic saw of a target (passive health): a failed call while the
-    /// target is UP or DEGRADED re-probes it now, so the active verdict follows within one probe
-    /// rather than one interval.
-    ///
-    /// # Errors
-    /// [`EngineError::UnknownTarget`].
-    pub fn report(&self, id: &TargetId, call: &Call) -> Result<(), EngineError> {
-        let target = self.target(id)?;
-        if call.outcome.is_failure() && target.lock().machine.state().is_healthy() {
-            tracing::debug!(target_id = %id, outcome = call.outcome.as_str(), "passive failure: re-probing now");
-            self.scheduler.expedite(id);
-        }
-        Ok(())
     }
 
     /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked
@@ -371,12 +402,16 @@ impl Engine {
         f(&lock(&self.deps).graph)
     }
 
-    /// Sets `probe_health_score{target}` (NaN while unknown) and `probe_dependency_down{target}`
-    /// for every node of the graph, groups included.
+    /// Sets the gauges that move with time or with results elsewhere:
+    /// `probe_health_score{target}` (NaN while unknown) and `probe_dependency_down{target}` for
+    /// every node of the graph, groups included; `probe_target_weight{target}` and
+    /// `probe_ejected{target}` for every pool member; `probe_circuit_state{target}` for every
+    /// circuit breaker.
     ///
-    /// Scores move with every result somewhere below a node, so rather than touching gauges on
-    /// each result, an exporter calls this right before it renders.
-    pub fn publish_scores(&self) {
+    /// Scores move with every result somewhere below a node and weights with the clock (slow
+    /// start), so rather than touching gauges on each change, an exporter calls this right
+    /// before it renders.
+    pub fn publish_gauges(&self) {
         let nodes = self.with_graph(|g| g.export().nodes);
         for node in nodes {
             let label = node.id.as_str().to_owned();
@@ -384,6 +419,19 @@ impl Engine {
                 .set(node.score.unwrap_or(f64::NAN));
             metrics::gauge!("probe_dependency_down", "target" => label)
                 .set(if node.dependency_down { 1.0 } else { 0.0 });
+        }
+        for status in self.statuses() {
+            let label = status.id.as_str().to_owned();
+            if let Some(member) = &status.pool {
+                metrics::gauge!("probe_target_weight", "target" => label.clone())
+                    .set(member.weight);
+                metrics::gauge!("probe_ejected", "target" => label.clone())
+                    .set(if member.ejected { 1.0 } else { 0.0 });
+            }
+            if let Some(circuit) = &status.circuit {
+                metrics::gauge!("probe_circuit_state", "target" => label)
+                    .set(f64::from(circuit.state.code()));
+            }
         }
     }
 
@@ -527,7 +575,9 @@ struct Target {
     spec: TargetSpec,
     probe: Arc<dyn Probe>,
     status: Mutex<Status>,
+    breaker: Option<Mutex<CircuitBreaker>>,
     deps: Arc<Mutex<Dependencies>>,
+    pools: Arc<Mutex<Pools>>,
     tally: Arc<Tally>,
     events: broadcast::Sender<Event>,
     history: usize,
@@ -568,12 +618,16 @@ struct Status {
     window_ended_early: Option<SystemTime>,
     /// Set when the target leaves the engine: its late results no longer move the totals.
     retired: bool,
+    /// Passive successes since the last run, and whether a passive failure came in meanwhile.
+    passive_successes: u32,
+    passive_failed: bool,
 }
 
 impl Target {
     fn new(
         spec: TargetSpec,
         deps: Arc<Mutex<Dependencies>>,
+        pools: Arc<Mutex<Pools>>,
         tally: Arc<Tally>,
         events: broadcast::Sender<Event>,
         history: usize,
@@ -596,8 +650,14 @@ impl Target {
                 maintenance: None,
                 window_ended_early: None,
                 retired: false,
+                passive_successes: 0,
+                passive_failed: false,
             }),
+            breaker: spec
+                .circuit_breaker
+                .map(|c| Mutex::new(CircuitBreaker::new(c))),
             deps,
+            pools,
             tally,
             events,
             history,
@@ -655,9 +715,15 @@ impl Target {
             } else {
                 Vec::new()
             },
-            // Filled from the graph by the engine, which must not take its lock under this one.
+            // Filled from the graph and the pools by the engine, which must not take their locks
+            // under this one.
             score: None,
             dependency_down: false,
+            pool: None,
+            circuit: self
+                .breaker
+                .as_ref()
+                .map(|b| lock(b).snapshot(Instant::now())),
         }
     }
 
@@ -670,7 +736,11 @@ impl Target {
         if status.retired {
             return None;
         }
-        lock(&self.deps).set_state(&self.spec.id, t.to);
+        {
+            let mut deps = lock(&self.deps);
+            deps.set_state(&self.spec.id, t.to);
+            deps.set_out(&self.spec.id, status.machine.is_ejected());
+        }
         match (t.from.counts_as_ready(), t.to.counts_as_ready()) {
             (false, true) => {
                 self.tally.ready.fetch_add(1, Ordering::AcqRel);
@@ -725,6 +795,7 @@ impl Target {
         let wall = SystemTime::now();
         let now = Instant::now();
         let outcome = Outcome::new(wall, latency, &result.verdict);
+        let ejected;
         let (maintenance_change, result_change, step, maintenance_reason) = {
             let mut status = self.lock();
             let maintenance_change = self.sync_maintenance(&mut status, now, wall);
@@ -746,6 +817,7 @@ impl Target {
                 status.history.push_back(outcome);
             }
             let quality = Quality::from(&result.verdict);
+            ejected = status.machine.is_ejected();
             let t = status.machine.observe(quality, now);
             let result_change = self.change(&mut status, t);
             if !status.retired {
@@ -776,6 +848,13 @@ impl Target {
                 "signal" => signal.name.to_string()
             )
             .increment(1);
+        }
+        if ejected {
+            // Its active results are its way back into the pool.
+            let events = lock(&self.pools).active(&self.spec.id, outcome.ok(), now);
+            if !passive::announce(&events).is_empty() {
+                self.sync_ejection();
+            }
         }
         self.announce(maintenance_change, maintenance_reason.as_deref());
         let detail = match &result.verdict {
@@ -834,6 +913,9 @@ impl Job for Target {
     }
 
     async fn run(&self) -> Duration {
+        if self.skip_for_traffic() {
+            return self.spec.schedule.interval();
+        }
         let timeout = self.spec.schedule.timeout();
         let started = Instant::now();
         // The probe honours the timeout itself and says which phase ran out; this is the
@@ -898,4 +980,5 @@ pub fn describe_metrics() {
         "probe_signals_total",
         "Business signals recognised in probe replies, by target and signal."
     );
+    passive::describe_metrics();
 }

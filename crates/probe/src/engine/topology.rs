@@ -74,6 +74,9 @@ pub enum TopologyError {
     /// A group has no probe, so it cannot share its id with a target.
     #[error("group {0} has the id of a target")]
     GroupIsTarget(TargetId),
+    /// A pool is a group of members: a target or an unknown id cannot be one.
+    #[error("pool {0} is not a group")]
+    PoolNotAGroup(TargetId),
 }
 
 impl Topology {
@@ -85,7 +88,7 @@ impl Topology {
     pub fn check(&self) -> Result<(), TopologyError> {
         let targets: BTreeMap<TargetId, &TargetSpec> =
             self.targets.iter().map(|t| (t.id.clone(), t)).collect();
-        let nodes = graph_nodes(&targets, self.nodes.clone())?;
+        let nodes = graph_nodes(&targets, self.nodes.clone(), &self.pools)?;
         Graph::build(self.scoring, &nodes)
             .map(drop)
             .map_err(TopologyError::Graph)
@@ -104,11 +107,12 @@ fn located(errors: &[GraphError]) -> String {
     shown.join("; ")
 }
 
-/// The graph nodes of a topology: the declared ones, checked against the targets, plus a leaf
-/// for every target without one.
+/// The graph nodes of a topology: the declared ones, checked against the targets and the pools,
+/// plus a leaf for every target without one.
 pub(super) fn graph_nodes<T>(
     targets: &BTreeMap<TargetId, T>,
     declared: Vec<NodeSpec>,
+    pools: &BTreeMap<TargetId, PoolPolicy>,
 ) -> Result<Vec<NodeSpec>, TopologyError> {
     let mut named = HashSet::new();
     for node in &declared {
@@ -118,6 +122,14 @@ pub(super) fn graph_nodes<T>(
             _ => {}
         }
         named.insert(node.id.clone());
+    }
+    let groups: HashSet<&TargetId> = declared
+        .iter()
+        .filter(|n| n.kind == NodeKind::Group)
+        .map(|n| &n.id)
+        .collect();
+    if let Some(pool) = pools.keys().find(|id| !groups.contains(id)) {
+        return Err(TopologyError::PoolNotAGroup(pool.clone()));
     }
     let leaves: Vec<NodeSpec> = targets
         .keys()
@@ -180,6 +192,12 @@ impl Dependencies {
     /// Records a target's state change without a result.
     pub fn set_state(&mut self, id: &TargetId, state: HealthState) {
         let recorded = self.graph.set_state(id, state);
+        self.after(recorded);
+    }
+
+    /// Marks a target out of service (ejected) or back.
+    pub fn set_out(&mut self, id: &TargetId, out: bool) {
+        let recorded = self.graph.set_out(id, out);
         self.after(recorded);
     }
 

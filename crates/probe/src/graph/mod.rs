@@ -324,6 +324,22 @@ impl Graph {
         Ok(self.update(i, state))
     }
 
+    /// Marks a probed node out of service (ejected from its pool by real traffic) or back: while
+    /// out its stability is 0, whatever its results, so its dependents' scores show the lost
+    /// capacity at once. Rescores as [`Graph::record`] does.
+    ///
+    /// # Errors
+    /// [`NodeError`] when the id is not in the graph or is a group; nothing changes then.
+    pub fn set_out(&mut self, id: &TargetId, out: bool) -> Result<usize, NodeError> {
+        let i = self.probed(id)?;
+        if self.nodes.out[i] == out {
+            return Ok(0);
+        }
+        self.nodes.out[i] = out;
+        let state = self.nodes.states[i].unwrap_or(HealthState::Probing);
+        Ok(self.update(i, state))
+    }
+
     /// Forgets a probed node's results and puts it back in PROBING, as when its target's probe
     /// changed: the old results say nothing about the new probe. Rescores as [`Graph::record`]
     /// does.
@@ -334,6 +350,7 @@ impl Graph {
         let i = self.probed(id)?;
         self.nodes.windows.clear(i);
         self.nodes.decided[i] = false;
+        self.nodes.out[i] = false;
         Ok(self.update(i, HealthState::Probing))
     }
 
@@ -360,6 +377,7 @@ impl Graph {
             states,
             dependency_down,
             decided,
+            out,
             windows,
         } = &mut self.nodes;
         let inputs = Inputs {
@@ -371,7 +389,7 @@ impl Graph {
         // One pass: a node's stability is refreshed right before it is read.
         for i in 0..scores.len() {
             stability[i] = match self.topo.kinds[i] {
-                NodeKind::Probed => probed_stability(decided[i], windows, i, credit),
+                NodeKind::Probed => probed_stability(decided[i], out[i], windows, i, credit),
                 NodeKind::Group => 1.0,
             };
             (scores[i], dependency_down[i]) = inputs.evaluate(scores, stability[i], i);
@@ -408,6 +426,7 @@ impl Graph {
         self.nodes.decided[i] |= verdict;
         self.nodes.stability[i] = probed_stability(
             self.nodes.decided[i],
+            self.nodes.out[i],
             &self.nodes.windows,
             i,
             self.config.degraded_credit,

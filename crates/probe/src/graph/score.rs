@@ -126,6 +126,9 @@ pub(super) struct Nodes {
     /// Whether the probed node has reached a verdict (UP, DEGRADED or DOWN) since it was added
     /// or reset. Before that its results are not conclusive: its stability is unknown.
     pub decided: Vec<bool>,
+    /// Whether the probed node is out of service for its dependents (ejected from its pool):
+    /// its stability is 0 whatever its results.
+    pub out: Vec<bool>,
     pub windows: Windows,
 }
 
@@ -138,6 +141,7 @@ impl Nodes {
             states: Vec::with_capacity(nodes),
             dependency_down: Vec::with_capacity(nodes),
             decided: Vec::with_capacity(nodes),
+            out: Vec::with_capacity(nodes),
             windows: Windows::with_capacity(window, nodes),
         }
     }
@@ -153,6 +157,7 @@ impl Nodes {
         self.states.push(state);
         self.dependency_down.push(false);
         self.decided.push(false);
+        self.out.push(false);
         self.windows.push_empty();
     }
 
@@ -163,6 +168,7 @@ impl Nodes {
         self.states.push(old.states[i]);
         self.dependency_down.push(old.dependency_down[i]);
         self.decided.push(old.decided[i]);
+        self.out.push(old.out[i]);
         self.windows.push_copy(&old.windows, i);
     }
 
@@ -182,6 +188,7 @@ impl Nodes {
             states: self.states.clone(),
             dependency_down: self.dependency_down.clone(),
             decided: self.decided.clone(),
+            out: self.out.clone(),
             windows,
         }
     }
@@ -191,16 +198,26 @@ impl Nodes {
         self.states[i] = old.states[j];
         self.stability[i] = old.stability[j];
         self.decided[i] = old.decided[j];
+        self.out[i] = old.out[j];
         let capacity = self.windows.capacity;
         self.windows.ring[i * capacity..(i + 1) * capacity].copy_from_slice(old.windows.slot(j));
         self.windows.heads[i] = old.windows.heads[j];
     }
 }
 
-/// Probed node `i`'s stability: its success ratio once it has reached a verdict (`decided`),
+/// Probed node `i`'s stability: 0 while it is out of service, else its success ratio once it has
+/// reached a verdict (`decided`),
 /// unknown (NaN) before.
-pub(super) fn probed_stability(decided: bool, windows: &Windows, i: usize, credit: f64) -> f64 {
-    if decided {
+pub(super) fn probed_stability(
+    decided: bool,
+    out: bool,
+    windows: &Windows,
+    i: usize,
+    credit: f64,
+) -> f64 {
+    if out {
+        0.0
+    } else if decided {
         windows.ratio(i, credit)
     } else {
         f64::NAN
