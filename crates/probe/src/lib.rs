@@ -25,7 +25,9 @@
 //! - [`outlier`]: Envoy-style outlier ejection over a pool of members, capped, with panic mode;
 //! - [`recovery`]: an ejected member's way back: cool-down, probation, permanent ejection;
 //! - [`slow_start`]: the weight ramp of a member back in its pool, and weighted selection;
-//! - [`retry`]: which requests a client may retry on another member, within a retry budget.
+//! - [`retry`]: which requests a client may retry on another member, within a retry budget;
+//! - `client` (feature `tower`): a client-side balancer layer over a pool: weighted picks,
+//!   fail-fast on open circuits, outcomes reported, budgeted retries on another member.
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, target::*};
@@ -55,6 +57,8 @@
 
 pub mod backoff;
 pub mod breaker;
+#[cfg(feature = "tower")]
+pub mod client;
 pub mod discovery;
 pub mod engine;
 pub mod gate;
