@@ -1,0 +1,380 @@
+//! The client-side balancer end to end: real HTTP backends on 127.0.0.1, the engine probing them
+//! over HTTP, and requests sent through `BalanceLayer` over a reqwest client.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::any;
+use probe::client::{BalanceLayer, BoxError};
+use probe::engine::{Engine, EngineConfig, PoolPolicy, Topology};
+use probe::graph::{Dependency, NodeKind, NodeSpec};
+use probe::http::HttpSpec;
+use probe::outlier::{OutlierConfig, OutlierSettings};
+use probe::recovery::{RecoveryConfig, RecoverySettings};
+use probe::retry::RetryBudget;
+use probe::slow_start::SlowStartConfig;
+use probe::state::HealthState;
+use probe::target::{ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A backend that answers 200, or 503 once told to fail, counting the requests it receives
+/// besides health checks. Its health check fails only when told so too: a backend whose health
+/// endpoint lies is what passive health is for.
+#[derive(Default)]
+struct Backend {
+    failing: AtomicBool,
+    health_failing: AtomicBool,
+    received: AtomicUsize,
+}
+
+async fn answer(State(backend): State<Arc<Backend>>, uri: http::Uri) -> StatusCode {
+    let failing = if uri.path() == "/health" {
+        &backend.health_failing
+    } else {
+        backend.received.fetch_add(1, Ordering::SeqCst);
+        &backend.failing
+    };
+    if failing.load(Ordering::SeqCst) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn serve(cancel: &CancellationToken) -> (Arc<Backend>, SocketAddr) {
+    let backend = Arc::new(Backend::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new()
+        .fallback(any(answer))
+        .with_state(backend.clone());
+    let cancel = cancel.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(cancel.cancelled_owned())
+            .await
+            .unwrap();
+    });
+    (backend, addr)
+}
+
+/// A reqwest client as the tower service the layer wraps.
+#[derive(Clone)]
+struct Http(reqwest::Client);
+
+impl Service<http::Request<String>> for Http {
+    type Response = http::Response<reqwest::Body>;
+    type Error = reqwest::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<String>) -> Self::Future {
+        let client = self.0.clone();
+        Box::pin(async move {
+            let request = reqwest::Request::try_from(request)?;
+            Ok(client.execute(request).await?.into())
+        })
+    }
+}
+
+fn http_client() -> Http {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Http(
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+    )
+}
+
+fn id(s: &str) -> TargetId {
+    TargetId::new(s).unwrap()
+}
+
+/// Members probed every 500 ms, DOWN after `fall` 3 failures (1.5 s at best); the pool ejects
+/// after 3 gateway failures, for 1 s, then 1 s of cool-down and 2 passes, and ramps over 2 s.
+fn topology(addrs: &[SocketAddr]) -> Topology {
+    let interval = Duration::from_millis(500);
+    let names: Vec<String> = (0..addrs.len()).map(|i| format!("m{i}")).collect();
+    Topology {
+        targets: names
+            .iter()
+            .zip(addrs)
+            .map(|(name, addr)| {
+                let url = format!("http://{addr}/health").parse().unwrap();
+                TargetSpec {
+                    schedule: Schedule::try_new(interval, interval / 2, 0.0, None, None, Some(0.0))
+                        .unwrap(),
+                    thresholds: Thresholds::new(
+                        NonZeroU32::new(1).unwrap(),
+                        NonZeroU32::new(3).unwrap(),
+                    ),
+                    flap: None,
+                    ..TargetSpec::new(id(name), ProbeSpec::Http(Box::new(HttpSpec::get(url))))
+                }
+            })
+            .collect(),
+        nodes: vec![NodeSpec {
+            id: id("upstream"),
+            kind: NodeKind::Group,
+            depends_on: names
+                .iter()
+                .map(|n| Dependency::new(id(n), "test"))
+                .collect(),
+        }],
+        pools: BTreeMap::from([(
+            id("upstream"),
+            PoolPolicy {
+                outlier: OutlierConfig::try_new(OutlierSettings {
+                    base_ejection: Duration::from_secs(1),
+                    max_ejection_percent: 50,
+                    ..OutlierSettings::default()
+                })
+                .unwrap(),
+                recovery: RecoveryConfig::try_new(RecoverySettings {
+                    cooldown: Duration::from_secs(1),
+                    passes: 2,
+                    ..RecoverySettings::default()
+                })
+                .unwrap(),
+                slow_start: Some(
+                    SlowStartConfig::try_new(Duration::from_secs(2), 0.1, 1.0).unwrap(),
+                ),
+            },
+        )]),
+        ..Topology::default()
+    }
+}
+
+/// Starts `n` backends and an engine probing them, and waits until every member is UP.
+async fn setup(
+    n: usize,
+    cancel: &CancellationToken,
+) -> (Engine, Vec<Arc<Backend>>, Vec<SocketAddr>) {
+    let mut backends = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..n {
+        let (backend, addr) = serve(cancel).await;
+        backends.push(backend);
+        addrs.push(addr);
+    }
+    let engine = Engine::start(EngineConfig::default(), cancel.child_token());
+    let mut events = engine.subscribe();
+    engine.apply(topology(&addrs)).unwrap();
+    let mut up = 0;
+    while up < n {
+        if events.recv().await.unwrap().to == HealthState::Up {
+            up += 1;
+        }
+    }
+    (engine, backends, addrs)
+}
+
+fn get() -> http::Request<String> {
+    http::Request::get("http://upstream/orders")
+        .body(String::new())
+        .unwrap()
+}
+
+async fn status<S>(service: &mut S, request: http::Request<String>) -> Result<u16, BoxError>
+where
+    S: Service<http::Request<String>, Response = http::Response<reqwest::Body>, Error = BoxError>,
+{
+    std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+    Ok(service.call(request).await?.status().as_u16())
+}
+
+#[tokio::test]
+async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back() {
+    let cancel = CancellationToken::new();
+    let (engine, backends, _) = setup(3, &cancel).await;
+    let mut client =
+        BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), None).layer(http_client());
+
+    backends[0].failing.store(true, Ordering::SeqCst);
+    backends[0].health_failing.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let mut failures = 0;
+    while !engine.status(&id("m0")).unwrap().pool.unwrap().ejected {
+        if status(&mut client, get()).await.unwrap() == 503 {
+            failures += 1;
+        }
+    }
+    let took = started.elapsed();
+    let m0 = engine.status(&id("m0")).unwrap();
+    assert_eq!(failures, 3, "ejected on the third gateway failure");
+    assert_eq!(m0.state, HealthState::Down);
+    assert!(
+        m0.consecutive_failures < 3,
+        "ejected before the active probe's fall: {} probe failures after {took:?}",
+        m0.consecutive_failures
+    );
+    assert_eq!(
+        m0.pool.unwrap().ejection.unwrap().reason.as_str(),
+        "consecutive_gateway_failures"
+    );
+
+    // Healthy again, it comes back after its ejection time, cool-down and two passes, and its
+    // weight climbs from 0.1 to 1 over the 2 s ramp.
+    backends[0].failing.store(false, Ordering::SeqCst);
+    backends[0].health_failing.store(false, Ordering::SeqCst);
+    let mut weights = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let member = engine.status(&id("m0")).unwrap().pool.unwrap();
+        if !member.ejected {
+            weights.push(member.weight);
+            if member.weight == 1.0 {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "no full return: {weights:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(weights[0] < 0.3, "starts low: {weights:?}");
+    assert!(
+        weights.windows(2).all(|w| w[0] <= w[1]),
+        "never decreases: {weights:?}"
+    );
+    assert!(
+        weights.iter().any(|w| *w > 0.4 && *w < 0.9),
+        "ramps through the middle: {weights:?}"
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn the_layer_spares_its_client_most_failures() {
+    let cancel = CancellationToken::new();
+    let (engine, backends, addrs) = setup(3, &cancel).await;
+    backends[1].failing.store(true, Ordering::SeqCst);
+    const REQUESTS: usize = 300;
+
+    // Without the layer: the members in turn, as a plain client with a static list would.
+    let mut plain = BoxErrors(http_client());
+    let mut without = 0;
+    for i in 0..REQUESTS {
+        let url = format!("http://{}/orders", addrs[i % addrs.len()]);
+        let request = http::Request::get(url).body(String::new()).unwrap();
+        if status(&mut plain, request).await.unwrap() >= 500 {
+            without += 1;
+        }
+    }
+
+    // With it (and no retries, to measure ejection alone).
+    let mut balanced =
+        BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), None).layer(http_client());
+    let mut with = 0;
+    for _ in 0..REQUESTS {
+        if status(&mut balanced, get()).await.unwrap() >= 500 {
+            with += 1;
+        }
+    }
+    println!("failed requests out of {REQUESTS}: {without} without the layer, {with} with it");
+    assert_eq!(without, REQUESTS / 3, "one member in three fails");
+    assert!(
+        with <= 3,
+        "the failing member is out after 3 failures: {with}"
+    );
+    cancel.cancel();
+}
+
+/// Gives a service the layer's error type, so both clients are driven alike.
+struct BoxErrors<S>(S);
+
+impl<S> Service<http::Request<String>> for BoxErrors<S>
+where
+    S: Service<http::Request<String>, Response = http::Response<reqwest::Body>>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<reqwest::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<String>) -> Self::Future {
+        let future = self.0.call(request);
+        Box::pin(async move { future.await.map_err(Into::into) })
+    }
+}
+
+fn budget() -> Option<RetryBudget> {
+    Some(RetryBudget::try_new(Duration::from_secs(10), 0.1, 1, Instant::now()).unwrap())
+}
+
+#[tokio::test]
+async fn a_get_to_a_dying_member_succeeds_through_another() {
+    let cancel = CancellationToken::new();
+    let (engine, backends, _) = setup(2, &cancel).await;
+    backends[0].failing.store(true, Ordering::SeqCst);
+    let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
+        .layer(http_client());
+    for _ in 0..20 {
+        assert_eq!(status(&mut client, get()).await.unwrap(), 200);
+    }
+    let dying = backends[0].received.load(Ordering::SeqCst);
+    let healthy = backends[1].received.load(Ordering::SeqCst);
+    assert!(dying >= 1, "the dying member was tried");
+    assert_eq!(healthy, 20, "every GET was answered by the other member");
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_post_without_idempotency_key_is_never_retried() {
+    let cancel = CancellationToken::new();
+    let (engine, backends, _) = setup(2, &cancel).await;
+    backends[0].failing.store(true, Ordering::SeqCst);
+    let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
+        .layer(http_client());
+    let mut failed = 0;
+    for _ in 0..20 {
+        let post = http::Request::post("http://upstream/orders")
+            .body("{}".to_owned())
+            .unwrap();
+        if status(&mut client, post).await.unwrap() == 503 {
+            failed += 1;
+        }
+    }
+    let dying = backends[0].received.load(Ordering::SeqCst);
+    let healthy = backends[1].received.load(Ordering::SeqCst);
+    assert!(failed >= 1, "the dying member got some POSTs");
+    assert_eq!(
+        failed, dying,
+        "each POST it failed reached the client as is"
+    );
+    assert_eq!(dying + healthy, 20, "no POST was sent twice");
+
+    // With a key, the same request is retried.
+    engine.clear_ejection(&id("m0")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let keyed = || {
+        http::Request::post("http://upstream/orders")
+            .header("idempotency-key", "order-42")
+            .body("{}".to_owned())
+            .unwrap()
+    };
+    while backends[0].received.load(Ordering::SeqCst) == dying {
+        assert_eq!(status(&mut client, keyed()).await.unwrap(), 200);
+        assert!(Instant::now() < deadline, "the dying member never drawn");
+    }
+    cancel.cancel();
+}
