@@ -200,3 +200,61 @@ fn no_request_is_admitted_after_a_drain_returns() {
         assert_eq!(gate.requests(), 0);
     }
 }
+
+/// A probe that always passes: the target stands for the gated service itself.
+struct AlwaysUp;
+
+#[async_trait::async_trait]
+impl probe::probe::Probe for AlwaysUp {
+    async fn check(&self, _timeout: Duration) -> probe::outcome::CheckResult {
+        probe::outcome::CheckResult::up()
+    }
+}
+
+#[tokio::test]
+async fn the_gate_reports_its_own_outcomes_to_the_engine() {
+    use probe::breaker::{BreakerConfig, CircuitState, Window};
+    use probe::target::{CustomProbe, ProbeSpec, TargetId, TargetSpec};
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let engine = probe::Engine::start(probe::EngineConfig::default(), cancel.clone());
+    let me = TargetId::new("self-api").unwrap();
+    let breaker = BreakerConfig::builder()
+        .window(Window::Count(std::num::NonZeroUsize::new(4).unwrap()))
+        .minimum_calls(4)
+        .build()
+        .unwrap();
+    engine
+        .apply(vec![TargetSpec {
+            circuit_breaker: Some(breaker),
+            ..TargetSpec::new(
+                me.clone(),
+                ProbeSpec::Custom(CustomProbe::new(Arc::new(AlwaysUp))),
+            )
+        }])
+        .unwrap();
+    let gate = Gate::new(GateConfig::default());
+    gate.startup_complete();
+    let app = Router::new()
+        .route("/fail", get(|| async { StatusCode::BAD_GATEWAY }))
+        .layer(GateLayer::new(gate).observe(Arc::new(engine.reporter(me.clone()))));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = client();
+    for _ in 0..4 {
+        let response = client
+            .get(format!("http://{addr}/fail"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    }
+    // The observer runs when the response is ready, before the client has it.
+    let circuit = engine.status(&me).unwrap().circuit.unwrap();
+    assert_eq!(circuit.calls, 4);
+    assert_eq!(circuit.failures, 4);
+    assert_eq!(circuit.state, CircuitState::Open);
+    cancel.cancel();
+}
