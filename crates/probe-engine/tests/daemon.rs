@@ -779,3 +779,166 @@ async fn a_reported_failure_re_probes_at_once() {
     }
     drop(listener);
 }
+
+/// The metric line `name{labels} value`'s value.
+fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_failures_eject_a_pool_member_and_operators_override() {
+    let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (a, b) = (one.local_addr().unwrap(), two.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        format!(
+            "defaults: {{interval: 1s, rise: 1}}
+targets:
+  - id: api-1
+    tcp: {{address: \"{a}\"}}
+    circuit_breaker: {{minimum_calls: 4, window_calls: 4, open_for: 30s}}
+  - id: api-2
+    tcp: {{address: \"{b}\"}}
+  - id: api
+    kind: group
+    depends_on: [api-1, api-2]
+    outlier: {{consecutive_gateway_failures: 3, max_ejection_percent: 50}}
+    recovery: {{cooldown: 30s}}
+"
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir.path());
+    daemon
+        .wait_states(&[("api-1", "UP"), ("api-2", "UP")])
+        .await;
+    let target = |id: &'static str| {
+        let daemon = &daemon;
+        async move {
+            let t: Value = daemon
+                .get(&format!("/v1/targets/{id}"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            t
+        }
+    };
+    let t = target("api-1").await;
+    assert_eq!(t["weight"], 1.0);
+    assert_eq!(t["ejected"], false);
+    assert_eq!(t["circuit"]["state"], "closed");
+    assert!(target("api-2").await["circuit"].is_null());
+
+    // Three 503s: ejected at once, DOWN though its probe passes.
+    for _ in 0..3 {
+        let (status, body) = daemon
+            .send(
+                reqwest::Method::POST,
+                "/v1/targets/api-1/calls",
+                None,
+                Some(r#"{"status": 503, "latency_ms": 5}"#),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let t = target("api-1").await;
+    assert_eq!(t["state"], "DOWN");
+    assert_eq!(t["ejected"], true);
+    assert_eq!(t["weight"], 0.0);
+    assert_eq!(t["ejection"]["phase"], "ejected");
+    assert_eq!(t["ejection"]["reason"], "consecutive_gateway_failures");
+    assert_eq!(t["ejection"]["times_ejected"], 1);
+    assert_eq!(t["circuit"]["calls"], 3);
+    assert_eq!(t["circuit"]["failures"], 3);
+    assert_eq!(t["circuit"]["state"], "closed", "under minimum_calls");
+    let metrics = daemon.get("/metrics").await.text().await.unwrap();
+    let ejections =
+        r#"probe_ejections_total{target="api-1",reason="consecutive_gateway_failures"}"#;
+    assert_eq!(metric(&metrics, ejections), Some(1.0), "{metrics}");
+    assert_eq!(
+        metric(&metrics, r#"probe_ejected{target="api-1"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&metrics, r#"probe_ejected{target="api-2"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&metrics, r#"probe_target_weight{target="api-1"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&metrics, r#"probe_target_weight{target="api-2"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&metrics, r#"probe_circuit_state{target="api-1"}"#),
+        Some(0.0)
+    );
+    promtool_check(&metrics);
+
+    // Operators: force the circuit open, clear the ejection.
+    let (status, body) = daemon
+        .send(
+            reqwest::Method::POST,
+            "/v1/targets/api-1/circuit",
+            None,
+            Some(r#"{"command": "force_open"}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["circuit"]["state"], "forced_open");
+    let (status, body) = daemon
+        .send(
+            reqwest::Method::DELETE,
+            "/v1/targets/api-1/ejection",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["ejected"], false);
+    assert_ne!(body["state"], "DOWN");
+    for (method, path, body, want) in [
+        (
+            reqwest::Method::POST,
+            "/v1/targets/api-1/circuit",
+            Some(r#"{"command": "open"}"#),
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/targets/api-1/circuit",
+            Some(r#"{"cmd": "reset"}"#),
+            400,
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/targets/api-2/circuit",
+            Some(r#"{"command": "reset"}"#),
+            409,
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/targets/nope/circuit",
+            Some(r#"{"command": "reset"}"#),
+            404,
+        ),
+        (
+            reqwest::Method::DELETE,
+            "/v1/targets/api-1/ejection",
+            None,
+            409,
+        ),
+    ] {
+        let (status, reply) = daemon.send(method, path, None, body).await;
+        assert_eq!(status, want, "{path} {body:?}: {reply}");
+        assert!(reply["error"].is_string(), "{reply}");
+    }
+    drop((one, two));
+}
