@@ -85,7 +85,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -996,7 +996,7 @@ const CASES: &[Case] = &[
             (
                 4,
                 5,
-                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on)"#,
+                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on, outlier, recovery, slow_start)"#,
             ),
             (
                 5,
@@ -2025,5 +2025,668 @@ fn an_entry_outside_the_files_reads_like_a_targets_item() {
     assert_eq!(
         error(br#"{"id": "db", "tcp": {"address": "a:1"}, "interval": "1s", "timeout": "2s"}"#),
         "1:59: timeout (2s) must be less than interval (1s)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passive health: circuit breakers on targets, pools (outlier, recovery, slow start) on groups.
+
+fn errors_of(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(_) => panic!("expected errors, the document is valid:\n{text}"),
+        Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn target<'a>(config: &'a Config, id: &str) -> &'a probe::target::TargetSpec {
+    config
+        .topology
+        .targets
+        .iter()
+        .find(|t| t.id.as_str() == id)
+        .unwrap_or_else(|| panic!("no target {id}"))
+}
+
+fn pool(config: &Config, id: &str) -> Option<probe::engine::PoolPolicy> {
+    let id = probe::target::TargetId::new(id).expect("id");
+    config.topology.pools.get(&id).copied()
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn nz(n: u32) -> Option<NonZeroU32> {
+    NonZeroU32::new(n)
+}
+
+#[test]
+fn passive_health_example_of_the_contract() {
+    use probe::breaker::{BreakerConfig, Window};
+    use probe::engine::PoolPolicy;
+    use probe::outlier::{OutlierConfig, OutlierSettings};
+    use probe::recovery::{RecoveryConfig, RecoverySettings};
+    use probe::slow_start::SlowStartConfig;
+
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: { failure_rate: 0.5, slow_call_duration: 2s, slow_call_rate: 1.0, minimum_calls: 20, window: 60s, open_for: 60s, max_open_for: 10m, half_open_calls: 10 }",
+        "  skip_active_after: 20",
+        "  outlier: { consecutive_5xx: 5, consecutive_gateway_failures: 3, min_success_rate: 0.8, interval: 10s, min_requests: 100, base_ejection: 30s, max_ejection: 300s, max_ejection_percent: 10, panic_threshold: 0.5 }",
+        "  recovery: { cooldown: 30s, max_cooldown: 5m, passes: 3, min_stable: 5m, permanent_after: 10, give_up_after: 5m }",
+        "  slow_start: { window: 60s, min_weight: 0.1, aggression: 1.0 }",
+        "targets:",
+        "  - id: api-1",
+        "    http: { url: http://127.0.0.1:8081/health }",
+        "    circuit_breaker: { minimum_calls: 10 }",
+        "    skip_active_after: 50",
+        "  - id: api-2",
+        "    http: { url: http://127.0.0.1:8082/health }",
+        "  - id: api",
+        "    kind: group",
+        "    depends_on: [{target: api-1}, {target: api-2}]",
+        "    outlier: { consecutive_5xx: 3 }",
+        "    recovery: { passes: 2 }",
+        "    slow_start: { window: 30s }",
+    ]));
+    // The values of `defaults` above are the library's defaults.
+    let breaker = |minimum_calls| {
+        BreakerConfig::builder()
+            .window(Window::Time(secs(60)))
+            .failure_rate_threshold(0.5)
+            .slow_call_duration(secs(2))
+            .slow_call_rate_threshold(1.0)
+            .minimum_calls(minimum_calls)
+            .open_for(secs(60))
+            .max_open_for(secs(600))
+            .half_open_calls(10)
+            .build()
+            .expect("valid breaker")
+    };
+    assert_eq!(breaker(20), BreakerConfig::default());
+    let api_1 = target(&config, "api-1");
+    assert_eq!(api_1.circuit_breaker, Some(breaker(10)));
+    assert_eq!(api_1.skip_active_after, nz(50));
+    let api_2 = target(&config, "api-2");
+    assert_eq!(api_2.circuit_breaker, Some(breaker(20)));
+    assert_eq!(api_2.skip_active_after, nz(20));
+
+    let expected = PoolPolicy {
+        outlier: OutlierConfig::try_new(OutlierSettings {
+            consecutive_5xx: nz(3),
+            ..OutlierSettings::default()
+        })
+        .unwrap(),
+        recovery: RecoveryConfig::try_new(RecoverySettings {
+            passes: 2,
+            ..RecoverySettings::default()
+        })
+        .unwrap(),
+        slow_start: Some(SlowStartConfig::try_new(secs(30), 0.1, 1.0).unwrap()),
+    };
+    assert_eq!(pool(&config, "api"), Some(expected));
+    assert_eq!(config.topology.pools.len(), 1, "only groups are pools");
+}
+
+#[test]
+fn passive_health_merges_key_by_key() {
+    use probe::breaker::{BreakerConfig, Window};
+    use probe::engine::PoolPolicy;
+    use probe::outlier::{OutlierConfig, OutlierSettings};
+    use probe::recovery::{RecoveryConfig, RecoverySettings};
+    use probe::slow_start::SlowStartConfig;
+
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: {failure_rate: 0.3, slow_call_duration: 1s, open_for: 10s, max_open_for: 40s}",
+        "  outlier: {consecutive_5xx: 7, interval: 5s, max_ejection_percent: 50}",
+        "  recovery: {cooldown: 10s, give_up_after: 1m}",
+        "  slow_start: {min_weight: 0.25}",
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "    circuit_breaker: {failure_rate: 0.9, slow_call_rate: 0.5, half_open_calls: 3}",
+        "  - id: b",
+        "    tcp: {address: \"b:1\"}",
+        "  - id: pool",
+        "    kind: group",
+        "    depends_on: [{target: a}, {target: b}]",
+        "    outlier: {interval: 20s, panic_threshold: 0}",
+        "    recovery: {max_cooldown: 20s, passes: 0, min_stable: 0s}",
+        "    slow_start: {aggression: 2}",
+        "  - id: defaults-only",
+        "    kind: group",
+        "    depends_on: [{target: a}]",
+    ]));
+    let base = || {
+        BreakerConfig::builder()
+            .failure_rate_threshold(0.3)
+            .slow_call_duration(secs(1))
+            .open_for(secs(10))
+            .max_open_for(secs(40))
+    };
+    assert_eq!(
+        target(&config, "a").circuit_breaker,
+        Some(
+            base()
+                .failure_rate_threshold(0.9)
+                .slow_call_rate_threshold(0.5)
+                .half_open_calls(3)
+                .build()
+                .unwrap()
+        )
+    );
+    let b = target(&config, "b").circuit_breaker.expect("from defaults");
+    assert_eq!(b, base().build().unwrap());
+    assert_eq!(b.window(), Window::Time(BreakerConfig::DEFAULT_WINDOW));
+    assert_eq!(target(&config, "b").skip_active_after, None);
+
+    let outlier = |interval, panic_threshold| {
+        OutlierConfig::try_new(OutlierSettings {
+            consecutive_5xx: nz(7),
+            interval: secs(interval),
+            max_ejection_percent: 50,
+            panic_threshold,
+            ..OutlierSettings::default()
+        })
+        .unwrap()
+    };
+    assert_eq!(
+        pool(&config, "pool"),
+        Some(PoolPolicy {
+            outlier: outlier(20, 0.0),
+            recovery: RecoveryConfig::try_new(RecoverySettings {
+                cooldown: secs(10),
+                max_cooldown: secs(20),
+                passes: 0,
+                min_stable: Duration::ZERO,
+                give_up_after: Some(secs(60)),
+                ..RecoverySettings::default()
+            })
+            .unwrap(),
+            slow_start: Some(
+                SlowStartConfig::try_new(SlowStartConfig::DEFAULT_WINDOW, 0.25, 2.0).unwrap()
+            ),
+        })
+    );
+    assert_eq!(
+        pool(&config, "defaults-only"),
+        Some(PoolPolicy {
+            outlier: outlier(5, 0.5),
+            recovery: RecoveryConfig::try_new(RecoverySettings {
+                cooldown: secs(10),
+                give_up_after: Some(secs(60)),
+                ..RecoverySettings::default()
+            })
+            .unwrap(),
+            slow_start: Some(SlowStartConfig::try_new(secs(60), 0.25, 1.0).unwrap()),
+        })
+    );
+}
+
+#[test]
+fn passive_health_is_off_unless_asked_for_and_can_be_opted_out_of() {
+    use probe::breaker::BreakerConfig;
+    use probe::engine::PoolPolicy;
+    use probe::slow_start::SlowStartConfig;
+
+    // Nothing set: no breaker, no pool, always probed.
+    let plain = parse_ok(&doc(&[
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: g",
+        "    kind: group",
+        "    depends_on: [{target: a}]",
+    ]));
+    assert_eq!(target(&plain, "a").circuit_breaker, None);
+    assert_eq!(target(&plain, "a").skip_active_after, None);
+    assert!(plain.topology.pools.is_empty());
+
+    // Empty blocks: the library defaults; slow start is on for pools.
+    let empty = parse_ok(&doc(&[
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "    circuit_breaker: {}",
+        "  - id: g",
+        "    kind: group",
+        "    depends_on: [{target: a}]",
+        "    outlier: {}",
+    ]));
+    assert_eq!(
+        target(&empty, "a").circuit_breaker,
+        Some(BreakerConfig::default())
+    );
+    assert_eq!(
+        pool(&empty, "g"),
+        Some(PoolPolicy {
+            slow_start: Some(SlowStartConfig::default()),
+            ..PoolPolicy::default()
+        })
+    );
+
+    // Opting out of the defaults' blocks, target by target and group by group.
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: {minimum_calls: 5}",
+        "  outlier: {consecutive_5xx: 2}",
+        "  slow_start: {window: 10s}",
+        "targets:",
+        "  - id: on",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: off",
+        "    tcp: {address: \"b:1\"}",
+        "    circuit_breaker: {enabled: false, minimum_calls: 7}",
+        "  - id: pool",
+        "    kind: group",
+        "    depends_on: [{target: on}]",
+        "  - id: not-a-pool",
+        "    kind: group",
+        "    depends_on: [{target: on}]",
+        "    outlier: {enabled: false}",
+        "  - id: full-weight",
+        "    kind: group",
+        "    depends_on: [{target: off}]",
+        "    slow_start: {enabled: false}",
+    ]));
+    assert_eq!(
+        target(&config, "on").circuit_breaker,
+        Some(BreakerConfig::builder().minimum_calls(5).build().unwrap())
+    );
+    assert_eq!(target(&config, "off").circuit_breaker, None);
+    assert_eq!(
+        pool(&config, "pool").and_then(|p| p.slow_start),
+        Some(SlowStartConfig::try_new(secs(10), 0.1, 1.0).unwrap())
+    );
+    assert_eq!(pool(&config, "not-a-pool"), None);
+    let full = pool(&config, "full-weight").expect("a pool");
+    assert_eq!(full.slow_start, None);
+    assert_eq!(full.outlier.settings().consecutive_5xx, nz(2));
+
+    // Defaults that are off hold settings; a block of the node's own turns them on.
+    let opt_in = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: {enabled: false, minimum_calls: 5}",
+        "  outlier: {enabled: false, consecutive_5xx: 2}",
+        "  slow_start: {enabled: false, window: 10s}",
+        "targets:",
+        "  - id: plain",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: opted-in",
+        "    tcp: {address: \"b:1\"}",
+        "    circuit_breaker: {}",
+        "  - id: plain-group",
+        "    kind: group",
+        "    depends_on: [{target: plain}]",
+        "  - id: pool",
+        "    kind: group",
+        "    depends_on: [{target: plain}]",
+        "    outlier: {enabled: true}",
+        "    slow_start: {}",
+    ]));
+    assert_eq!(target(&opt_in, "plain").circuit_breaker, None);
+    assert_eq!(
+        target(&opt_in, "opted-in").circuit_breaker,
+        Some(BreakerConfig::builder().minimum_calls(5).build().unwrap())
+    );
+    assert_eq!(pool(&opt_in, "plain-group"), None);
+    let pool = pool(&opt_in, "pool").expect("a pool");
+    assert_eq!(pool.outlier.settings().consecutive_5xx, nz(2));
+    assert_eq!(
+        pool.slow_start,
+        Some(SlowStartConfig::try_new(secs(10), 0.1, 1.0).unwrap())
+    );
+}
+
+#[test]
+fn zero_turns_outlier_and_recovery_rules_off() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: g",
+        "    kind: group",
+        "    depends_on: [{target: a}]",
+        "    outlier: {consecutive_5xx: 0, consecutive_gateway_failures: 0, min_success_rate: 0}",
+        "    recovery: {permanent_after: 0, give_up_after: 0s}",
+    ]));
+    let pool = pool(&config, "g").expect("a pool");
+    let outlier = pool.outlier.settings();
+    assert_eq!(outlier.consecutive_5xx, None);
+    assert_eq!(outlier.consecutive_gateway_failures, None);
+    assert_eq!(outlier.min_success_rate, None);
+    let recovery = pool.recovery.settings();
+    assert_eq!(recovery.permanent_after, None);
+    assert_eq!(recovery.give_up_after, None);
+}
+
+#[test]
+fn a_breaker_window_counts_calls_or_seconds() {
+    use probe::breaker::{BreakerConfig, Window};
+    use std::num::NonZeroUsize;
+
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: {window: 30s, minimum_calls: 5}",
+        "targets:",
+        "  - id: counted",
+        "    tcp: {address: \"a:1\"}",
+        "    circuit_breaker: {window_calls: 50}",
+        "  - id: timed",
+        "    tcp: {address: \"b:1\"}",
+    ]));
+    let count = |n| Window::Count(NonZeroUsize::new(n).unwrap());
+    assert_eq!(
+        target(&config, "counted").circuit_breaker,
+        Some(
+            BreakerConfig::builder()
+                .window(count(50))
+                .minimum_calls(5)
+                .build()
+                .unwrap()
+        )
+    );
+    assert_eq!(
+        target(&config, "timed").circuit_breaker.map(|b| b.window()),
+        Some(Window::Time(secs(30)))
+    );
+
+    // And the other way round: a time window on the target replaces a count in the defaults.
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: {window_calls: 40}",
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "    circuit_breaker: {window: 2m}",
+        "  - id: b",
+        "    tcp: {address: \"b:1\"}",
+    ]));
+    assert_eq!(
+        target(&config, "a").circuit_breaker.map(|b| b.window()),
+        Some(Window::Time(secs(120)))
+    );
+    assert_eq!(
+        target(&config, "b").circuit_breaker.map(|b| b.window()),
+        Some(count(40))
+    );
+}
+
+#[test]
+fn passive_health_on_the_wrong_kind_of_node_says_where_it_belongs() {
+    assert_eq!(
+        errors_of(&doc(&[
+            "targets:",                                // 1
+            "  - id: api-1",                           // 2
+            "    tcp: {address: \"a:1\"}",             // 3
+            "    outlier: {consecutive_5xx: 3}",       // 4
+            "    recovery: {passes: 2}",               // 5
+            "    slow_start: {window: 30s}",           // 6
+            "  - id: api",                             // 7
+            "    kind: group",                         // 8
+            "    depends_on: [{target: api-1}]",       // 9
+            "    circuit_breaker: {minimum_calls: 0}", // 10
+            "    skip_active_after: 5",                // 11
+            "  - id: plain",                           // 12
+            "    kind: group",                         // 13
+            "    depends_on: [{target: api-1}]",       // 14
+            "    recovery: {passes: 2}",               // 15
+            "  - id: off",                             // 16
+            "    kind: group",                         // 17
+            "    depends_on: [{target: api-1}]",       // 18
+            "    outlier: {enabled: false}",           // 19
+            "    slow_start: {enabled: false}",        // 20
+        ])),
+        [
+            r#"t.yaml:4:5: outlier judges a group's members against each other: set it on the group (kind: group), not on target "api-1""#,
+            r#"t.yaml:5:5: recovery says how a pool's ejected members come back: set it on the group (kind: group), not on target "api-1""#,
+            r#"t.yaml:6:5: slow_start ramps a pool's returning members back up: set it on the group (kind: group), not on target "api-1""#,
+            r#"t.yaml:10:5: target "api" is a group: circuit_breaker judges the real calls to one target; set it on the targets the group depends on (or in defaults), not on the group"#,
+            r#"t.yaml:11:5: target "api" is a group: skip_active_after skips a target's probe runs, and a group has no probe; set it on the targets the group depends on (or in defaults)"#,
+            r#"t.yaml:15:5: recovery applies to pools only, and group "plain" is not one (neither it nor the defaults have an outlier block): a group is a pool when it or the defaults have an outlier block"#,
+            r#"t.yaml:20:5: slow_start applies to pools only, and group "off" is not one (its outlier block says enabled: false): a group is a pool when it or the defaults have an outlier block"#,
+        ]
+    );
+    // The defaults' blocks that do not apply to a node are simply not applied to it.
+    let config = parse_ok(&doc(&[
+        "defaults:",
+        "  circuit_breaker: {}",
+        "  skip_active_after: 3",
+        "  recovery: {passes: 1}",
+        "  slow_start: {window: 5s}",
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\"}",
+        "  - id: g",
+        "    kind: group",
+        "    depends_on: [{target: a}]",
+    ]));
+    assert!(config.topology.pools.is_empty());
+    assert!(target(&config, "a").circuit_breaker.is_some());
+}
+
+#[test]
+fn every_invalid_passive_value_is_reported_at_its_place() {
+    assert_eq!(
+        errors_of(&doc(&[
+            "defaults:",                                               // 1
+            "  circuit_breaker:",                                      // 2
+            "    failure_rate: 0",                                     // 3
+            "    slow_call_rate: 1.5",                                 // 4
+            "    slow_call_duration: 0s",                              // 5
+            "    window: 90m",                                         // 6
+            "    minimum_calls: 0",                                    // 7
+            "    open_for: 0s",                                        // 8
+            "    half_open_calls: 0",                                  // 9
+            "    max_open_for: soon",                                  // 10
+            "  skip_active_after: 0",                                  // 11
+            "targets:",                                                // 12
+            "  - id: a",                                               // 13
+            "    tcp: {address: \"a:1\"}",                             // 14
+            "    circuit_breaker: {window: 1500ms, window_calls: 10}", // 15
+            "  - id: b",                                               // 16
+            "    tcp: {address: \"b:1\"}",                             // 17
+            "    circuit_breaker: {window_calls: 0}",                  // 18
+            "    skip_active_after: 0",                                // 19
+            "  - id: c",                                               // 20
+            "    tcp: {address: \"c:1\"}",                             // 21
+            "    circuit_breaker: {window_calls: 100001}",             // 22
+        ])),
+        [
+            "t.yaml:3:19: breaker failure_rate threshold 0 is outside (0, 1]",
+            "t.yaml:4:21: breaker slow_call_rate threshold 1.5 is outside (0, 1]",
+            "t.yaml:5:25: breaker slow_call_duration must be greater than zero",
+            "t.yaml:6:13: breaker time window 5400s is not a whole number of seconds from 1s to 3600s",
+            "t.yaml:7:20: breaker minimum_calls must be at least 1",
+            "t.yaml:8:15: breaker open_for must be greater than zero",
+            "t.yaml:9:22: breaker half_open_calls must be at least 1",
+            r#"t.yaml:10:19: invalid duration "soon" for "circuit_breaker.max_open_for": expected number at 0"#,
+            "t.yaml:11:22: skip_active_after must be at least 1",
+            "t.yaml:15:31: breaker time window 1.5s is not a whole number of seconds from 1s to 3600s",
+            r#"t.yaml:15:39: "window" and "window_calls" are mutually exclusive: keep only one"#,
+            "t.yaml:18:37: circuit_breaker.window_calls must be at least 1",
+            "t.yaml:19:24: skip_active_after must be at least 1",
+            "t.yaml:22:37: breaker count window 100001 is larger than 100000 calls",
+        ]
+    );
+    assert_eq!(
+        errors_of(&doc(&[
+            "targets:",                                                      // 1
+            "  - id: db",                                                    // 2
+            "    tcp: {address: \"a:1\"}",                                   // 3
+            "  - id: pool",                                                  // 4
+            "    kind: group",                                               // 5
+            "    depends_on: [{target: db}]",                                // 6
+            "    outlier:",                                                  // 7
+            "      min_success_rate: 1.2",                                   // 8
+            "      interval: 0s",                                            // 9
+            "      min_requests: 0",                                         // 10
+            "      base_ejection: 0s",                                       // 11
+            "      max_ejection_percent: 0",                                 // 12
+            "      panic_threshold: -0.1",                                   // 13
+            "      max_ejection: 2d",                                        // 14
+            "    recovery: {cooldown: 0s, min_stable: -1s}",                 // 15
+            "    slow_start: {window: 0s, min_weight: 0, aggression: .inf}", // 16
+        ])),
+        [
+            "t.yaml:8:25: outlier min_success_rate 1.2 is outside (0, 1]",
+            "t.yaml:9:17: outlier interval must be greater than zero",
+            "t.yaml:10:21: outlier min_requests must be at least 1",
+            "t.yaml:11:22: outlier base_ejection must be greater than zero",
+            "t.yaml:12:29: outlier max_ejection_percent 0 is outside 1..=100",
+            "t.yaml:13:24: outlier panic_threshold -0.1 is outside [0, 1]",
+            r#"t.yaml:14:21: outlier.max_ejection must be at most 1day, got "2d""#,
+            "t.yaml:15:26: recovery cooldown must be greater than zero",
+            r#"t.yaml:15:42: invalid duration "-1s" for "recovery.min_stable": expected number at 0"#,
+            "t.yaml:16:26: slow-start window must be greater than zero",
+            "t.yaml:16:42: slow-start min_weight 0 is outside (0, 1]",
+            "t.yaml:16:57: slow-start aggression inf must be a finite number greater than zero",
+        ]
+    );
+}
+
+#[test]
+fn passive_settings_that_must_agree_are_checked_once_merged() {
+    assert_eq!(
+        errors_of(&doc(&[
+            "defaults:",                                             // 1
+            "  circuit_breaker: {open_for: 20m}",                    // 2
+            "  recovery: {give_up_after: 20s}",                      // 3
+            "targets:",                                              // 4
+            "  - id: a",                                             // 5
+            "    tcp: {address: \"a:1\"}",                           // 6
+            "    circuit_breaker: {max_open_for: 30m}",              // 7
+            "  - id: b",                                             // 8
+            "    tcp: {address: \"b:1\"}",                           // 9
+            "  - id: c",                                             // 10
+            "    tcp: {address: \"c:1\"}",                           // 11
+            "    circuit_breaker: {window_calls: 10, open_for: 1m}", // 12
+            "  - id: pool",                                          // 13
+            "    kind: group",                                       // 14
+            "    depends_on: [{target: a}]",                         // 15
+            "    outlier: {base_ejection: 60s, max_ejection: 30s}",  // 16
+            "    recovery: {max_cooldown: 10s}",                     // 17
+            "  - id: pool-2",                                        // 18
+            "    kind: group",                                       // 19
+            "    depends_on: [{target: a}]",                         // 20
+            "    outlier: {}",                                       // 21
+        ])),
+        [
+            // Target b takes open_for from the defaults, with the built-in max_open_for; the
+            // error is reported once however many targets inherit it.
+            "t.yaml:2:21: breaker open_for (1200s) is greater than max_open_for (600s)",
+            // pool-2 takes give_up_after from the defaults, with the built-in cooldown.
+            "t.yaml:3:14: recovery give_up_after (20s) is not above cooldown (30s)",
+            "t.yaml:12:23: breaker minimum_calls (20) is larger than its count window (10)",
+            // Both of pool's errors are reported.
+            "t.yaml:16:35: outlier max_ejection (30s) is below base_ejection (60s)",
+            "t.yaml:17:16: recovery max_cooldown (10s) is below cooldown (30s)",
+        ]
+    );
+}
+
+#[test]
+fn unknown_passive_keys_get_a_suggestion() {
+    assert_eq!(
+        errors_of(&doc(&[
+            "defaults:",                                // 1
+            "  circuit_breakr: {}",                     // 2
+            "targets:",                                 // 3
+            "  - id: a",                                // 4
+            "    tcp: {address: \"a:1\"}",              // 5
+            "    circuit_breaker: {failure_rat: 0.5}",  // 6
+            "    skip_active_afer: 3",                  // 7
+            "  - id: g",                                // 8
+            "    kind: group",                          // 9
+            "    depends_on: [{target: a}]",            // 10
+            "    outlier: {consecutive_5xxx: 3}",       // 11
+            "    recovery: {pases: 2}",                 // 12
+            "    slow_start: {windw: 1s, enabled: no}", // 13
+        ])),
+        [
+            r#"t.yaml:2:3: unknown field "circuit_breakr" in defaults, did you mean "circuit_breaker"?"#,
+            r#"t.yaml:6:23: unknown field "failure_rat" in circuit_breaker, did you mean "failure_rate"?"#,
+            r#"t.yaml:7:5: unknown field "skip_active_afer" in target, did you mean "skip_active_after"?"#,
+            r#"t.yaml:11:15: unknown field "consecutive_5xxx" in outlier, did you mean "consecutive_5xx"?"#,
+            r#"t.yaml:12:16: unknown field "pases" in recovery, did you mean "passes"?"#,
+            r#"t.yaml:13:18: unknown field "windw" in slow_start, did you mean "window"?"#,
+            r#"t.yaml:13:38: invalid type for "slow_start.enabled": expected a boolean, found string "no""#,
+        ]
+    );
+}
+
+#[test]
+fn an_entry_outside_the_files_carries_its_pool_and_breaker() {
+    use probe::breaker::BreakerConfig;
+    use probe::discovery::Declaration;
+    use probe::engine::PoolPolicy;
+    use probe::outlier::{OutlierConfig, OutlierSettings};
+    use probe::slow_start::SlowStartConfig;
+
+    let dir = Path::new("/etc/probe-engine");
+    let value = br#"{"id": "api", "kind": "group", "depends_on": [{"target": "api-1"}],
+                     "outlier": {"consecutive_5xx": 3}, "slow_start": {"enabled": false}}"#;
+    let Declaration::Group { id, pool, .. } = config::parse_entry("api", "k", value, dir).unwrap()
+    else {
+        panic!("a group")
+    };
+    assert_eq!(id.as_str(), "api");
+    assert_eq!(
+        pool,
+        Some(PoolPolicy {
+            outlier: OutlierConfig::try_new(OutlierSettings {
+                consecutive_5xx: nz(3),
+                ..OutlierSettings::default()
+            })
+            .unwrap(),
+            slow_start: None,
+            ..PoolPolicy::default()
+        })
+    );
+    let plain = br#"{"id": "api", "kind": "group", "depends_on": [{"target": "api-1"}]}"#;
+    let Declaration::Group { pool, .. } = config::parse_entry("api", "k", plain, dir).unwrap()
+    else {
+        panic!("a group")
+    };
+    assert_eq!(pool, None);
+    let with_slow_start = br#"{"id": "api", "kind": "group", "depends_on": [{"target": "a"}],
+                               "outlier": {}}"#;
+    let Declaration::Group { pool, .. } =
+        config::parse_entry("api", "k", with_slow_start, dir).unwrap()
+    else {
+        panic!("a group")
+    };
+    assert_eq!(
+        pool.and_then(|p| p.slow_start),
+        Some(SlowStartConfig::default())
+    );
+
+    let value = br#"{"id": "api-1", "http": {"url": "http://10.0.0.7/ready"},
+                     "circuit_breaker": {"minimum_calls": 4}, "skip_active_after": 10}"#;
+    let Declaration::Target { spec, .. } = config::parse_entry("api-1", "k", value, dir).unwrap()
+    else {
+        panic!("a target")
+    };
+    assert_eq!(
+        spec.circuit_breaker,
+        Some(BreakerConfig::builder().minimum_calls(4).build().unwrap())
+    );
+    assert_eq!(spec.skip_active_after, nz(10));
+
+    let error = |name: &str, value: &[u8]| config::parse_entry(name, "k", value, dir).unwrap_err();
+    assert_eq!(
+        error(
+            "api",
+            br#"{"id": "api", "kind": "group", "depends_on": [{"target": "a"}], "outlier": {"max_ejection_percent": 0}, "recovery": {"cooldown": "0s"}}"#
+        ),
+        "1:101: outlier max_ejection_percent 0 is outside 1..=100; 1:130: recovery cooldown must be greater than zero"
+    );
+    assert_eq!(
+        error(
+            "a",
+            br#"{"id": "a", "tcp": {"address": "a:1"}, "outlier": {}}"#
+        ),
+        r#"1:40: outlier judges a group's members against each other: set it on the group (kind: group), not on target "a""#
     );
 }

@@ -60,8 +60,16 @@ struct RawReadiness {
     hysteresis: Option<Sp<f64>>,
 }
 
-/// The keys a group may have: it has no probe, schedule or maintenance.
-const GROUP_KEYS: &[&str] = &["id", "kind", "depends_on"];
+/// The keys a group may have: it has no probe, schedule or maintenance; its passive-health keys
+/// make it a pool.
+const GROUP_KEYS: &[&str] = &[
+    "id",
+    "kind",
+    "depends_on",
+    "outlier",
+    "recovery",
+    "slow_start",
+];
 
 /// One declared dependency, before the graph checks it.
 pub(super) struct ParsedDependency {
@@ -108,14 +116,15 @@ pub(super) fn check_group_keys(node: &Node, src: &str, label: &str, diags: &mut 
         if let Some(name) = key.text(src)
             && !GROUP_KEYS.contains(&name)
         {
-            diags.push((
-                key.pos,
-                format!(
+            let message = match super::passive::target_only(name) {
+                Some(why) => format!("{label} is a group: {why}"),
+                None => format!(
                     "{label} is a group: {} does not apply (a group has no probe; it has {})",
                     quote(name),
                     GROUP_KEYS.join(", ")
                 ),
-            ));
+            };
+            diags.push((key.pos, message));
         }
     }
 }

@@ -16,6 +16,11 @@
 //!   degrade_after: 2   # consecutive degraded results to go UP -> DEGRADED; default: rise
 //!   recover_after: 2   # consecutive good results to go DEGRADED -> UP; default: rise
 //!   flap: { transitions: 6, window: 5m, min_stable: 2m }   # `false`: off; unset: FlapPolicy::default()
+//!   circuit_breaker: { failure_rate: 0.5, window: 60s }    # passive health (the `passive`
+//!   skip_active_after: 20                                  # submodule): these two for targets,
+//!   outlier: { consecutive_5xx: 5 }                        # these three for groups, which
+//!   recovery: { passes: 3 }                                # `outlier` makes pools
+//!   slow_start: { window: 60s }
 //! targets:
 //!   - id: orders-db    # unique across all files, [a-z0-9._-]+
 //!     tcp:
@@ -52,8 +57,10 @@
 //! ```
 //!
 //! Dependencies (`depends_on`, `kind: group`) and the top-level `scoring` and `readiness`
-//! sections are described in the `graph` submodule, the `topology` section (targets from etcd) in
-//! the `topology` submodule; [`parse_entry`] reads one target declaration kept outside the files.
+//! sections are described in the `graph` submodule; passive health (a target's `circuit_breaker`
+//! and `skip_active_after`, a group's `outlier`, `recovery` and `slow_start`) in the `passive`
+//! submodule; the `topology` section (targets from etcd) in the `topology` submodule.
+//! [`parse_entry`] reads one target declaration kept outside the files.
 //!
 //! JSON paths are the subset documented in [`probe::http::json_path`]: `$`, `.name`,
 //! `["name"]` and `[index]`. Header values may reference environment variables as `${VAR}`
@@ -64,6 +71,8 @@
 //! default (the constants on [`Schedule`] and [`Thresholds::default`]). `backoff.max` and
 //! `backoff.jitter` are merged separately; `flap` is taken whole (a target's `flap: {window: 1m}`
 //! replaces the defaults' `flap` entirely, with the built-in values for the fields it leaves out).
+//! The passive-health blocks merge key by key too, each block with the defaults' block of the same
+//! name; their `enabled` is not merged: the nearest block decides (see the `passive` submodule).
 //!
 //! # Errors
 //!
@@ -76,6 +85,7 @@
 mod graph;
 mod http;
 mod node;
+mod passive;
 mod topology;
 
 use std::collections::{BTreeMap, HashMap};
@@ -87,7 +97,7 @@ use std::time::Duration;
 
 use probe::backoff::BackoffError;
 use probe::discovery::Declaration;
-use probe::engine::Topology;
+use probe::engine::{PoolPolicy, Topology};
 use probe::graph::{GraphConfig, NodeKind};
 use probe::maintenance::{MaintenanceWindow, WindowError, WindowStart};
 use probe::target::{
@@ -98,6 +108,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use node::{BoolOr, Kind, Node, Pos, Sp, collect};
+use passive::Passive;
 
 /// A loaded, fully validated configuration.
 ///
@@ -214,7 +225,9 @@ pub fn parse_with_env(
 }
 
 /// Reads one target declaration kept outside the files, such as an etcd value: a JSON (or
-/// YAML) mapping with the schema of one `targets` item. No `defaults` apply.
+/// YAML) mapping with the schema of one `targets` item. No `defaults` apply: a target has a
+/// circuit breaker only with a `circuit_breaker` block of its own, and a group is a pool (its
+/// [`Declaration::Group`] has a `pool`) only with an `outlier` block of its own.
 ///
 /// `name` is the entry's name (an etcd key's id): the declaration's `id` must be the same, so a
 /// key cannot declare someone else's target. `origin` names the entry in its dependencies'
@@ -242,7 +255,7 @@ pub fn parse_entry(
         env: &process_env,
     };
     let mut diags = Vec::new();
-    let parsed = parse_target(&root, text, &source, &Sched::default(), true, &mut diags);
+    let parsed = parse_target(&root, text, &source, &Defaults::default(), true, &mut diags);
     if let Some((id, pos)) = &parsed.id
         && id.as_str() != name
     {
@@ -279,7 +292,7 @@ pub fn parse_entry(
         None => Ok(Declaration::Group {
             id: node.id,
             depends_on,
-            pool: None,
+            pool: parsed.pool,
         }),
     }
 }
@@ -346,8 +359,9 @@ struct RawDocument {
     _topology: Option<IgnoredAny>,
 }
 
-/// Defines a section struct with the given fields plus the schedule and threshold fields shared by
-/// `defaults` and targets, so that the two lists cannot drift apart.
+/// Defines a section struct with the given fields plus the schedule, threshold and passive-health
+/// fields shared by `defaults` and targets (and groups, for the passive ones), so that the lists
+/// cannot drift apart.
 macro_rules! schedule_section {
     ($(#[$attr:meta])* struct $name:ident { $($field:ident: $ty:ty),* $(,)? }) => {
         $(#[$attr])*
@@ -363,6 +377,11 @@ macro_rules! schedule_section {
             degrade_after: Option<Sp<u32>>,
             recover_after: Option<Sp<u32>>,
             flap: Option<Sp<BoolOr<RawFlap>>>,
+            circuit_breaker: Option<Sp<passive::RawBreaker>>,
+            skip_active_after: Option<Sp<u32>>,
+            outlier: Option<Sp<passive::RawOutlier>>,
+            recovery: Option<Sp<passive::RawRecovery>>,
+            slow_start: Option<Sp<passive::RawSlowStart>>,
         }
 
         impl $name {
@@ -378,6 +397,16 @@ macro_rules! schedule_section {
                     degrade_after: self.degrade_after.as_ref(),
                     recover_after: self.recover_after.as_ref(),
                     flap: self.flap.as_ref(),
+                }
+            }
+
+            fn passive(&self) -> passive::RawPassive<'_> {
+                passive::RawPassive {
+                    circuit_breaker: self.circuit_breaker.as_ref(),
+                    skip_active_after: self.skip_active_after.as_ref(),
+                    outlier: self.outlier.as_ref(),
+                    recovery: self.recovery.as_ref(),
+                    slow_start: self.slow_start.as_ref(),
                 }
             }
         }
@@ -476,6 +505,16 @@ impl<T: Copy> Slot<T> {
         match self {
             Slot::Absent => fallback,
             set_or_invalid => set_or_invalid,
+        }
+    }
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Slot<U> {
+        match self {
+            Slot::Absent => Slot::Absent,
+            Slot::Invalid => Slot::Invalid,
+            Slot::Set { value, key } => Slot::Set {
+                value: f(value),
+                key,
+            },
         }
     }
     fn value(self) -> Option<T> {
@@ -628,6 +667,13 @@ impl Sched {
             flap: self.flap.value().unwrap_or(Some(FlapPolicy::default())),
         })
     }
+}
+
+/// A file's `defaults`, validated field by field.
+#[derive(Default)]
+struct Defaults {
+    sched: Sched,
+    passive: Passive,
 }
 
 /// A target's timing and verdict rules, from its section and the defaults.
@@ -909,13 +955,15 @@ struct ParsedTarget {
     node: Option<graph::DeclaredNode>,
     /// A group has no spec, and that is no error.
     group: bool,
+    /// A valid group's pool policy, when it is a pool.
+    pool: Option<PoolPolicy>,
 }
 
 fn parse_target(
     node: &Node,
     src: &str,
     source: &Source<'_>,
-    defaults: &Sched,
+    defaults: &Defaults,
     defaults_clean: bool,
     diags: &mut Diags,
 ) -> ParsedTarget {
@@ -930,6 +978,7 @@ fn parse_target(
             spec: None,
             node: None,
             group: false,
+            pool: None,
         };
     };
 
@@ -960,22 +1009,40 @@ fn parse_target(
     });
     // An invalid kind was reported; what a target of that kind would need is unknown.
     if kind != Some(NodeKind::Probed) {
+        let mut pool = None;
         if kind == Some(NodeKind::Group) {
             graph::check_group_keys(node, src, &label, diags);
+            let passive = Passive::parse(&raw.passive().group_keys(), diags);
+            // While a block could not be read, whether the group is a pool is unknown.
+            if clean && defaults_clean {
+                let group = raw.id.as_ref().map_or_else(
+                    || "this group".to_owned(),
+                    |id| format!("group {}", quote(&id.value)),
+                );
+                pool = passive
+                    .pool(&defaults.passive, &group, node.pos, diags)
+                    .flatten();
+            }
         }
         return ParsedTarget {
             id,
             spec: None,
             node: declared,
             group: kind == Some(NodeKind::Group),
+            pool,
         };
     }
 
-    let sched = Sched::parse(&raw.schedule(), diags).or(defaults);
-    let health = if clean && defaults_clean {
-        sched.build(node.pos, diags)
+    passive::check_target_keys(&raw.passive(), &label, diags);
+    let passive = Passive::parse(&raw.passive().target_keys(), diags);
+    let sched = Sched::parse(&raw.schedule(), diags).or(&defaults.sched);
+    let (health, passive) = if clean && defaults_clean {
+        (
+            sched.build(node.pos, diags),
+            passive.target(&defaults.passive, node.pos, diags),
+        )
     } else {
-        None
+        (None, None)
     };
     let maintenance = if raw.maintenance.is_some() {
         let windows = each::<RawWindow>(value_of(node, src, "maintenance"), src, diags);
@@ -1023,14 +1090,18 @@ fn parse_target(
         }
     };
 
-    let spec = match (&id, probe, health, maintenance) {
-        (Some((id, _)), Some(probe), Some(health), Some(maintenance)) => Some(TargetSpec {
-            schedule: health.schedule,
-            thresholds: health.thresholds,
-            flap: health.flap,
-            maintenance,
-            ..TargetSpec::new(id.clone(), probe)
-        }),
+    let spec = match (&id, probe, health, maintenance, passive) {
+        (Some((id, _)), Some(probe), Some(health), Some(maintenance), Some(passive)) => {
+            Some(TargetSpec {
+                schedule: health.schedule,
+                thresholds: health.thresholds,
+                flap: health.flap,
+                maintenance,
+                circuit_breaker: passive.circuit_breaker,
+                skip_active_after: passive.skip_active_after,
+                ..TargetSpec::new(id.clone(), probe)
+            })
+        }
         _ => None,
     };
     ParsedTarget {
@@ -1038,6 +1109,7 @@ fn parse_target(
         spec,
         node: declared,
         group: false,
+        pool: None,
     }
 }
 
@@ -1143,14 +1215,20 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
     let section = |name: &str| value_of(&root, text, name);
 
     let (defaults, defaults_clean) = match section("defaults") {
-        None => (Sched::default(), true),
+        None => (Defaults::default(), true),
         Some(node) => {
             let (raw, structural) = collect::<RawDefaults>(node, text);
             let clean = structural.is_empty();
             diags.extend(structural);
             match raw {
-                Some(raw) => (Sched::parse(&raw.schedule(), &mut diags), clean),
-                None => (Sched::default(), false),
+                Some(raw) => (
+                    Defaults {
+                        sched: Sched::parse(&raw.schedule(), &mut diags),
+                        passive: Passive::parse(&raw.passive(), &mut diags),
+                    },
+                    clean,
+                ),
+                None => (Defaults::default(), false),
             }
         }
     };
@@ -1312,18 +1390,21 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    let targets = outcomes
-        .into_iter()
-        .flat_map(|o| o.targets)
-        .filter_map(|t| t.spec)
-        .collect();
+    let mut targets = Vec::new();
+    let mut pools = BTreeMap::new();
+    for parsed in outcomes.into_iter().flat_map(|o| o.targets) {
+        if let (Some((id, _)), Some(pool)) = (parsed.id, parsed.pool) {
+            pools.insert(id, pool);
+        }
+        targets.extend(parsed.spec);
+    }
     Ok(Config {
         topology: Topology {
             targets,
             nodes,
             scoring,
             readiness,
-            pools: BTreeMap::new(),
+            pools,
         },
         files,
         etcd,
