@@ -796,7 +796,7 @@ async fn passive_failures_eject_a_pool_member_and_operators_override() {
     std::fs::write(
         dir.path().join("t.yaml"),
         format!(
-            "defaults: {{interval: 1s, rise: 1}}
+            "defaults: {{interval: 1s, timeout: 500ms, rise: 1}}
 targets:
   - id: api-1
     tcp: {{address: \"{a}\"}}
@@ -805,7 +805,7 @@ targets:
     tcp: {{address: \"{b}\"}}
   - id: api
     kind: group
-    depends_on: [api-1, api-2]
+    depends_on: [{{target: api-1}}, {{target: api-2}}]
     outlier: {{consecutive_gateway_failures: 3, max_ejection_percent: 50}}
     recovery: {{cooldown: 30s}}
 "
