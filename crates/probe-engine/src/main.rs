@@ -134,8 +134,9 @@ fn check(path: &std::path::Path) -> ExitCode {
                 .filter(|n| n.kind == probe::graph::NodeKind::Group)
                 .count();
             println!(
-                "ok: {} targets and {groups} groups in {} files ({})",
+                "ok: {} targets and {groups} groups ({} pools) in {} files ({})",
                 config.topology.targets.len(),
+                config.topology.pools.len(),
                 config.files.len(),
                 path.display()
             );
