@@ -88,6 +88,7 @@ fn start(max_in_flight: usize) -> (Engine, CancellationToken) {
             worker_idle: Duration::from_secs(30),
         },
         history: 32,
+        ..EngineConfig::default()
     };
     (Engine::start(config, cancel.clone()), cancel)
 }
@@ -812,4 +813,77 @@ async fn a_passive_failure_re_probes_at_once() {
     );
     cancel.cancel();
     engine.stopped().await;
+}
+
+/// A probe whose runs can be starved: the clock jumps 200 ms while it runs (what a prober that
+/// lost the CPU sees) and it reports a timeout. Each run announces its start.
+struct Starved {
+    starve: std::sync::atomic::AtomicBool,
+    starts: mpsc::UnboundedSender<()>,
+}
+
+#[async_trait::async_trait]
+impl Probe for Starved {
+    async fn check(&self, _timeout: Duration) -> CheckResult {
+        let _ = self.starts.send(());
+        if !self.starve.load(Ordering::SeqCst) {
+            return CheckResult::up();
+        }
+        tokio::time::advance(Duration::from_millis(200)).await;
+        CheckResult::failed(Failure::new(FailureReason::Timeout, "no reply in time"))
+    }
+}
+
+/// Runs a target through three starved runs; returns its state and the engine's multiplier.
+async fn starve(config: EngineConfig) -> (HealthState, Option<u32>, Option<FailureReason>) {
+    let cancel = CancellationToken::new();
+    let engine = Engine::start(config, cancel.clone());
+    let (starts, mut started) = mpsc::unbounded_channel();
+    let probe = Arc::new(Starved {
+        starve: std::sync::atomic::AtomicBool::new(false),
+        starts,
+    });
+    engine
+        .apply(vec![target(
+            "db",
+            probe.clone(),
+            Duration::from_secs(1),
+            0.0,
+            1,
+            1,
+        )])
+        .unwrap();
+    started.recv().await.unwrap();
+    started.recv().await.unwrap();
+    assert_eq!(engine.status(&id("db")).unwrap().state, HealthState::Up);
+    probe.starve.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        started.recv().await.unwrap();
+    }
+    let status = engine.status(&id("db")).unwrap();
+    let result = (
+        status.state,
+        engine.self_health(),
+        status.last_failure.map(|f| f.reason),
+    );
+    cancel.cancel();
+    engine.stopped().await;
+    result
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_while_the_engine_runs_late_do_not_take_targets_down() {
+    // With self-health awareness the timeouts are recorded but their verdict deferred.
+    let (state, multiplier, last) = starve(EngineConfig::default()).await;
+    assert_eq!(state, HealthState::Up);
+    assert!(multiplier.unwrap() >= 1, "{multiplier:?}");
+    assert_eq!(last, Some(FailureReason::Timeout));
+    // Without it, the same runs take the target DOWN.
+    let (state, multiplier, _) = starve(EngineConfig {
+        self_health: None,
+        ..EngineConfig::default()
+    })
+    .await;
+    assert_eq!(state, HealthState::Down);
+    assert_eq!(multiplier, None);
 }

@@ -69,6 +69,7 @@ fn start() -> (Engine, CancellationToken) {
             worker_idle: Duration::from_secs(30),
         },
         history: 4,
+        ..EngineConfig::default()
     };
     (Engine::start(config, cancel.clone()), cancel)
 }

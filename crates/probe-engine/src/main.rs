@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::EngineConfig;
 use probe::scheduler::SchedulerConfig;
+use probe::self_health::SelfHealthConfig;
 use probe_engine::daemon::{self, Daemon};
 use probe_engine::watch;
 use tokio::signal::unix::{SignalKind, signal};
@@ -70,6 +71,11 @@ enum Command {
         /// ConfigMap updates included), as SIGHUP does.
         #[arg(long)]
         watch_config: bool,
+        /// How late the engine may wake before it counts itself starved: it then widens probe
+        /// timeouts and defers timeout verdicts instead of blaming targets (Lifeguard's local
+        /// health). `0s` turns this off.
+        #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+        self_lag_threshold: Duration,
     },
     /// Validate a config: exit 0 with a summary, or 1 with every error.
     Check {
@@ -98,6 +104,7 @@ fn main() -> ExitCode {
             state_dir,
             api_token,
             watch_config,
+            self_lag_threshold,
         } => {
             let options = daemon::Options {
                 config,
@@ -107,6 +114,10 @@ fn main() -> ExitCode {
                         min_workers,
                         ..SchedulerConfig::default()
                     },
+                    self_health: (!self_lag_threshold.is_zero()).then(|| SelfHealthConfig {
+                        threshold: self_lag_threshold,
+                        ..SelfHealthConfig::default()
+                    }),
                     ..EngineConfig::default()
                 },
                 state_dir,

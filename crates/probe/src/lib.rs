@@ -16,6 +16,8 @@
 //! - [`maintenance`]: declared maintenance windows;
 //! - [`backoff`]: jittered exponential backoff with success-rate feedback;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
+//! - [`self_health`]: the engine's awareness of its own slowness (Lifeguard's local health
+//!   multiplier), which widens timeouts and defers timeout verdicts while it is starved;
 //! - [`engine`]: targets plus scheduler plus the health snapshot, updated by diffs;
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
@@ -72,6 +74,7 @@ pub mod probe;
 pub mod recovery;
 pub mod retry;
 pub mod scheduler;
+pub mod self_health;
 pub mod slow_start;
 pub mod state;
 mod sync;

@@ -43,6 +43,7 @@ use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdi
 use crate::outlier::MemberStatus;
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
+use crate::self_health::{SelfHealth, SelfHealthConfig};
 use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
 use crate::sync::{lock, read, write};
 use crate::target::{Schedule, TargetId, TargetSpec};
@@ -54,15 +55,19 @@ pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     /// How many recent results each target keeps for the API.
     pub history: usize,
+    /// How the engine notices its own slowness ([`crate::self_health`]); `None` trusts every
+    /// timeout.
+    pub self_health: Option<SelfHealthConfig>,
 }
 
 impl Default for EngineConfig {
-    /// The scheduler's defaults and a history of 16 results (256 bytes per target, which keeps
-    /// a target under 1 KiB in all).
+    /// The scheduler's defaults, a history of 16 results (256 bytes per target, which keeps a
+    /// target under 1 KiB in all) and self-health awareness with its defaults.
     fn default() -> Self {
         Self {
             scheduler: SchedulerConfig::default(),
             history: 16,
+            self_health: Some(SelfHealthConfig::default()),
         }
     }
 }
@@ -239,6 +244,7 @@ pub struct Engine {
     events: broadcast::Sender<Event>,
     scheduler: Scheduler,
     history: usize,
+    self_health: Option<Arc<SelfHealth>>,
 }
 
 impl Engine {
@@ -255,7 +261,11 @@ impl Engine {
             events: broadcast::channel(EVENT_BACKLOG).0,
             scheduler: Scheduler::start(config.scheduler, cancel.clone()),
             history: config.history,
+            self_health: config.self_health.map(|c| Arc::new(SelfHealth::new(c))),
         };
+        if let Some(health) = &engine.self_health {
+            tokio::spawn(health.clone().watch(cancel.clone()));
+        }
         tokio::spawn(engine.clone().tick_pools(cancel));
         engine
     }
@@ -358,6 +368,7 @@ impl Engine {
             self.tally.clone(),
             self.events.clone(),
             self.history,
+            self.self_health.clone(),
         ));
         self.scheduler.insert(target.clone());
         target
@@ -551,6 +562,12 @@ impl Engine {
         self.events.subscribe()
     }
 
+    /// The engine's local health multiplier (0 when it keeps time); `None` without self-health
+    /// awareness.
+    pub fn self_health(&self) -> Option<u32> {
+        self.self_health.as_ref().map(|h| h.multiplier())
+    }
+
     /// The scheduler, for its live figures (workers, probes in flight).
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
@@ -581,6 +598,7 @@ struct Target {
     tally: Arc<Tally>,
     events: broadcast::Sender<Event>,
     history: usize,
+    self_health: Option<Arc<SelfHealth>>,
     /// Handles registered once, so a probe run updates metrics without a registry lookup.
     success: metrics::Gauge,
     up: metrics::Gauge,
@@ -631,6 +649,7 @@ impl Target {
         tally: Arc<Tally>,
         events: broadcast::Sender<Event>,
         history: usize,
+        self_health: Option<Arc<SelfHealth>>,
     ) -> Self {
         tally.total.fetch_add(1, Ordering::AcqRel);
         let label = spec.id.as_str().to_owned();
@@ -661,6 +680,7 @@ impl Target {
             tally,
             events,
             history,
+            self_health,
             success: metrics::gauge!("probe_success", "target" => label.clone()),
             up,
             duration: metrics::histogram!("probe_duration_seconds", "target" => label),
@@ -789,9 +809,10 @@ impl Target {
         self.change(status, t)
     }
 
-    /// Records one run: status, totals, metrics, events and logs, all in one place.
-    /// Returns the step to the next run.
-    fn record(&self, result: CheckResult, latency: Duration) -> Duration {
+    /// Records one run: status, totals, metrics, events and logs, all in one place. A `deferred`
+    /// run (a timeout while the engine itself ran late) is recorded and shown but moves neither
+    /// the state machine nor the score. Returns the step to the next run.
+    fn record(&self, result: CheckResult, latency: Duration, deferred: bool) -> Duration {
         let wall = SystemTime::now();
         let now = Instant::now();
         let outcome = Outcome::new(wall, latency, &result.verdict);
@@ -799,7 +820,9 @@ impl Target {
         let (maintenance_change, result_change, step, maintenance_reason) = {
             let mut status = self.lock();
             let maintenance_change = self.sync_maintenance(&mut status, now, wall);
-            status.window.record(outcome.ok());
+            if !deferred {
+                status.window.record(outcome.ok());
+            }
             status.last = Some(outcome);
             match &result.verdict {
                 Verdict::Failed(failure) => {
@@ -817,10 +840,14 @@ impl Target {
                 status.history.push_back(outcome);
             }
             let quality = Quality::from(&result.verdict);
-            ejected = status.machine.is_ejected();
-            let t = status.machine.observe(quality, now);
+            ejected = status.machine.is_ejected() && !deferred;
+            let t = if deferred {
+                None
+            } else {
+                status.machine.observe(quality, now)
+            };
             let result_change = self.change(&mut status, t);
-            if !status.retired {
+            if !status.retired && !deferred {
                 let state = status.machine.state();
                 lock(&self.deps).record(&self.spec.id, quality, state);
             }
@@ -833,6 +860,13 @@ impl Target {
         };
         self.success.set(if outcome.ok() { 1.0 } else { 0.0 });
         self.duration.record(latency);
+        if deferred {
+            metrics::counter!(
+                "probe_verdicts_deferred_total",
+                "target" => self.spec.id.as_str().to_owned()
+            )
+            .increment(1);
+        }
         if let Some(failure) = result.failure() {
             metrics::counter!(
                 "probe_failures_total",
@@ -916,7 +950,13 @@ impl Job for Target {
         if self.skip_for_traffic() {
             return self.spec.schedule.interval();
         }
-        let timeout = self.spec.schedule.timeout();
+        let multiplier = || self.self_health.as_ref().map_or(0, |h| h.multiplier());
+        let before = multiplier();
+        let timeout = SelfHealth::scale(
+            self.spec.schedule.timeout(),
+            before,
+            self.spec.schedule.interval(),
+        );
         let started = Instant::now();
         // The probe honours the timeout itself and says which phase ran out; this is the
         // backstop for one that does not.
@@ -929,7 +969,11 @@ impl Job for Target {
                     format_args!("no verdict within {}", humantime::format_duration(timeout)),
                 ))
             });
-        self.record(result, started.elapsed())
+        let deferred = before.max(multiplier()) > 0
+            && result
+                .failure()
+                .is_some_and(|f| f.reason == FailureReason::Timeout);
+        self.record(result, started.elapsed(), deferred)
     }
 }
 
@@ -979,6 +1023,14 @@ pub fn describe_metrics() {
     describe_counter!(
         "probe_signals_total",
         "Business signals recognised in probe replies, by target and signal."
+    );
+    describe_gauge!(
+        "probe_self_health_multiplier",
+        "The engine's local health multiplier: 0 when it keeps time; timeouts scale by 1 + it."
+    );
+    describe_counter!(
+        "probe_verdicts_deferred_total",
+        "Probe timeouts not counted towards DOWN because the engine itself ran late."
     );
     passive::describe_metrics();
 }

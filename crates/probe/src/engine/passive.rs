@@ -315,25 +315,31 @@ impl Engine {
     }
 }
 
-/// Reports a gated service's own request outcomes as calls to one target.
+/// Reports a service's own request outcomes as calls to one target: the gate's observer (with
+/// the `tower` feature), or any server loop that sees its requests end.
 #[derive(Clone)]
 pub struct Reporter {
     engine: Engine,
     id: TargetId,
 }
 
+impl Reporter {
+    /// Reports one call; a target removed since has nothing left to judge, so that is ignored.
+    pub fn report(&self, call: &Call) {
+        let _ = self.engine.report(&self.id, call);
+    }
+}
+
 #[cfg(feature = "tower")]
 impl crate::gate::ObserveRequests for Reporter {
     fn observe(&self, outcome: &crate::gate::RequestOutcome) {
-        let call = match outcome.status {
+        self.report(&match outcome.status {
             Some(status) => Call::http(status.as_u16(), outcome.latency),
             None => Call {
                 outcome: crate::passive::CallOutcome::Reset,
                 latency: outcome.latency,
             },
-        };
-        // A target removed since the layer was built has nothing left to judge.
-        let _ = self.engine.report(&self.id, &call);
+        });
     }
 }
 
