@@ -8,13 +8,15 @@
 //! own negative verdicts less, and lowers the multiplier again as it recovers.
 //!
 //! [`SelfHealth`] keeps that multiplier from a probe of the engine itself: a ticker that asks to
-//! wake every `tick` and measures how late it actually woke ([`SelfHealth::watch`]). A wake-up
+//! wake every `tick` and measures how late it actually woke ([`SelfHealth::watch`]), and from the
+//! probes' own timeouts, when one is noticed more than `threshold` after it was due. A wake-up
 //! later than `threshold` raises the multiplier by one (up to `max_multiplier`); `recover_after`
 //! punctual wake-ups in a row lower it by one. The engine then:
 //! - runs each probe with its timeout scaled by `1 + multiplier` (never past the interval), so a
 //!   slow prober gives replies the time it is itself losing;
 //! - does not count a **timeout** towards DOWN while the multiplier is above zero (at the start or
-//!   at the end of the run): the run is recorded and shown, its verdict deferred to the next run.
+//!   at the end of the run), or when the timeout itself was noticed late: the run is recorded and
+//!   shown, its verdict deferred to the next run.
 //!   Definite answers (refused, reset, a wrong status or body) still count: a starved prober does
 //!   not make a port refuse connections.
 //!

@@ -969,11 +969,19 @@ impl Job for Target {
                     format_args!("no verdict within {}", humantime::format_duration(timeout)),
                 ))
             });
-        let deferred = before.max(multiplier()) > 0
+        let took = started.elapsed();
+        // A timeout noticed long after it was due is the engine's own lateness, seen first hand:
+        // it counts as a late wake-up.
+        let overshoot = took.saturating_sub(timeout);
+        let late = self
+            .self_health
+            .as_ref()
+            .is_some_and(|h| overshoot > h.config().threshold && h.observe(overshoot) > 0);
+        let deferred = (late || before.max(multiplier()) > 0)
             && result
                 .failure()
                 .is_some_and(|f| f.reason == FailureReason::Timeout);
-        self.record(result, started.elapsed(), deferred)
+        self.record(result, took, deferred)
     }
 }
 

@@ -1,0 +1,327 @@
+//! Load harness: false DOWN verdicts of a prober starved of CPU, with and without self-health
+//! awareness ([`probe::self_health`]).
+//!
+//! ```text
+//! cargo run --release --example starve -- [--targets 500] [--interval-ms 500]
+//!     [--timeout-ms 50] [--fall 2] [--duration-s 20] [--burners 4]
+//! ```
+//!
+//! Three kinds of processes, all this binary:
+//! - a **responder** (`--serve`, started with `nice -n -5`, which needs root; otherwise at the
+//!   default priority): four listeners on 127.0.0.2..5 that answer `PONG` to `PING`;
+//! - a **prober** (`--probe`, started with `nice -n 19`): the engine with `--targets` TCP targets
+//!   (send `PING`, expect `PONG`, `--timeout-ms`, `--interval-ms`, `fall` `--fall`, `rise` 1,
+//!   jitter 0.1) spread over the listeners, with self-health awareness on or off;
+//! - **burners** (`--burn`, at the default priority): `--burners` busy loops, twice the cores by
+//!   default, so the prober gets the leftovers of the CPU, as a prober does beside a noisy
+//!   neighbour or in a throttled container.
+//!
+//! Each phase (off, then on) starts a prober, waits until every target is UP (before any
+//! burner runs), starts the burners, counts the prober's DOWN transitions for `--duration-s`
+//! (every target is healthy, so each is a false DOWN), samples the engine's multiplier, and
+//! stops the burners and the prober. A phase prints
+//! `RESULT scenario=self-protection metric=false_down_{off,on} value=N unit=transitions`, and the
+//! run ends with `metric=ratio` (on / off; goal <= 0.1) and `metric=max_multiplier_on`.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use probe::engine::{Engine, EngineConfig};
+use probe::self_health::SelfHealthConfig;
+use probe::state::HealthState;
+use probe::target::{
+    Address, Expect, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec, Thresholds,
+};
+use support::{exit, flag};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+struct Args {
+    targets: usize,
+    interval: Duration,
+    timeout: Duration,
+    fall: u32,
+    duration: Duration,
+    burners: usize,
+}
+
+enum Role {
+    Main(Args),
+    Serve,
+    Probe(Args, bool, Vec<SocketAddr>),
+    Burn,
+}
+
+fn parse() -> anyhow::Result<Role> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut args = Args {
+        targets: 500,
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_millis(50),
+        fall: 2,
+        duration: Duration::from_secs(20),
+        burners: 2 * cores,
+    };
+    let mut role = "main".to_owned();
+    let mut self_health = false;
+    let mut addrs = Vec::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(name) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{name} needs a value"));
+        match name.as_str() {
+            "--targets" => args.targets = flag(&name, &value()?)?,
+            "--interval-ms" => args.interval = Duration::from_millis(flag(&name, &value()?)?),
+            "--timeout-ms" => args.timeout = Duration::from_millis(flag(&name, &value()?)?),
+            "--fall" => args.fall = flag(&name, &value()?)?,
+            "--duration-s" => args.duration = Duration::from_secs(flag(&name, &value()?)?),
+            "--burners" => args.burners = flag(&name, &value()?)?,
+            "--serve" => role = "serve".into(),
+            "--burn" => role = "burn".into(),
+            "--probe" => {
+                role = "probe".into();
+                self_health = value()? == "on";
+            }
+            "--addrs" => {
+                for a in value()?.split(',') {
+                    addrs.push(flag("--addrs", a)?);
+                }
+            }
+            other => bail!("unknown flag {other}"),
+        }
+    }
+    Ok(match role.as_str() {
+        "serve" => Role::Serve,
+        "burn" => Role::Burn,
+        "probe" => Role::Probe(args, self_health, addrs),
+        _ => Role::Main(args),
+    })
+}
+
+fn main() -> ExitCode {
+    exit(parse().and_then(|role| match role {
+        Role::Main(args) => orchestrate(&args),
+        Role::Serve => serve(),
+        Role::Probe(args, on, addrs) => probe(&args, on, &addrs),
+        Role::Burn => loop {
+            std::hint::black_box(std::hint::spin_loop());
+        },
+    }))
+}
+
+/// Starts this binary with `args`, under `nice -n <niceness>`.
+fn spawn(niceness: i32, args: &[String]) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("finding this binary")?;
+    Command::new("nice")
+        .arg("-n")
+        .arg(niceness.to_string())
+        .arg(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting a child (is `nice` installed?)")
+}
+
+fn first_line(child: &mut Child) -> anyhow::Result<(String, BufReader<std::process::ChildStdout>)> {
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).context("reading the child")?;
+    Ok((line.trim().to_owned(), reader))
+}
+
+fn orchestrate(args: &Args) -> anyhow::Result<()> {
+    let mut responder = spawn(-5, &["--serve".into()])?;
+    let (addrs, _keep) = first_line(&mut responder)?;
+    println!(
+        "{} targets, interval {:?}, timeout {:?}, fall {}, {} burners, {:?} per phase; listeners {addrs}",
+        args.targets, args.interval, args.timeout, args.fall, args.burners, args.duration
+    );
+    let mut counts = Vec::new();
+    for mode in ["off", "on"] {
+        let prober_args = vec![
+            "--probe".to_owned(),
+            mode.to_owned(),
+            "--addrs".into(),
+            addrs.clone(),
+            "--targets".into(),
+            args.targets.to_string(),
+            "--interval-ms".into(),
+            args.interval.as_millis().to_string(),
+            "--timeout-ms".into(),
+            args.timeout.as_millis().to_string(),
+            "--fall".into(),
+            args.fall.to_string(),
+            "--duration-s".into(),
+            args.duration.as_secs().to_string(),
+        ];
+        let mut prober = spawn(19, &prober_args)?;
+        let (ready, mut rest) = first_line(&mut prober)?;
+        if ready != "READY" {
+            bail!("prober: {ready}");
+        }
+        let mut burners = (0..args.burners)
+            .map(|_| spawn(0, &["--burn".into()]))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut report = String::new();
+        for line in (&mut rest).lines() {
+            let line = line?;
+            println!("{line}");
+            report.push_str(&line);
+            report.push('\n');
+        }
+        prober.wait()?;
+        for burner in &mut burners {
+            let _ = burner.kill();
+            let _ = burner.wait();
+        }
+        let downs: f64 = report
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "RESULT scenario=self-protection metric=false_down_{mode} value="
+                ))
+            })
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .context("prober printed no count")?;
+        counts.push(downs);
+        // Let the machine settle before the next phase.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let _ = responder.kill();
+    let _ = responder.wait();
+    let (off, on) = (counts[0], counts[1]);
+    let ratio = if off > 0.0 { on / off } else { f64::NAN };
+    println!("RESULT scenario=self-protection metric=ratio value={ratio:.3} unit=on/off");
+    println!("false DOWN transitions while starved: {off} without self-health, {on} with it");
+    Ok(())
+}
+
+/// The responder: four listeners answering `PONG` to `PING`, their addresses on one line.
+fn serve() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut addrs = Vec::new();
+        for host in 2..=5 {
+            let listener = tokio::net::TcpListener::bind(format!("127.0.0.{host}:0")).await?;
+            addrs.push(listener.local_addr()?.to_string());
+            tokio::spawn(async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    tokio::spawn(async move {
+                        let mut buf = [0u8; 16];
+                        if stream.read(&mut buf).await.is_ok() {
+                            let _ = stream.write_all(b"PONG\n").await;
+                        }
+                    });
+                }
+            });
+        }
+        println!("{}", addrs.join(","));
+        std::io::stdout().flush()?;
+        std::future::pending::<anyhow::Result<()>>().await
+    })
+}
+
+/// The prober: waits for every target UP, says `READY`, then counts DOWN transitions.
+fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let engine = Engine::start(
+            EngineConfig {
+                self_health: self_health.then(SelfHealthConfig::default),
+                ..EngineConfig::default()
+            },
+            cancel.clone(),
+        );
+        let mut events = engine.subscribe();
+        let schedule = Schedule::try_new(
+            args.interval,
+            args.timeout,
+            0.1,
+            None,
+            None,
+            Some(0.0),
+        )?;
+        let specs = (0..args.targets)
+            .map(|i| {
+                let address = Address::Socket(addrs[i % addrs.len()]);
+                Ok(TargetSpec {
+                    schedule,
+                    thresholds: Thresholds::new(
+                        std::num::NonZeroU32::MIN,
+                        std::num::NonZeroU32::new(args.fall).context("--fall must be >= 1")?,
+                    ),
+                    flap: None,
+                    ..TargetSpec::new(
+                        TargetId::new(&format!("t{i}"))?,
+                        ProbeSpec::Tcp(TcpSpec {
+                            send: Some(b"PING\n".to_vec()),
+                            expect: Some(Expect::Contains(b"PONG".to_vec())),
+                            ..TcpSpec::connect(address)
+                        })
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        engine.apply(specs)?;
+        let mut up = 0;
+        while up < args.targets {
+            if events.recv().await?.to == HealthState::Up {
+                up += 1;
+            }
+        }
+        println!("READY");
+        std::io::stdout().flush()?;
+        let max_multiplier = Arc::new(AtomicU32::new(0));
+        let sampler = {
+            let (engine, max) = (engine.clone(), max_multiplier.clone());
+            tokio::spawn(async move {
+                loop {
+                    max.fetch_max(engine.self_health().unwrap_or(0), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        let mut downs = 0u64;
+        let deadline = tokio::time::sleep(args.duration);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                () = &mut deadline => break,
+                event = events.recv() => {
+                    if event.map(|e| e.to == HealthState::Down).unwrap_or(false) {
+                        downs += 1;
+                    }
+                }
+            }
+        }
+        sampler.abort();
+        let mode = if self_health { "on" } else { "off" };
+        println!(
+            "RESULT scenario=self-protection metric=false_down_{mode} value={downs} unit=transitions"
+        );
+        if self_health {
+            println!(
+                "RESULT scenario=self-protection metric=max_multiplier_on value={} unit=x",
+                max_multiplier.load(Ordering::Relaxed)
+            );
+        }
+        cancel.cancel();
+        Ok(())
+    })
+}
