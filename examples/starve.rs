@@ -111,7 +111,7 @@ fn main() -> ExitCode {
         Role::Serve => serve(),
         Role::Probe(args, on, addrs) => probe(&args, on, &addrs),
         Role::Burn => loop {
-            std::hint::black_box(std::hint::spin_loop());
+            std::hint::spin_loop();
         },
     }))
 }
