@@ -592,7 +592,8 @@ struct Target {
     spec: TargetSpec,
     probe: Arc<dyn Probe>,
     status: Mutex<Status>,
-    breaker: Option<Mutex<CircuitBreaker>>,
+    /// Boxed: most targets have none, and a breaker is 224 bytes.
+    breaker: Option<Box<Mutex<CircuitBreaker>>>,
     deps: Arc<Mutex<Dependencies>>,
     pools: Arc<Mutex<Pools>>,
     tally: Arc<Tally>,
@@ -674,7 +675,7 @@ impl Target {
             }),
             breaker: spec
                 .circuit_breaker
-                .map(|c| Mutex::new(CircuitBreaker::new(c))),
+                .map(|c| Box::new(Mutex::new(CircuitBreaker::new(c)))),
             deps,
             pools,
             tally,
