@@ -169,7 +169,8 @@ const FEEDBACK_WINDOW: u8 = 10;
 #[derive(Clone, Debug)]
 pub struct StateMachine {
     thresholds: Thresholds,
-    flap: Option<FlapPolicy>,
+    /// Boxed: 40 bytes inline in every target's machine, read only on verdicts.
+    flap: Option<Box<FlapPolicy>>,
     state: HealthState,
     /// Passing results in a row (good or degraded).
     passes: u32,
@@ -194,7 +195,7 @@ impl StateMachine {
     pub fn new(thresholds: Thresholds, flap: Option<FlapPolicy>) -> Self {
         Self {
             thresholds,
-            flap,
+            flap: flap.map(Box::new),
             state: HealthState::Probing,
             passes: 0,
             goods: 0,
@@ -348,7 +349,7 @@ impl StateMachine {
 
     /// Applies a result-driven change, unless it makes the target flap.
     fn verdict(&mut self, to: HealthState, now: Instant) -> Option<Transition> {
-        if let Some(policy) = self.flap {
+        if let Some(policy) = self.flap.as_deref().copied() {
             while self
                 .recent
                 .front()
@@ -372,7 +373,10 @@ impl StateMachine {
             self.flapping = Some((settled, now));
             return None;
         }
-        let min_stable = self.flap.map_or(Duration::ZERO, |p| p.min_stable);
+        let min_stable = self
+            .flap
+            .as_deref()
+            .map_or(Duration::ZERO, |p| p.min_stable);
         let to = settled?;
         if now.saturating_duration_since(since) < min_stable {
             return None;

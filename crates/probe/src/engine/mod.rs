@@ -33,7 +33,7 @@ mod topology;
 
 pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 use pools::Pools;
-use topology::{Dependencies, graph_nodes};
+use topology::{Dependencies, by_id, graph_nodes};
 pub use topology::{PoolPolicy, Topology, TopologyError};
 
 use crate::backoff::SuccessWindow;
@@ -287,9 +287,10 @@ impl Engine {
             readiness,
             pools,
         } = topology.into();
-        let desired: BTreeMap<TargetId, TargetSpec> =
-            specs.into_iter().map(|s| (s.id.clone(), s)).collect();
-        let nodes = graph_nodes(&desired, nodes, &pools)?;
+        let desired = by_id(specs);
+        let ids: Vec<&TargetId> = desired.iter().map(|s| &s.id).collect();
+        let nodes = graph_nodes(&ids, nodes, &pools)?;
+        let is_desired = |id: &TargetId| ids.binary_search(&id).is_ok();
         // Held throughout, so that applies do not interleave.
         let mut targets = write(&self.targets);
         // Lock order (status, then graph) forbids holding the graph lock while retiring; the graph
@@ -297,7 +298,7 @@ impl Engine {
         lock(&self.deps).apply(&nodes, scoring, readiness)?;
         let mut diff = Diff::default();
         targets.retain(|id, target| {
-            let keep = desired.contains_key(id);
+            let keep = is_desired(id);
             if !keep {
                 target.retire();
                 self.scheduler.remove(id);
@@ -306,8 +307,10 @@ impl Engine {
             keep
         });
         // Each with the operator maintenance it carries over from its previous spec.
+        drop(ids);
         let mut launch = Vec::new();
-        for (id, spec) in desired {
+        for spec in desired {
+            let id = spec.id.clone();
             match targets.get(&id) {
                 Some(current) if current.spec == spec => diff.unchanged += 1,
                 Some(current) => {
@@ -337,7 +340,7 @@ impl Engine {
         for (spec, maintenance) in launch {
             let target = self.launch(spec);
             if let Some(maintenance) = maintenance {
-                target.enter_maintenance(maintenance);
+                target.enter_maintenance(*maintenance);
             }
             targets.insert(target.spec.id.clone(), target);
         }
@@ -632,7 +635,8 @@ struct Status {
     signals: Vec<Signal>,
     history: VecDeque<Outcome>,
     transitions: u64,
-    maintenance: Option<ActiveMaintenance>,
+    /// Boxed: rare, and 64 bytes inline for every target.
+    maintenance: Option<Box<ActiveMaintenance>>,
     /// A declared window an operator ended early: it does not restart before this time.
     window_ended_early: Option<SystemTime>,
     /// Set when the target leaves the engine: its late results no longer move the totals.
@@ -698,7 +702,7 @@ impl Target {
         let reason = maintenance.info.reason.clone();
         let transition = {
             let mut status = self.lock();
-            status.maintenance = Some(maintenance);
+            status.maintenance = Some(Box::new(maintenance));
             let t = status.machine.start_maintenance();
             self.change(&mut status, t)
         };
@@ -798,14 +802,14 @@ impl Target {
         if status.window_ended_early.is_some_and(|skip| skip >= until) {
             return None;
         }
-        status.maintenance = Some(ActiveMaintenance {
+        status.maintenance = Some(Box::new(ActiveMaintenance {
             info: MaintenanceInfo {
                 reason: "scheduled window".into(),
                 source: MaintenanceSource::Window,
                 until,
             },
             deadline: None,
-        });
+        }));
         let t = status.machine.start_maintenance();
         self.change(status, t)
     }

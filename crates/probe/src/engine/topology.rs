@@ -86,9 +86,10 @@ impl Topology {
     /// # Errors
     /// What `apply` would return.
     pub fn check(&self) -> Result<(), TopologyError> {
-        let targets: BTreeMap<TargetId, &TargetSpec> =
-            self.targets.iter().map(|t| (t.id.clone(), t)).collect();
-        let nodes = graph_nodes(&targets, self.nodes.clone(), &self.pools)?;
+        let mut ids: Vec<&TargetId> = self.targets.iter().map(|t| &t.id).collect();
+        ids.sort();
+        ids.dedup();
+        let nodes = graph_nodes(&ids, self.nodes.clone(), &self.pools)?;
         Graph::build(self.scoring, &nodes)
             .map(drop)
             .map_err(TopologyError::Graph)
@@ -107,16 +108,33 @@ fn located(errors: &[GraphError]) -> String {
     shown.join("; ")
 }
 
-/// The graph nodes of a topology: the declared ones, checked against the targets and the pools,
-/// plus a leaf for every target without one.
-pub(super) fn graph_nodes<T>(
-    targets: &BTreeMap<TargetId, T>,
+/// The targets sorted by id, of duplicate ids the last: the engine's desired set, kept in the one
+/// allocation it came in (a map of 100k specs would leave 40 MB of freed nodes behind in the
+/// allocator, resident for good).
+pub(super) fn by_id(mut specs: Vec<TargetSpec>) -> Vec<TargetSpec> {
+    // Stable: duplicates stay in declaration order, and each later one replaces the kept one.
+    specs.sort_by(|a, b| a.id.cmp(&b.id));
+    specs.dedup_by(|later, kept| {
+        let duplicate = later.id == kept.id;
+        if duplicate {
+            std::mem::swap(later, kept);
+        }
+        duplicate
+    });
+    specs
+}
+
+/// The graph nodes of a topology: the declared ones, checked against the targets (`ids`, sorted
+/// and unique) and the pools, plus a leaf for every target without one.
+pub(super) fn graph_nodes(
+    ids: &[&TargetId],
     declared: Vec<NodeSpec>,
     pools: &BTreeMap<TargetId, PoolPolicy>,
 ) -> Result<Vec<NodeSpec>, TopologyError> {
+    let is_target = |id: &TargetId| ids.binary_search(&id).is_ok();
     let mut named = HashSet::new();
     for node in &declared {
-        match (node.kind, targets.contains_key(&node.id)) {
+        match (node.kind, is_target(&node.id)) {
             (NodeKind::Probed, false) => return Err(TopologyError::NotATarget(node.id.clone())),
             (NodeKind::Group, true) => return Err(TopologyError::GroupIsTarget(node.id.clone())),
             _ => {}
@@ -131,11 +149,11 @@ pub(super) fn graph_nodes<T>(
     if let Some(pool) = pools.keys().find(|id| !groups.contains(id)) {
         return Err(TopologyError::PoolNotAGroup(pool.clone()));
     }
-    let leaves: Vec<NodeSpec> = targets
-        .keys()
-        .filter(|id| !named.contains(*id))
+    let leaves: Vec<NodeSpec> = ids
+        .iter()
+        .filter(|id| !named.contains(**id))
         .map(|id| NodeSpec {
-            id: id.clone(),
+            id: (*id).clone(),
             kind: NodeKind::Probed,
             depends_on: Vec::new(),
         })
