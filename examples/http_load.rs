@@ -32,6 +32,11 @@
 //! ratios to blackbox_exporter (goal: `fresh` at least 8x blackbox_exporter). After each prober
 //! phase it also counts the `TIME_WAIT` sockets towards the server's port (`/proc/net/tcp`):
 //! none are expected, since `fresh_connection` resets its connections.
+//!
+//! Every phase also reads the whole machine's busy CPU (`/proc/stat`) over its window, for probes
+//! per box CPU-second (server, driver and anything else running included). Every figure is also
+//! printed as a line `RESULT scenario=http metric=<name> value=<number> unit=<unit>` for
+//! `scripts/bench`.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -228,6 +233,8 @@ struct Measured {
     cpu_ticks: u64,
     /// CPU of the test server, for information.
     server_ticks: u64,
+    /// Busy CPU of the whole machine (`/proc/stat`) over the window.
+    box_ticks: u64,
 }
 
 impl Measured {
@@ -236,6 +243,9 @@ impl Measured {
     }
     fn per_cpu_s(&self) -> f64 {
         self.probes as f64 / self.cpu_s().max(f64::MIN_POSITIVE)
+    }
+    fn per_box_cpu_s(&self) -> f64 {
+        self.probes as f64 / (self.box_ticks as f64 / TICKS_PER_SEC).max(f64::MIN_POSITIVE)
     }
     fn print(&self) {
         println!(
@@ -297,15 +307,17 @@ async fn measure(
     }
     tokio::time::sleep(args.warmup).await;
     let (probes0, failed0) = counts.read();
-    let (cpu0, server0, at0) = (
+    let (cpu0, server0, box0, at0) = (
         support::cpu_ticks(pid)?,
         support::cpu_ticks(server_pid)?,
+        support::box_ticks()?,
         Instant::now(),
     );
     tokio::time::sleep(args.duration).await;
-    let (cpu1, server1, at1) = (
+    let (cpu1, server1, box1, at1) = (
         support::cpu_ticks(pid)?,
         support::cpu_ticks(server_pid)?,
+        support::box_ticks()?,
         Instant::now(),
     );
     let (probes1, failed1) = counts.read();
@@ -325,6 +337,7 @@ async fn measure(
         wall: at1 - at0,
         cpu_ticks: cpu1 - cpu0,
         server_ticks: server1 - server0,
+        box_ticks: box1 - box0,
     })
 }
 
@@ -349,6 +362,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let mut phases = Vec::new();
+    let mut time_waits = Vec::new();
     for (name, fresh, wanted) in [("reuse", false, args.reuse), ("fresh", true, args.fresh)] {
         if !wanted {
             continue;
@@ -361,10 +375,9 @@ fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         phases.push(runtime.block_on(measure(name, &args, probes, "self", &server_pid))?);
-        println!(
-            "{name}: TIME_WAIT sockets towards the server port: {}",
-            time_wait(addr.port())?
-        );
+        let tw = time_wait(addr.port())?;
+        println!("{name}: TIME_WAIT sockets towards the server port: {tw}");
+        time_waits.push((name, tw));
     }
     let blackbox = match &args.blackbox {
         None => None,
@@ -411,6 +424,62 @@ fn run(args: Args) -> anyhow::Result<()> {
             println!(
                 "{} / blackbox_exporter, probes per CPU-second: {ratio:.1}x{goal}",
                 phase.name
+            );
+        }
+    }
+    println!();
+    for phase in phases.iter().chain(&blackbox) {
+        println!(
+            "{}: whole-box CPU {:.2} s over {:.2} s ({:.0} probes per box CPU-second)",
+            phase.name,
+            phase.box_ticks as f64 / TICKS_PER_SEC,
+            phase.wall.as_secs_f64(),
+            phase.per_box_cpu_s()
+        );
+    }
+
+    // The same figures for scripts/bench.
+    let result =
+        |metric: &str, value: f64, unit: &str| support::result("http", metric, value, unit);
+    for phase in phases.iter().chain(&blackbox) {
+        let name = phase.name;
+        result(
+            &format!("{name}_probes_per_s"),
+            phase.probes as f64 / phase.wall.as_secs_f64(),
+            "probes/s",
+        );
+        result(
+            &format!("{name}_probes_per_cpu_s"),
+            phase.per_cpu_s(),
+            "probes/cpu-s",
+        );
+        result(
+            &format!("{name}_us_per_probe"),
+            phase.cpu_s() * 1e6 / phase.probes.max(1) as f64,
+            "us",
+        );
+        result(
+            &format!("{name}_probes_per_box_cpu_s"),
+            phase.per_box_cpu_s(),
+            "probes/cpu-s",
+        );
+        result(&format!("{name}_failed"), phase.failed as f64, "probes");
+    }
+    for (name, tw) in &time_waits {
+        result(&format!("{name}_time_wait"), *tw as f64, "sockets");
+    }
+    if let Some(bb) = &blackbox {
+        for phase in &phases {
+            let name = phase.name;
+            result(
+                &format!("{name}_vs_blackbox"),
+                phase.per_cpu_s() / bb.per_cpu_s().max(f64::MIN_POSITIVE),
+                "x",
+            );
+            result(
+                &format!("{name}_vs_blackbox_box_cpu"),
+                phase.per_box_cpu_s() / bb.per_box_cpu_s().max(f64::MIN_POSITIVE),
+                "x",
             );
         }
     }

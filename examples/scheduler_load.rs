@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example scheduler_load -- [--targets 100000] [--interval-s 10]
 //!     [--intervals 3] [--jitter 0.1] [--threads 2] [--history 32] [--metrics full|lag]
-//!     [--upkeep-s 5]
+//!     [--upkeep-s 5] [--scenario scheduler]
 //! ```
 //!
 //! Every target runs a no-op custom probe (one shared instance that returns `Ok` at once) on a
@@ -34,6 +34,9 @@
 //! never, so samples pile up until the final render, as with a recorder that nobody scrapes), on
 //! its own OS thread: with 100k per-target histograms one upkeep takes long enough (about half a
 //! second the first time) to stall the scheduler if it ran on a runtime worker.
+//!
+//! Every figure is also printed as a line `RESULT scenario=<--scenario, default scheduler>
+//! metric=<name> value=<number> unit=<unit>` for `scripts/bench`.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -55,7 +58,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "usage: scheduler_load [--targets N] [--interval-s S] [--intervals N] \
-[--jitter F] [--threads N] [--history N] [--metrics full|lag] [--upkeep-s S]";
+[--jitter F] [--threads N] [--history N] [--metrics full|lag] [--upkeep-s S] \
+[--scenario NAME]";
 
 const LAG: &str = "probe_scheduler_lag_seconds";
 const BUCKET: Duration = Duration::from_millis(100);
@@ -77,6 +81,7 @@ struct Args {
     history: usize,
     metrics: MetricsMode,
     upkeep: Option<Duration>,
+    scenario: String,
 }
 
 impl Args {
@@ -90,6 +95,7 @@ impl Args {
             history: EngineConfig::default().history,
             metrics: MetricsMode::Full,
             upkeep: Some(Duration::from_secs(5)),
+            scenario: "scheduler".into(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -106,6 +112,7 @@ impl Args {
                 "--jitter" => args.jitter = support::flag(&flag, &value()?)?,
                 "--threads" => args.threads = support::flag(&flag, &value()?)?,
                 "--history" => args.history = support::flag(&flag, &value()?)?,
+                "--scenario" => args.scenario = value()?,
                 "--upkeep-s" => {
                     let secs: u64 = support::flag(&flag, &value()?)?;
                     args.upkeep = (secs > 0).then(|| Duration::from_secs(secs));
@@ -276,6 +283,21 @@ async fn run(
             break (support::vm_rss()?, start.elapsed());
         }
         if Instant::now() > give_up {
+            // What was reached, for scripts/bench, before giving up.
+            let result = |metric: &str, value: f64, unit: &str| {
+                support::result(&args.scenario, metric, value, unit)
+            };
+            result("apply", apply_time.as_secs_f64() * 1e3, "ms");
+            result(
+                "ran_twice_at_give_up",
+                healthy as f64 * 100.0 / args.targets as f64,
+                "%",
+            );
+            result(
+                "rss_per_target_at_give_up",
+                support::vm_rss()?.saturating_sub(rss_before) as f64 / args.targets as f64,
+                "bytes",
+            );
             bail!(
                 "only {healthy} of {} targets ran twice within {:.1} s",
                 args.targets,
@@ -328,6 +350,8 @@ async fn run(
     );
 
     let per_target = |rss: u64| (rss.saturating_sub(rss_before)) as f64 / args.targets as f64;
+    let result =
+        |metric: &str, value: f64, unit: &str| support::result(&args.scenario, metric, value, unit);
     println!();
     println!(
         "apply of {} targets: {:.1} ms (the dispatcher inserts them concurrently)",
@@ -378,6 +402,25 @@ async fn run(
         .iter()
         .map(|b| b.load(Ordering::Relaxed))
         .collect();
+    result("apply", apply_time.as_secs_f64() * 1e3, "ms");
+    result("runs_per_s", runs as f64 / end.as_secs_f64(), "runs/s");
+    result("failed_targets", failed as f64, "targets");
+    result("lag_p50", p50 * 1e3, "ms");
+    result("lag_p99", p99 * 1e3, "ms");
+    result("lag_p999", p999 * 1e3, "ms");
+    result("lag_max", max * 1e3, "ms");
+    result("rss_per_target", per_target(rss_twice), "bytes");
+    result("rss_per_target_end", per_target(rss_end), "bytes");
+    result(
+        "us_per_run",
+        cpu as f64 / TICKS_PER_SEC * 1e6 / runs.max(1) as f64,
+        "us",
+    );
+    result(
+        "cpu_cores",
+        cpu as f64 / TICKS_PER_SEC / end.as_secs_f64(),
+        "cores",
+    );
     if let (Some(max_n), Some(min_n)) = (counts.iter().max(), counts.iter().min()) {
         let mean = counts.iter().map(|&n| f64::from(n)).sum::<f64>() / counts.len() as f64;
         let busiest = counts.iter().position(|n| n == max_n).unwrap_or(0) + first;
@@ -392,6 +435,8 @@ async fn run(
             busiest as f64 / 10.0,
             min_n
         );
+        result("starts_per_100ms_mean", mean, "starts");
+        result("busiest_window_vs_mean", f64::from(*max_n) / mean, "x");
     }
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! cargo run --release --example tcp_load -- [--targets 1000] [--interval-ms 100]
 //!     [--duration-s 10] [--warmup-s 1] [--ports 4] [--threads 2]
 //!     [--metrics count|prometheus] [--floor-tasks N] [--floor-timeout]
-//!     [--phase both|engine|floor] [--max-in-flight N] [--probe tcp|lean]
+//!     [--phase all|both|engine|floor|blackbox] [--max-in-flight N] [--probe tcp|lean]
+//!     [--blackbox PATH|none] [--blackbox-concurrency 64] [--scenario tcp]
 //! ```
 //!
 //! Two phases run one after the other in this process, on the same multi-thread runtime
@@ -45,6 +46,24 @@
 //! the engine's worker pool; `--probe lean` runs the engine with a custom connect-only probe
 //! ([`LeanConnect`]) instead of the TCP tier, to size what the tier's extras cost.
 //!
+//! **blackbox_exporter phase** (with `--phase all`, the default): starts `--blackbox` (default
+//! `prometheus-blackbox-exporter`, the Debian package's binary; skipped with a note when missing
+//! or with `--blackbox none`) on a loopback port with a `tcp_connect` module and drives its
+//! `/probe?target=127.0.0.1:PORT&module=tcp_connect` endpoint from this process with
+//! `--blackbox-concurrency` concurrent requests (kept-alive connections to the exporter, each
+//! reply checked for `probe_success 1`) against the same listeners: a saturating load, as in
+//! `http_load`. Its probes per CPU-second count the exporter's CPU only (`/proc/PID/stat`); the
+//! driver's and the listeners' CPU are in this process and not counted. The module's timeout is
+//! 1 s, whatever the engine's. Every phase also reads
+//! the whole machine's busy CPU (`/proc/stat`) over its window, for probes per box CPU-second.
+//!
+//! **Figures for `scripts/bench`**: besides the human output, every figure is printed as a line
+//! `RESULT scenario=<--scenario> metric=<name> value=<number> unit=<unit>`. The engine phase
+//! also gives the scheduler lag's p50/p99/p99.9 over its measured window (a log-linear
+//! histogram, 1/16 relative precision) and `VmRSS` growth per target (before the specs exist to
+//! the end of the window), for the 100k-target scale run (`--targets 100000 --interval-ms
+//! 10000 --warmup-s 12 --phase engine`).
+//!
 //! At the end it reports failed probes (should be 0) and the sockets towards the listener ports
 //! from `/proc/net/tcp` by state, `TIME_WAIT` in particular (should be 0: the prober resets, and
 //! the listener's close never ends in `TIME_WAIT` either, since the peer never sends a FIN).
@@ -75,7 +94,8 @@ use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "usage: tcp_load [--targets N] [--interval-ms MS] [--duration-s S] \
 [--warmup-s S] [--ports N] [--threads N] [--metrics count|prometheus] [--floor-tasks N] \
-[--floor-timeout] [--phase both|engine|floor] [--max-in-flight N] [--probe tcp|lean]";
+[--floor-timeout] [--phase all|both|engine|floor|blackbox] [--max-in-flight N] \
+[--probe tcp|lean] [--blackbox PATH|none] [--blackbox-concurrency N] [--scenario NAME]";
 
 /// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`, 100 on every Linux ABI.
 const TICKS_PER_SEC: f64 = 100.0;
@@ -103,6 +123,9 @@ struct Args {
     phases: Phases,
     max_in_flight: Option<usize>,
     probe: ProbeKind,
+    blackbox: Option<String>,
+    blackbox_concurrency: usize,
+    scenario: String,
 }
 
 /// Which probe the engine phase runs.
@@ -119,6 +142,7 @@ enum ProbeKind {
 struct Phases {
     engine: bool,
     floor: bool,
+    blackbox: bool,
 }
 
 impl Args {
@@ -136,9 +160,13 @@ impl Args {
             phases: Phases {
                 engine: true,
                 floor: true,
+                blackbox: true,
             },
             max_in_flight: None,
             probe: ProbeKind::Tcp,
+            blackbox: Some("prometheus-blackbox-exporter".into()),
+            blackbox_concurrency: 64,
+            scenario: "tcp".into(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -168,14 +196,30 @@ impl Args {
                     }
                 }
                 "--phase" => {
-                    let (engine, floor) = match value()?.as_str() {
-                        "both" => (true, true),
-                        "engine" => (true, false),
-                        "floor" => (false, true),
-                        other => bail!("--phase {other:?}: expected both, engine or floor"),
+                    let (engine, floor, blackbox) = match value()?.as_str() {
+                        "all" => (true, true, true),
+                        "both" => (true, true, false),
+                        "engine" => (true, false, false),
+                        "floor" => (false, true, false),
+                        "blackbox" => (false, false, true),
+                        other => bail!(
+                            "--phase {other:?}: expected all, both, engine, floor or blackbox"
+                        ),
                     };
-                    args.phases = Phases { engine, floor };
+                    args.phases = Phases {
+                        engine,
+                        floor,
+                        blackbox,
+                    };
                 }
+                "--blackbox" => {
+                    let path = value()?;
+                    args.blackbox = (path != "none").then_some(path);
+                }
+                "--blackbox-concurrency" => {
+                    args.blackbox_concurrency = support::flag(&flag, &value()?)?
+                }
+                "--scenario" => args.scenario = value()?,
                 "--metrics" => {
                     args.metrics = match value()?.as_str() {
                         "count" => MetricsMode::Count,
@@ -195,6 +239,9 @@ impl Args {
         }
         if args.interval < Duration::from_millis(2) || args.duration.is_zero() {
             bail!("--interval-ms must be at least 2 and --duration-s at least 1");
+        }
+        if args.blackbox_concurrency == 0 {
+            bail!("--blackbox-concurrency must be at least 1");
         }
         if args.floor_tasks == Some(0) {
             bail!("--floor-tasks must be at least 1");
@@ -250,11 +297,11 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         args.duration.as_secs()
     );
 
-    let (engine, workers) = if args.phases.engine {
-        let (measured, workers) = engine_phase(&args, &listeners, &counters).await?;
-        (Some(measured), workers)
+    let (engine, workers, extra) = if args.phases.engine {
+        let (measured, workers, extra) = engine_phase(&args, &listeners, &counters).await?;
+        (Some(measured), workers, Some(extra))
     } else {
-        (None, DEFAULT_FLOOR_TASKS)
+        (None, DEFAULT_FLOOR_TASKS, None)
     };
     let engine_tw = socket_states(&ports)?;
     let floor_tasks = args.floor_tasks.unwrap_or(workers);
@@ -262,6 +309,19 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         Some(floor_phase(&args, &listeners, floor_tasks).await?)
     } else {
         None
+    };
+    let blackbox = match (&args.blackbox, args.phases.blackbox) {
+        (Some(path), true) => match which(path) {
+            Some(binary) => Some(blackbox_phase(&args, &listeners, &binary).await?),
+            None => {
+                println!(
+                    "blackbox_exporter: {path:?} not found, comparison skipped \
+                     (apt-get install prometheus-blackbox-exporter)"
+                );
+                None
+            }
+        },
+        _ => None,
     };
     let final_tw = socket_states(&ports)?;
 
@@ -279,10 +339,20 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         "us/probe-listen",
         "ctxsw/probe"
     );
-    for (name, phase) in [("engine", &engine), ("floor", &floor)] {
+    for (name, phase) in [
+        ("engine", &engine),
+        ("floor", &floor),
+        ("blackbox", &blackbox),
+    ] {
         if let Some(measured) = phase {
             measured.print(name);
         }
+    }
+    if blackbox.is_some() {
+        println!(
+            "(blackbox: cpu_s is blackbox_exporter's own CPU; listen_s is this process's \
+             listeners and driver, not counted)"
+        );
     }
     println!();
     if engine.is_some() {
@@ -309,7 +379,34 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
             verdict(ratio_excl)
         );
     }
-    for (name, phase) in [("engine", &engine), ("floor", &floor)] {
+    if let (Some(engine), Some(bb)) = (&engine, &blackbox) {
+        let ratio = engine.per_cpu_s_excl() / bb.per_cpu_s_excl().max(f64::MIN_POSITIVE);
+        let ratio_box = engine.per_box_cpu_s() / bb.per_box_cpu_s().max(f64::MIN_POSITIVE);
+        println!(
+            "engine / blackbox_exporter, probes per prober CPU-second (goal >= 10x): {ratio:.1}x \
+             ({}); per whole-box CPU-second: {ratio_box:.1}x",
+            if ratio >= 10.0 { "met" } else { "MISSED" }
+        );
+    }
+    for (name, phase) in [
+        ("engine", &engine),
+        ("floor", &floor),
+        ("blackbox", &blackbox),
+    ] {
+        if let Some(measured) = phase {
+            println!(
+                "{name}: whole-box CPU {:.2} s over {:.2} s ({:.0} probes per box CPU-second)",
+                measured.box_s(),
+                measured.wall.as_secs_f64(),
+                measured.per_box_cpu_s()
+            );
+        }
+    }
+    for (name, phase) in [
+        ("engine", &engine),
+        ("floor", &floor),
+        ("blackbox", &blackbox),
+    ] {
         if let Some(measured) = phase {
             println!(
                 "{name}: achieved {:.0} probes/s (planned {:.0}/s), failed probes {} over the \
@@ -330,7 +427,112 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         "TIME_WAIT towards the listener ports at the end: {}",
         final_tw.get("TIME_WAIT").copied().unwrap_or(0)
     );
+
+    // The same figures for scripts/bench.
+    let scenario = args.scenario.as_str();
+    let result =
+        |metric: &str, value: f64, unit: &str| support::result(scenario, metric, value, unit);
+    for (name, phase) in [
+        ("engine", &engine),
+        ("floor", &floor),
+        ("blackbox", &blackbox),
+    ] {
+        let Some(m) = phase else { continue };
+        result(
+            &format!("{name}_probes_per_s"),
+            m.probes as f64 / m.wall.as_secs_f64(),
+            "probes/s",
+        );
+        result(
+            &format!("{name}_probes_per_cpu_s"),
+            m.per_cpu_s_excl(),
+            "probes/cpu-s",
+        );
+        result(&format!("{name}_us_per_probe"), m.us_per_probe_excl(), "us");
+        result(
+            &format!("{name}_probes_per_box_cpu_s"),
+            m.per_box_cpu_s(),
+            "probes/cpu-s",
+        );
+        result(&format!("{name}_failed"), m.failed_total as f64, "probes");
+        if name != "blackbox" {
+            result(
+                &format!("{name}_us_per_probe_with_listeners"),
+                m.us_per_probe(),
+                "us",
+            );
+            result(
+                &format!("{name}_cpu_cores"),
+                (m.cpu_s() - m.listener_s()) / m.wall.as_secs_f64(),
+                "cores",
+            );
+        }
+    }
+    if let (Some(engine), Some(floor)) = (&engine, &floor) {
+        result(
+            "engine_vs_floor_cpu",
+            engine.us_per_probe_excl() / floor.us_per_probe_excl(),
+            "x",
+        );
+        result(
+            "engine_vs_floor_cpu_with_listeners",
+            engine.us_per_probe() / floor.us_per_probe(),
+            "x",
+        );
+        result(
+            "engine_vs_floor_box_cpu",
+            floor.per_box_cpu_s() / engine.per_box_cpu_s().max(f64::MIN_POSITIVE),
+            "x",
+        );
+    }
+    if let (Some(engine), Some(bb)) = (&engine, &blackbox) {
+        result(
+            "engine_vs_blackbox",
+            engine.per_cpu_s_excl() / bb.per_cpu_s_excl().max(f64::MIN_POSITIVE),
+            "x",
+        );
+        result(
+            "engine_vs_blackbox_box_cpu",
+            engine.per_box_cpu_s() / bb.per_box_cpu_s().max(f64::MIN_POSITIVE),
+            "x",
+        );
+    }
+    if let Some(extra) = &extra {
+        result("engine_workers", workers as f64, "workers");
+        result("rss_per_target", extra.rss_per_target, "bytes");
+        if let Some([p50, p99, p999, max]) = extra.lag_ms {
+            result("lag_p50", p50, "ms");
+            result("lag_p99", p99, "ms");
+            result("lag_p999", p999, "ms");
+            result("lag_max", max, "ms");
+        }
+    }
+    result(
+        "time_wait_end",
+        final_tw.get("TIME_WAIT").copied().unwrap_or(0) as f64,
+        "sockets",
+    );
     Ok(())
+}
+
+/// `path` if it names a file, else the first `PATH` entry holding it.
+fn which(path: &str) -> Option<std::path::PathBuf> {
+    let direct = std::path::PathBuf::from(path);
+    if path.contains('/') {
+        return direct.is_file().then_some(direct);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
+}
+
+/// What the engine phase measured besides [`Measured`].
+struct EngineExtra {
+    /// `VmRSS` growth from before the specs existed to the end of the window, per target.
+    rss_per_target: f64,
+    /// Scheduler lag p50, p99, p99.9 and max over the measured window, in ms (counting recorder
+    /// only).
+    lag_ms: Option<[f64; 4]>,
 }
 
 /// What one phase measured over its window.
@@ -342,9 +544,20 @@ struct Measured {
     cpu_ticks: u64,
     listener_ticks: u64,
     switches: u64,
+    /// Busy CPU of the whole machine (`/proc/stat`) over the window.
+    box_ticks: u64,
 }
 
 impl Measured {
+    fn box_s(&self) -> f64 {
+        self.box_ticks as f64 / TICKS_PER_SEC
+    }
+    fn per_box_cpu_s(&self) -> f64 {
+        self.probes as f64 / self.box_s().max(f64::MIN_POSITIVE)
+    }
+    fn per_cpu_s_excl(&self) -> f64 {
+        self.probes as f64 / (self.cpu_s() - self.listener_s()).max(f64::MIN_POSITIVE)
+    }
     fn cpu_s(&self) -> f64 {
         self.cpu_ticks as f64 / TICKS_PER_SEC
     }
@@ -382,6 +595,7 @@ struct CpuSnapshot {
     process: u64,
     listeners: u64,
     switches: u64,
+    whole_box: u64,
 }
 
 impl CpuSnapshot {
@@ -410,6 +624,7 @@ impl CpuSnapshot {
             process,
             listeners,
             switches,
+            whole_box: support::box_ticks()?,
         })
     }
 }
@@ -444,7 +659,8 @@ async fn engine_phase(
     args: &Args,
     listeners: &[SocketAddr],
     counters: &Counters,
-) -> anyhow::Result<(Measured, usize)> {
+) -> anyhow::Result<(Measured, usize, EngineExtra)> {
+    let rss0 = support::vm_rss()?;
     let schedule = Schedule::try_new(
         args.interval,
         args.timeout(),
@@ -488,9 +704,12 @@ async fn engine_phase(
 
     let (runs0, failed0) = counters.read(&engine);
     let workers0 = engine.scheduler().workers();
+    let lag0 = counters.lag_buckets();
     let cpu0 = CpuSnapshot::take()?;
     tokio::time::sleep(args.duration).await;
     let cpu1 = CpuSnapshot::take()?;
+    let lag1 = counters.lag_buckets();
+    let rss1 = support::vm_rss()?;
     let (runs1, failed1) = counters.read(&engine);
     let workers = engine.scheduler().workers();
     println!("engine workers: {workers0} after the warm-up, {workers} at the end");
@@ -506,6 +725,31 @@ async fn engine_phase(
             n
         );
     }
+    let lag_ms = match (lag0, lag1) {
+        (Some(before), Some(after)) => {
+            let window: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+            let q = |q: f64| LagStats::quantile_ms(&window, q);
+            let quantiles = [q(0.5), q(0.99), q(0.999), q(1.0)];
+            println!(
+                "engine scheduler lag over the measured window: p50 {:.3} ms, p99 {:.3} ms, \
+                 p99.9 {:.3} ms, max {:.3} ms ({} runs; log-linear buckets, upper bounds)",
+                quantiles[0],
+                quantiles[1],
+                quantiles[2],
+                quantiles[3],
+                window.iter().sum::<u64>()
+            );
+            Some(quantiles)
+        }
+        _ => None,
+    };
+    let rss_per_target = rss1.saturating_sub(rss0) as f64 / args.targets as f64;
+    println!(
+        "RSS: {} KiB before the specs, {} KiB at the end of the window: {rss_per_target:.0} \
+         bytes per target",
+        rss0 / 1024,
+        rss1 / 1024
+    );
     let failed_total = counters.failures_total();
     if failed_total > 0 {
         let mut details: Vec<String> = engine
@@ -527,8 +771,13 @@ async fn engine_phase(
             cpu_ticks: cpu1.process - cpu0.process,
             listener_ticks: cpu1.listeners - cpu0.listeners,
             switches: cpu1.switches - cpu0.switches,
+            box_ticks: cpu1.whole_box - cpu0.whole_box,
         },
         workers,
+        EngineExtra {
+            rss_per_target,
+            lag_ms,
+        },
     ))
 }
 
@@ -603,6 +852,7 @@ async fn floor_phase(
         cpu_ticks: cpu1.process - cpu0.process,
         listener_ticks: cpu1.listeners - cpu0.listeners,
         switches: cpu1.switches - cpu0.switches,
+        box_ticks: cpu1.whole_box - cpu0.whole_box,
     })
 }
 
@@ -728,6 +978,19 @@ impl Counters {
         }
     }
 
+    /// The lag histogram's bucket counts so far (counting recorder only).
+    fn lag_buckets(&self) -> Option<Vec<u64>> {
+        match self {
+            Self::Count(_, _, lag) => Some(
+                lag.buckets
+                    .iter()
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .collect(),
+            ),
+            Self::Prometheus(_) => None,
+        }
+    }
+
     /// Failed runs since the start, exactly.
     fn failures_total(&self) -> u64 {
         match self {
@@ -786,20 +1049,74 @@ impl metrics::HistogramFn for RunCounter {
     }
 }
 
-/// Count, sum and max of the scheduler lag, in nanoseconds.
-#[derive(Default)]
+/// Count, sum and max of the scheduler lag, in nanoseconds, and a log-linear histogram of it in
+/// microseconds for quantiles.
 struct LagStats {
     count: AtomicU64,
     sum_ns: AtomicU64,
     max_ns: AtomicU64,
+    buckets: Box<[AtomicU64]>,
+}
+
+/// Buckets of [`LagStats`]: 1 us wide below 32 us, then 16 per power of two (up to 2^40 us).
+const LAG_BUCKETS: usize = 32 + 36 * 16;
+
+impl Default for LagStats {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+            buckets: (0..LAG_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl LagStats {
+    fn bucket(us: u64) -> usize {
+        if us < 32 {
+            return us as usize;
+        }
+        let exp = 63 - u64::from(us.leading_zeros()); // >= 5
+        let sub = (us >> (exp - 4)) & 15;
+        (32 + (exp - 5) * 16 + sub).min(LAG_BUCKETS as u64 - 1) as usize
+    }
+
+    /// The exclusive upper bound of bucket `i`, in microseconds.
+    fn upper_us(i: usize) -> u64 {
+        if i < 32 {
+            return i as u64 + 1;
+        }
+        let exp = (i - 32) / 16 + 5;
+        let sub = ((i - 32) % 16) as u64;
+        (16 + sub + 1) << (exp - 4)
+    }
+
+    /// The `q` quantile of `counts` (bucket counts), as its bucket's upper bound, in ms.
+    fn quantile_ms(counts: &[u64], q: f64) -> f64 {
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, n) in counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Self::upper_us(i) as f64 / 1e3;
+            }
+        }
+        Self::upper_us(counts.len() - 1) as f64 / 1e3
+    }
 }
 
 impl metrics::HistogramFn for LagStats {
     fn record(&self, seconds: f64) {
-        let ns = (seconds * 1e9) as u64;
+        let ns = (seconds.max(0.0) * 1e9) as u64;
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
         self.max_ns.fetch_max(ns, Ordering::Relaxed);
+        self.buckets[Self::bucket(ns / 1000)].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -837,4 +1154,155 @@ impl Recorder for CountingRecorder {
             Histogram::noop()
         }
     }
+}
+
+/// A child process that is killed (by its own pid) when dropped.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs blackbox_exporter's `tcp_connect` module against the listeners, driven through its
+/// `/probe` endpoint by `--blackbox-concurrency` tasks for warm-up plus duration; measures the
+/// exporter's CPU over the window.
+async fn blackbox_phase(
+    args: &Args,
+    listeners: &[SocketAddr],
+    binary: &std::path::Path,
+) -> anyhow::Result<Measured> {
+    use probe::http::{HttpProbe, HttpSpec};
+    use probe::outcome::Verdict;
+    use std::process::{Command, Stdio};
+
+    // Not the engine's timeout (half the interval): a saturated exporter needs the headroom, and
+    // its timeout sets no rate.
+    let timeout = Duration::from_secs(1);
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("blackbox.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: {}ms\n    tcp:\n      \
+             preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
+            timeout.as_millis()
+        ),
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let exporter = ChildGuard(
+        Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?,
+    );
+    let pid = exporter.0.id().to_string();
+    let version = Command::new(binary)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            text.lines().next().unwrap_or_default().to_owned()
+        })
+        .unwrap_or_default();
+    println!(
+        "blackbox_exporter: {} (pid {pid}, 127.0.0.1:{port}), module tcp_connect (timeout {} ms), \
+         driven by {} concurrent /probe requests; {} s warm-up, then {} s measured",
+        version.trim(),
+        timeout.as_millis(),
+        args.blackbox_concurrency,
+        args.warmup.as_secs(),
+        args.duration.as_secs()
+    );
+    let spec = |target: SocketAddr| -> anyhow::Result<HttpSpec> {
+        let url = format!("http://127.0.0.1:{port}/probe?target={target}&module=tcp_connect");
+        let mut spec = HttpSpec::get(url.parse()?);
+        spec.expect.body_contains = Some("probe_success 1".into());
+        Ok(spec)
+    };
+    // Wait until the exporter answers a probe successfully.
+    let ready = HttpProbe::new(spec(listeners[0])?);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match ready.check(Duration::from_secs(2)).await.verdict {
+            Verdict::Failed(f) if Instant::now() >= deadline => {
+                bail!("blackbox_exporter did not come up: {f}")
+            }
+            Verdict::Failed(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            _ => break,
+        }
+    }
+
+    let counts = Arc::new(FloorCounts::default());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for i in 0..args.blackbox_concurrency {
+        let probe = HttpProbe::new(spec(listeners[i % listeners.len()])?);
+        let (counts, stop) = (counts.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            let mut failure = None;
+            while !stop.load(Ordering::Relaxed) {
+                match probe.check(Duration::from_secs(2)).await.verdict {
+                    Verdict::Failed(f) => {
+                        counts.failed.fetch_add(1, Ordering::Relaxed);
+                        failure.get_or_insert(f);
+                    }
+                    _ => {
+                        counts.ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            failure
+        }));
+    }
+    let read = || {
+        (
+            counts.ok.load(Ordering::Relaxed) + counts.failed.load(Ordering::Relaxed),
+            counts.failed.load(Ordering::Relaxed),
+        )
+    };
+    tokio::time::sleep(args.warmup).await;
+    let (runs0, failed0) = read();
+    let (cpu0, box0, at0) = (
+        support::cpu_ticks(&pid)?,
+        support::box_ticks()?,
+        Instant::now(),
+    );
+    tokio::time::sleep(args.duration).await;
+    let (cpu1, box1, at1) = (
+        support::cpu_ticks(&pid)?,
+        support::box_ticks()?,
+        Instant::now(),
+    );
+    let (runs1, failed1) = read();
+    stop.store(true, Ordering::Relaxed);
+    let mut first_failure = None;
+    for handle in handles {
+        if let Some(f) = handle.await.context("a blackbox driver task panicked")? {
+            first_failure.get_or_insert(f);
+        }
+    }
+    if let Some(f) = first_failure {
+        println!("blackbox: first failure: {f}");
+    }
+    Ok(Measured {
+        probes: runs1 - runs0,
+        failed: failed1 - failed0,
+        failed_total: counts.failed.load(Ordering::Relaxed),
+        wall: at1 - at0,
+        cpu_ticks: cpu1 - cpu0,
+        listener_ticks: 0,
+        switches: 0,
+        box_ticks: box1 - box0,
+    })
 }

@@ -61,3 +61,44 @@ pub fn vm_rss() -> anyhow::Result<u64> {
         .context("no VmRSS in /proc/self/status")?;
     Ok(kib * 1024)
 }
+
+/// Busy CPU ticks of the whole machine so far, all CPUs together: every field of the `cpu` line
+/// of `/proc/stat` except `idle` and `iowait` (`guest` time is already inside `user`, so the
+/// two guest fields are left out too).
+pub fn box_ticks() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().context("a /proc/stat cpu field"))
+        .collect::<anyhow::Result<_>>()?;
+    // user nice system idle iowait irq softirq steal guest guest_nice
+    Ok(fields
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !matches!(i, 3 | 4 | 8 | 9))
+        .map(|(_, v)| v)
+        .sum())
+}
+
+/// `VmRSS` of process `pid` in bytes.
+pub fn vm_rss_of(pid: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
+}
+
+/// Prints one figure in the result protocol that `scripts/bench` collects:
+/// `RESULT scenario=<name> metric=<name> value=<number> unit=<unit>`.
+pub fn result(scenario: &str, metric: &str, value: f64, unit: &str) {
+    println!("RESULT scenario={scenario} metric={metric} value={value:.6} unit={unit}");
+}

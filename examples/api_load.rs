@@ -1,0 +1,428 @@
+//! Load harness: the daemon's health API under load, while it probes 10k TCP targets a second.
+//!
+//! ```text
+//! cargo build --release -p probe-engine --bin probe-engine
+//! cargo run --release --example api_load -- [--targets 10000] [--interval-ms 1000]
+//!     [--listeners 16] [--duration-s 10] [--wrk-threads 2] [--connections 64]
+//!     [--paths /readyz,/v1/targets] [--daemon PATH] [--wrk PATH] [--up-timeout-s 60]
+//! ```
+//!
+//! 1. **Listeners**: `--listeners` loopback listeners on `127.0.0.2`, `127.0.0.3`, ... (one OS
+//!    thread each, accept and drop, as in `tcp_load`), in this process.
+//! 2. **Daemon**: writes a config of `--targets` TCP connect targets spread over them, every
+//!    `--interval-ms` (jitter 0.1, fast interval = interval, timeout half the interval, at most
+//!    1 s), and starts the real daemon binary (`--daemon`, default `probe-engine` next to this
+//!    example's directory, i.e. `target/release/probe-engine`) as
+//!    `probe-engine run --config DIR --listen 127.0.0.1:PORT` with `RUST_LOG=warn`.
+//! 3. Waits until `/readyz` answers 200: without a `readiness` policy, every target is UP.
+//! 4. For each of `--paths` runs `wrk -t<--wrk-threads> -c<--connections> -d<--duration-s>s
+//!    --latency` against it, prints wrk's report, and parses its requests per second and latency
+//!    percentiles. Over each wrk run it also reads the daemon's CPU (`/proc/PID/stat`) and the
+//!    probes it ran (the sum of `probe_duration_seconds_count` in `/metrics`, read before and
+//!    after), so the figures show whether probing kept its rate under API load.
+//!
+//! wrk, the daemon and the listeners share the machine: on 2 cores the figures are what that
+//! machine does with all three, not the API's ceiling. Every figure is also printed as a line
+//! `RESULT scenario=api metric=<name> value=<number> unit=<unit>` for `scripts/bench`; goal:
+//! `/readyz` at least 50k requests per second with p99 at most 5 ms.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::time::Instant;
+
+const USAGE: &str = "usage: api_load [--targets N] [--interval-ms MS] [--listeners N] \
+[--duration-s S] [--wrk-threads N] [--connections N] [--paths P1,P2] [--daemon PATH] \
+[--wrk PATH] [--up-timeout-s S]";
+
+/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`.
+const TICKS_PER_SEC: f64 = 100.0;
+
+struct Args {
+    targets: usize,
+    interval: Duration,
+    listeners: usize,
+    duration: u64,
+    wrk_threads: usize,
+    connections: usize,
+    paths: Vec<String>,
+    daemon: Option<PathBuf>,
+    wrk: String,
+    up_timeout: Duration,
+}
+
+impl Args {
+    fn parse() -> anyhow::Result<Self> {
+        let mut args = Self {
+            targets: 10_000,
+            interval: Duration::from_millis(1000),
+            listeners: 16,
+            duration: 10,
+            wrk_threads: 2,
+            connections: 64,
+            paths: vec!["/readyz".into(), "/v1/targets".into()],
+            daemon: None,
+            wrk: "wrk".into(),
+            up_timeout: Duration::from_secs(60),
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--targets" => args.targets = support::flag(&flag, &value()?)?,
+                "--interval-ms" => {
+                    args.interval = Duration::from_millis(support::flag(&flag, &value()?)?)
+                }
+                "--listeners" => args.listeners = support::flag(&flag, &value()?)?,
+                "--duration-s" => args.duration = support::flag(&flag, &value()?)?,
+                "--wrk-threads" => args.wrk_threads = support::flag(&flag, &value()?)?,
+                "--connections" => args.connections = support::flag(&flag, &value()?)?,
+                "--paths" => {
+                    args.paths = value()?
+                        .split(',')
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                }
+                "--daemon" => args.daemon = Some(value()?.into()),
+                "--wrk" => args.wrk = value()?,
+                "--up-timeout-s" => {
+                    args.up_timeout = Duration::from_secs(support::flag(&flag, &value()?)?)
+                }
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?}\n{USAGE}"),
+            }
+        }
+        if args.targets == 0
+            || args.listeners == 0
+            || args.listeners > 250
+            || args.duration == 0
+            || args.wrk_threads == 0
+            || args.connections < args.wrk_threads
+            || args.paths.is_empty()
+        {
+            bail!(
+                "--targets, --duration-s, --wrk-threads must be at least 1, --listeners 1..=250, \
+                 --connections at least --wrk-threads, --paths not empty"
+            );
+        }
+        if args.interval < Duration::from_millis(10) {
+            bail!("--interval-ms must be at least 10");
+        }
+        Ok(args)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    support::exit(Args::parse().and_then(run))
+}
+
+/// A child process that is killed (by its own pid) when dropped.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let daemon = match &args.daemon {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(|examples| examples.parent())
+            .context("locating target/release")?
+            .join("probe-engine"),
+    };
+    if !daemon.is_file() {
+        bail!(
+            "no daemon binary at {} (cargo build --release -p probe-engine --bin probe-engine)",
+            daemon.display()
+        );
+    }
+    let listeners = start_listeners(args.listeners)?;
+    let dir = tempfile::tempdir()?;
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir(&config_dir)?;
+    let timeout = (args.interval / 2).min(Duration::from_secs(1));
+    let mut yaml = format!(
+        "defaults:\n  interval: {}ms\n  timeout: {}ms\n  jitter: 0.1\n  fast_interval: {}ms\n\
+         targets:\n",
+        args.interval.as_millis(),
+        timeout.as_millis(),
+        args.interval.as_millis()
+    );
+    for i in 0..args.targets {
+        writeln!(
+            yaml,
+            "  - id: t-{i:06}\n    tcp:\n      address: \"{}\"",
+            listeners[i % listeners.len()]
+        )?;
+    }
+    std::fs::write(config_dir.join("targets.yaml"), yaml)?;
+
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let api = SocketAddr::from(([127, 0, 0, 1], port));
+    let log_path = dir.path().join("daemon.log");
+    let started = Instant::now();
+    let child = ChildGuard(
+        Command::new(&daemon)
+            .arg("run")
+            .arg("--config")
+            .arg(&config_dir)
+            .arg("--listen")
+            .arg(api.to_string())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path)?)
+            .spawn()
+            .with_context(|| format!("starting {}", daemon.display()))?,
+    );
+    let pid = child.0.id().to_string();
+    println!(
+        "api_load: daemon {} (pid {pid}) on {api}: {} TCP targets every {} ms ({:.0} probes/s) \
+         over {} listeners on 127.0.0.2-{}; wrk -t{} -c{} -d{}s --latency",
+        daemon.display(),
+        args.targets,
+        args.interval.as_millis(),
+        args.targets as f64 / args.interval.as_secs_f64(),
+        listeners.len(),
+        listeners.len() + 1,
+        args.wrk_threads,
+        args.connections,
+        args.duration
+    );
+
+    // Ready = every target UP (no readiness policy in the config).
+    let deadline = started + args.up_timeout;
+    loop {
+        match get(api, "/readyz") {
+            Ok((200, _)) => break,
+            _ if Instant::now() >= deadline => {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                bail!(
+                    "the daemon was not ready within {:?}; its last log lines: {tail:?}",
+                    args.up_timeout
+                );
+            }
+            _ => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+    let up_after = started.elapsed();
+    println!(
+        "every target UP (/readyz 200) {:.1} s after the start",
+        up_after.as_secs_f64()
+    );
+    // A few seconds more, so the run rate settles after the start-up's fast probing.
+    std::thread::sleep(Duration::from_secs(2));
+    support::result("api", "ready_after", up_after.as_secs_f64(), "s");
+
+    for path in &args.paths {
+        let probes0 = probes_run(api)?;
+        let (cpu0, at0) = (support::cpu_ticks(&pid)?, Instant::now());
+        let url = format!("http://{api}{path}");
+        let output = Command::new(&args.wrk)
+            .arg(format!("-t{}", args.wrk_threads))
+            .arg(format!("-c{}", args.connections))
+            .arg(format!("-d{}s", args.duration))
+            .arg("--latency")
+            .arg(&url)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {} (apt-get install wrk)", args.wrk))?;
+        let (cpu1, at1) = (support::cpu_ticks(&pid)?, Instant::now());
+        let probes1 = probes_run(api)?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        println!(
+            "\n$ wrk -t{} -c{} -d{}s --latency {url}",
+            args.wrk_threads, args.connections, args.duration
+        );
+        print!("{text}");
+        if !output.status.success() {
+            bail!(
+                "wrk failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let wrk = WrkReport::parse(&text)?;
+        let wall = (at1 - at0).as_secs_f64();
+        let cpu = (cpu1 - cpu0) as f64 / TICKS_PER_SEC;
+        let probes_per_s = (probes1 - probes0) / wall;
+        let rss = support::vm_rss_of(&pid)?;
+        println!(
+            "{path}: {:.0} requests/s, latency p50 {:.3} ms, p99 {:.3} ms, non-2xx {}, socket \
+             errors {}; daemon CPU {:.2} cores, {probes_per_s:.0} probes/s over the wrk run \
+             (planned {:.0}), RSS {} MiB",
+            wrk.requests_per_s,
+            wrk.p50_ms,
+            wrk.p99_ms,
+            wrk.non_2xx,
+            wrk.socket_errors,
+            cpu / wall,
+            args.targets as f64 / args.interval.as_secs_f64(),
+            rss / (1024 * 1024)
+        );
+        let name = path.trim_start_matches('/').replace('/', "_");
+        let result = |metric: &str, value: f64, unit: &str| {
+            support::result("api", &format!("{name}_{metric}"), value, unit)
+        };
+        result("req_per_s", wrk.requests_per_s, "req/s");
+        result("p50", wrk.p50_ms, "ms");
+        result("p99", wrk.p99_ms, "ms");
+        result("non_2xx", wrk.non_2xx as f64, "responses");
+        result("socket_errors", wrk.socket_errors as f64, "errors");
+        result("daemon_cpu_cores", cpu / wall, "cores");
+        result("probes_per_s", probes_per_s, "probes/s");
+        result("daemon_rss", rss as f64 / (1024.0 * 1024.0), "MiB");
+    }
+    drop(child);
+    Ok(())
+}
+
+/// What is read from wrk's `--latency` report.
+struct WrkReport {
+    requests_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    non_2xx: u64,
+    socket_errors: u64,
+}
+
+impl WrkReport {
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let mut report = Self {
+            requests_per_s: f64::NAN,
+            p50_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            non_2xx: 0,
+            socket_errors: 0,
+        };
+        for line in text.lines().map(str::trim) {
+            if let Some(v) = line.strip_prefix("Requests/sec:") {
+                report.requests_per_s = v.trim().parse().context("wrk's Requests/sec")?;
+            } else if let Some(v) = line.strip_prefix("50%") {
+                report.p50_ms = wrk_duration_ms(v.trim())?;
+            } else if let Some(v) = line.strip_prefix("99%") {
+                report.p99_ms = wrk_duration_ms(v.trim())?;
+            } else if let Some(v) = line.strip_prefix("Non-2xx or 3xx responses:") {
+                report.non_2xx = v.trim().parse().context("wrk's non-2xx count")?;
+            } else if let Some(v) = line.strip_prefix("Socket errors:") {
+                // "connect 0, read 0, write 0, timeout 0"
+                report.socket_errors = v
+                    .split(',')
+                    .filter_map(|part| part.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    .sum();
+            }
+        }
+        if report.requests_per_s.is_nan() || report.p99_ms.is_nan() {
+            bail!("could not read Requests/sec and the 99% latency from wrk's output");
+        }
+        Ok(report)
+    }
+}
+
+/// A wrk duration (`812.00us`, `1.23ms`, `2.01s`, `1.50m`) in milliseconds.
+fn wrk_duration_ms(text: &str) -> anyhow::Result<f64> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .with_context(|| format!("wrk duration {text:?} without a unit"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .with_context(|| format!("wrk duration {text:?}"))?;
+    let scale = match unit.trim() {
+        "us" => 1e-3,
+        "ms" => 1.0,
+        "s" => 1e3,
+        "m" => 60e3,
+        "h" => 3600e3,
+        other => bail!("wrk duration unit {other:?}"),
+    };
+    Ok(number * scale)
+}
+
+/// Probe runs so far: the sum of every `probe_duration_seconds_count` series in `/metrics`.
+fn probes_run(api: SocketAddr) -> anyhow::Result<f64> {
+    let (status, body) = get(api, "/metrics")?;
+    if status != 200 {
+        bail!("/metrics answered {status}");
+    }
+    Ok(body
+        .lines()
+        .filter(|l| l.starts_with("probe_duration_seconds_count"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum())
+}
+
+/// A plain HTTP/1.1 GET with `Connection: close`: (status, body).
+fn get(api: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&api, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no HTTP status line")?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or_else(String::new, |(_, b)| b.to_owned());
+    Ok((status, body))
+}
+
+/// `count` accept-and-drop listeners on 127.0.0.2, 127.0.0.3, ..., one OS thread each.
+fn start_listeners(count: usize) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut addrs = Vec::with_capacity(count);
+    for i in 0..count {
+        let ip = [
+            127,
+            0,
+            0,
+            u8::try_from(i + 2).context("too many listeners")?,
+        ];
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+            .context("creating a listener socket")?;
+        socket.set_reuse_address(true)?;
+        socket
+            .bind(&SocketAddr::from((ip, 0)).into())
+            .with_context(|| format!("binding {ip:?}:0"))?;
+        socket.listen(4096).context("listen")?;
+        let listener: TcpListener = socket.into();
+        addrs.push(listener.local_addr()?);
+        std::thread::Builder::new()
+            .name(format!("tcp-listen-{i}"))
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    drop(conn);
+                }
+            })
+            .context("spawning a listener thread")?;
+    }
+    Ok(addrs)
+}
