@@ -38,7 +38,7 @@ pub use topology::{PoolPolicy, Topology, TopologyError};
 
 use crate::backoff::SuccessWindow;
 use crate::breaker::{CircuitBreaker, Snapshot};
-use crate::graph::Graph;
+use crate::graph::{Graph, GraphReadiness};
 use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::outlier::MemberStatus;
 use crate::probe::{self, Probe};
@@ -239,6 +239,8 @@ const EVENT_BACKLOG: usize = 1024;
 pub struct Engine {
     targets: Arc<RwLock<BTreeMap<TargetId, Arc<Target>>>>,
     deps: Arc<Mutex<Dependencies>>,
+    /// The readiness policy's verdict, published by the graph (`None` without a policy).
+    verdict: Arc<RwLock<Option<GraphReadiness>>>,
     pools: Arc<Mutex<Pools>>,
     tally: Arc<Tally>,
     events: broadcast::Sender<Event>,
@@ -253,9 +255,11 @@ impl Engine {
     /// Cancelling `cancel` stops probing; [`Engine::stopped`] then resolves when in-flight probes
     /// have finished.
     pub fn start(config: EngineConfig, cancel: CancellationToken) -> Self {
+        let verdict = Arc::default();
         let engine = Self {
             targets: Arc::default(),
-            deps: Arc::new(Mutex::new(Dependencies::new())),
+            deps: Arc::new(Mutex::new(Dependencies::new(Arc::clone(&verdict)))),
+            verdict,
             pools: Arc::default(),
             tally: Arc::default(),
             events: broadcast::channel(EVENT_BACKLOG).0,
@@ -452,8 +456,7 @@ impl Engine {
     /// Whether the instance should receive traffic: from the readiness policy when the topology
     /// has one, else whether every target is UP, DEGRADED or in MAINTENANCE (O(1) when it is).
     pub fn readiness(&self) -> Readiness {
-        if let Some(latch) = &lock(&self.deps).latch {
-            let verdict = latch.verdict();
+        if let Some(verdict) = read(&self.verdict).as_ref() {
             return Readiness {
                 ready: verdict.ready,
                 total: verdict.required,

@@ -5,6 +5,7 @@
 //! at once or not at all ([`TopologyError`]), so a bad reload never leaves a half-applied graph.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, RwLock};
 
 use crate::graph::{
     Graph, GraphConfig, GraphError, GraphReadiness, NodeError, NodeKind, NodeSpec, ReadinessLatch,
@@ -14,6 +15,7 @@ use crate::outlier::OutlierConfig;
 use crate::recovery::RecoveryConfig;
 use crate::slow_start::SlowStartConfig;
 use crate::state::{HealthState, Quality};
+use crate::sync::{read, write};
 use crate::target::{TargetId, TargetSpec};
 
 /// Everything the engine runs.
@@ -169,14 +171,18 @@ pub(super) fn graph_nodes(
 /// status lock.
 pub(super) struct Dependencies {
     pub graph: Graph,
-    pub latch: Option<ReadinessLatch>,
+    latch: Option<ReadinessLatch>,
+    /// A copy of the latch's verdict (`None` without a policy), refreshed when it changes, so
+    /// that readiness requests never wait for the graph lock that every probe result takes.
+    published: Arc<RwLock<Option<GraphReadiness>>>,
 }
 
 impl Dependencies {
-    pub fn new() -> Self {
+    pub fn new(published: Arc<RwLock<Option<GraphReadiness>>>) -> Self {
         Self {
             graph: Graph::empty(GraphConfig::default()),
             latch: None,
+            published,
         }
     }
 
@@ -197,6 +203,9 @@ impl Dependencies {
             }
             (None, Some(policy)) => Some(ReadinessLatch::new(policy)),
         };
+        if self.latch.is_none() {
+            *write(&self.published) = None;
+        }
         self.refresh();
         Ok(())
     }
@@ -233,7 +242,7 @@ impl Dependencies {
         }
     }
 
-    /// Re-evaluates readiness, logging a flip.
+    /// Re-evaluates readiness, logging a flip and publishing a changed verdict.
     fn refresh(&mut self) {
         let Some(latch) = &mut self.latch else { return };
         if latch.update(&self.graph) {
@@ -243,6 +252,10 @@ impl Dependencies {
                 reason = reason.as_deref().unwrap_or(""),
                 "readiness changed"
             );
+        }
+        let verdict = latch.verdict();
+        if read(&self.published).as_ref() != Some(verdict) {
+            *write(&self.published) = Some(verdict.clone());
         }
     }
 }
