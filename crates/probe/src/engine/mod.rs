@@ -18,7 +18,7 @@
 //! Every transition is logged once, counted once (`probe_state_transitions_total`) and reflected
 //! in `probe_target_up` and broadcast to subscribers ([`Engine::subscribe`]), all from one place.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
@@ -229,6 +229,39 @@ pub struct Readiness {
 struct Tally {
     total: AtomicUsize,
     ready: AtomicUsize,
+    /// The targets that keep the engine from being ready, so that naming a few of them takes a
+    /// glance rather than a walk over a million healthy ones. Changed on transitions only.
+    unready: Mutex<BTreeSet<TargetId>>,
+}
+
+impl Tally {
+    fn add(&self, id: &TargetId) {
+        self.total.fetch_add(1, Ordering::AcqRel);
+        lock(&self.unready).insert(id.clone());
+    }
+
+    fn remove(&self, id: &TargetId, ready: bool) {
+        self.total.fetch_sub(1, Ordering::AcqRel);
+        if ready {
+            self.ready.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            lock(&self.unready).remove(id);
+        }
+    }
+
+    fn moved(&self, id: &TargetId, from: bool, to: bool) {
+        match (from, to) {
+            (false, true) => {
+                self.ready.fetch_add(1, Ordering::AcqRel);
+                lock(&self.unready).remove(id);
+            }
+            (true, false) => {
+                self.ready.fetch_sub(1, Ordering::AcqRel);
+                lock(&self.unready).insert(id.clone());
+            }
+            _ => {}
+        }
+    }
 }
 
 /// How many state changes a slow subscriber may fall behind before it misses some.
@@ -475,13 +508,17 @@ impl Engine {
             };
         }
         const NAMED: usize = 5;
-        let others: Vec<String> = read(&self.targets)
-            .values()
-            .filter_map(|t| {
-                let state = t.lock().machine.state();
-                (!state.counts_as_ready()).then(|| format!("{} ({state})", t.spec.id))
-            })
+        let named: Vec<TargetId> = lock(&self.tally.unready)
+            .iter()
             .take(NAMED)
+            .cloned()
+            .collect();
+        let others: Vec<String> = named
+            .iter()
+            .filter_map(|id| {
+                let state = self.target(id).ok()?.lock().machine.state();
+                Some(format!("{id} ({state})"))
+            })
             .collect();
         let more = (total - healthy).saturating_sub(others.len());
         let mut reason = format!(
@@ -659,7 +696,7 @@ impl Target {
         history: usize,
         self_health: Option<Arc<SelfHealth>>,
     ) -> Self {
-        tally.total.fetch_add(1, Ordering::AcqRel);
+        tally.add(&spec.id);
         let label = spec.id.as_str().to_owned();
         let up = metrics::gauge!("probe_target_up", "target" => label.clone());
         up.set(0.0);
@@ -716,10 +753,8 @@ impl Target {
         let mut status = self.lock();
         if !status.retired {
             status.retired = true;
-            self.tally.total.fetch_sub(1, Ordering::AcqRel);
-            if status.machine.state().counts_as_ready() {
-                self.tally.ready.fetch_sub(1, Ordering::AcqRel);
-            }
+            self.tally
+                .remove(&self.spec.id, status.machine.state().counts_as_ready());
         }
     }
 
@@ -769,15 +804,11 @@ impl Target {
             deps.set_state(&self.spec.id, t.to);
             deps.set_out(&self.spec.id, status.machine.is_ejected());
         }
-        match (t.from.counts_as_ready(), t.to.counts_as_ready()) {
-            (false, true) => {
-                self.tally.ready.fetch_add(1, Ordering::AcqRel);
-            }
-            (true, false) => {
-                self.tally.ready.fetch_sub(1, Ordering::AcqRel);
-            }
-            _ => {}
-        }
+        self.tally.moved(
+            &self.spec.id,
+            t.from.counts_as_ready(),
+            t.to.counts_as_ready(),
+        );
         Some(t)
     }
 
