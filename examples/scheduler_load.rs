@@ -13,7 +13,10 @@
 //!
 //! - **lag**: `probe_scheduler_lag_seconds` (planned vs actual start of every run) rendered by the
 //!   Prometheus recorder as a summary with quantiles 0.5, 0.99, 0.999 and 1 (the max, within the
-//!   sketch's accuracy); targets p99 <= 10 ms;
+//!   sketch's accuracy); targets p99 <= 10 ms. With `--metrics lag` the samples taken once every
+//!   target has run twice are also summarised apart (`lag_steady_*`): start-up (the insertions,
+//!   every first run and every PROBING -> UP transition) and the steady state are different
+//!   loads;
 //! - **memory**: `VmRSS` from `/proc/self/status` before the engine and the specs exist, and once
 //!   every target has run at least twice (every target UP with `rise = 2`, checked after
 //!   `interval * (2 + jitter)`), divided by the target count; target <= 1024 bytes per target.
@@ -280,6 +283,10 @@ async fn run(
     let (rss_twice, twice_at) = loop {
         let healthy = engine.readiness().healthy;
         if healthy == args.targets {
+            // Anchors the steady-state summary (see the anchoring zero above), then splits.
+            metrics::histogram!(LAG_STEADY).record(0.0);
+            handle.run_upkeep();
+            STEADY.store(true, Ordering::Relaxed);
             break (support::vm_rss()?, start.elapsed());
         }
         if Instant::now() > give_up {
@@ -327,15 +334,26 @@ async fn run(
     let failed = statuses.iter().filter(|s| s.last_failure.is_some()).count();
     drop(statuses);
     let text = handle.render();
-    let quantile = |q: &str| -> anyhow::Result<f64> {
-        let prefix = format!("{LAG}{{quantile=\"{q}\"}} ");
+    let quantile_of = |name: &str, q: &str| -> anyhow::Result<f64> {
+        let prefix = format!("{name}{{quantile=\"{q}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))
-            .with_context(|| format!("no {LAG} quantile {q} in the rendered metrics"))?
+            .with_context(|| format!("no {name} quantile {q} in the rendered metrics"))?
             .trim()
             .parse()
             .context("parsing a quantile")
     };
+    let quantile = |q: &str| quantile_of(LAG, q);
+    // Only `--metrics lag` splits the steady state off.
+    let steady = quantile_of(LAG_STEADY, "0.99")
+        .and_then(|p99| {
+            Ok((
+                p99,
+                quantile_of(LAG_STEADY, "0.999")?,
+                quantile_of(LAG_STEADY, "1")?,
+            ))
+        })
+        .ok();
     let lag_count = text
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{LAG}_count ")))
@@ -372,6 +390,16 @@ async fn run(
         max * 1e3,
         if p99 <= 0.010 { "met" } else { "MISSED" }
     );
+    if let Some((p99, p999, max)) = steady {
+        println!(
+            "lag once every target ran twice: p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms; \
+             target p99 <= 10 ms: {}",
+            p99 * 1e3,
+            p999 * 1e3,
+            max * 1e3,
+            if p99 <= 0.010 { "met" } else { "MISSED" }
+        );
+    }
     println!(
         "RSS: before {} KiB, all ran twice (at {:.1} s) {} KiB, end {} KiB",
         rss_before / 1024,
@@ -409,6 +437,11 @@ async fn run(
     result("lag_p99", p99 * 1e3, "ms");
     result("lag_p999", p999 * 1e3, "ms");
     result("lag_max", max * 1e3, "ms");
+    if let Some((p99, p999, max)) = steady {
+        result("lag_steady_p99", p99 * 1e3, "ms");
+        result("lag_steady_p999", p999 * 1e3, "ms");
+        result("lag_steady_max", max * 1e3, "ms");
+    }
     result("rss_per_target", per_target(rss_twice), "bytes");
     result("rss_per_target_end", per_target(rss_end), "bytes");
     result(
@@ -467,7 +500,31 @@ fn install_metrics(args: &Args) -> anyhow::Result<metrics_exporter_prometheus::P
     Ok(handle)
 }
 
-/// Passes only the scheduler lag to Prometheus; every other metric is a no-op.
+/// Set once every target has run twice: lag samples from then on also go to [`LAG_STEADY`].
+static STEADY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The lag once start-up is over (every target inserted, through PROBING, run twice), kept apart
+/// from the whole run's so that a million first runs and transitions do not hide the steady
+/// state, nor the other way round.
+const LAG_STEADY: &str = "probe_scheduler_lag_steady_seconds";
+
+/// Records every lag sample, and the steady-state ones a second time.
+struct SplitLag {
+    all: Histogram,
+    steady: Histogram,
+}
+
+impl metrics::HistogramFn for SplitLag {
+    fn record(&self, value: f64) {
+        self.all.record(value);
+        if STEADY.load(Ordering::Relaxed) {
+            self.steady.record(value);
+        }
+    }
+}
+
+/// Passes only the scheduler lag to Prometheus (whole run and steady state); every other metric
+/// is a no-op.
 struct LagOnly(PrometheusRecorder);
 
 impl Recorder for LagOnly {
@@ -488,10 +545,15 @@ impl Recorder for LagOnly {
     }
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
-        if key.name() == LAG {
-            self.0.register_histogram(key, metadata)
-        } else {
-            Histogram::noop()
+        match key.name() {
+            LAG => Histogram::from_arc(Arc::new(SplitLag {
+                all: self.0.register_histogram(key, metadata),
+                steady: self
+                    .0
+                    .register_histogram(&Key::from_static_name(LAG_STEADY), metadata),
+            })),
+            LAG_STEADY => self.0.register_histogram(key, metadata),
+            _ => Histogram::noop(),
         }
     }
 }

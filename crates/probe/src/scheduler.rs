@@ -76,6 +76,7 @@ impl Default for SchedulerConfig {
 }
 
 enum Command {
+    Reserve(usize),
     Insert(Arc<dyn Job>),
     Remove(TargetId),
     Expedite(TargetId),
@@ -145,6 +146,13 @@ impl Scheduler {
             stats,
             tracker,
         }
+    }
+
+    /// Makes room for `additional` jobs about to be inserted, so that a large insertion grows the
+    /// dispatcher's tables once, up front, rather than rehashing a million entries in the middle
+    /// of dispatching due runs.
+    pub fn reserve(&self, additional: usize) {
+        let _ = self.commands.send(Command::Reserve(additional));
     }
 
     /// Schedules `job`, replacing any job with the same id (its in-flight result is dropped).
@@ -259,6 +267,11 @@ impl Dispatcher {
 
     fn command(&mut self, cmd: Command) {
         match cmd {
+            Command::Reserve(additional) => {
+                self.heap.reserve(additional);
+                self.entries.reserve(additional);
+                self.keys.reserve(additional);
+            }
             Command::Insert(job) => self.insert(job),
             Command::Remove(id) => {
                 if let Some(key) = self.keys.remove(&id) {

@@ -374,6 +374,7 @@ impl Engine {
                 deps.reset(id);
             }
         }
+        self.scheduler.reserve(launch.len());
         for (spec, maintenance) in launch {
             let target = self.launch(spec);
             if let Some(maintenance) = maintenance {
