@@ -102,14 +102,16 @@ fn http_client() -> Http {
     )
 }
 
+/// The probe interval of the tests that do not race probes against requests.
+const FAST: Duration = Duration::from_millis(500);
+
 fn id(s: &str) -> TargetId {
     TargetId::new(s).unwrap()
 }
 
-/// Members probed every 500 ms, DOWN after `fall` 3 failures (1.5 s at best); the pool ejects
-/// after 3 gateway failures, for 1 s, then 1 s of cool-down and 2 passes, and ramps over 2 s.
-fn topology(addrs: &[SocketAddr]) -> Topology {
-    let interval = Duration::from_millis(500);
+/// Members probed every `interval`, DOWN after `fall` 3 failures; the pool ejects after 3
+/// gateway failures, for 1 s, then 1 s of cool-down and 2 passes, and ramps over 2 s.
+fn topology(addrs: &[SocketAddr], interval: Duration) -> Topology {
     let names: Vec<String> = (0..addrs.len()).map(|i| format!("m{i}")).collect();
     Topology {
         targets: names
@@ -161,9 +163,11 @@ fn topology(addrs: &[SocketAddr]) -> Topology {
     }
 }
 
-/// Starts `n` backends and an engine probing them, and waits until every member is UP.
+/// Starts `n` backends and an engine probing them every `interval`, and waits until every member
+/// is UP.
 async fn setup(
     n: usize,
+    interval: Duration,
     cancel: &CancellationToken,
 ) -> (Engine, Vec<Arc<Backend>>, Vec<SocketAddr>) {
     let mut backends = Vec::new();
@@ -175,7 +179,7 @@ async fn setup(
     }
     let engine = Engine::start(EngineConfig::default(), cancel.child_token());
     let mut events = engine.subscribe();
-    engine.apply(topology(&addrs)).unwrap();
+    engine.apply(topology(&addrs, interval)).unwrap();
     let mut up = 0;
     while up < n {
         if events.recv().await.unwrap().to == HealthState::Up {
@@ -202,7 +206,9 @@ where
 #[tokio::test]
 async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back() {
     let cancel = CancellationToken::new();
-    let (engine, backends, _) = setup(3, &cancel).await;
+    // Probes every 2 s: `fall` takes 2 s or more once the backend fails, an age next to the
+    // handful of requests that eject it, even on a loaded machine.
+    let (engine, backends, _) = setup(3, Duration::from_secs(2), &cancel).await;
     let mut client =
         BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), None).layer(http_client());
 
@@ -210,10 +216,15 @@ async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back(
     backends[0].health_failing.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let mut failures = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
     while !engine.status(&id("m0")).unwrap().pool.unwrap().ejected {
         if status(&mut client, get()).await.unwrap() == 503 {
             failures += 1;
         }
+        assert!(
+            Instant::now() < deadline,
+            "not ejected after {failures} failures"
+        );
     }
     let took = started.elapsed();
     let m0 = engine.status(&id("m0")).unwrap();
@@ -234,7 +245,7 @@ async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back(
     backends[0].failing.store(false, Ordering::SeqCst);
     backends[0].health_failing.store(false, Ordering::SeqCst);
     let mut weights = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let member = engine.status(&id("m0")).unwrap().pool.unwrap();
         if !member.ejected {
@@ -261,7 +272,7 @@ async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back(
 #[tokio::test]
 async fn the_layer_spares_its_client_most_failures() {
     let cancel = CancellationToken::new();
-    let (engine, backends, addrs) = setup(3, &cancel).await;
+    let (engine, backends, addrs) = setup(3, FAST, &cancel).await;
     backends[1].failing.store(true, Ordering::SeqCst);
     const REQUESTS: usize = 300;
 
@@ -324,7 +335,7 @@ fn budget() -> Option<RetryBudget> {
 #[tokio::test]
 async fn a_get_to_a_dying_member_succeeds_through_another() {
     let cancel = CancellationToken::new();
-    let (engine, backends, _) = setup(2, &cancel).await;
+    let (engine, backends, _) = setup(2, FAST, &cancel).await;
     backends[0].failing.store(true, Ordering::SeqCst);
     let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
         .layer(http_client());
@@ -341,7 +352,7 @@ async fn a_get_to_a_dying_member_succeeds_through_another() {
 #[tokio::test]
 async fn a_post_without_idempotency_key_is_never_retried() {
     let cancel = CancellationToken::new();
-    let (engine, backends, _) = setup(2, &cancel).await;
+    let (engine, backends, _) = setup(2, FAST, &cancel).await;
     backends[0].failing.store(true, Ordering::SeqCst);
     let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
         .layer(http_client());
