@@ -37,7 +37,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use socket2::{Domain, Protocol, Socket, Type};
 use tokio::time::Instant;
 
 const USAGE: &str = "usage: api_load [--targets N] [--interval-ms MS] [--listeners N] \
@@ -406,23 +405,7 @@ fn start_listeners(count: usize) -> anyhow::Result<Vec<SocketAddr>> {
             0,
             u8::try_from(i + 2).context("too many listeners")?,
         ];
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
-            .context("creating a listener socket")?;
-        socket.set_reuse_address(true)?;
-        socket
-            .bind(&SocketAddr::from((ip, 0)).into())
-            .with_context(|| format!("binding {ip:?}:0"))?;
-        socket.listen(4096).context("listen")?;
-        let listener: TcpListener = socket.into();
-        addrs.push(listener.local_addr()?);
-        std::thread::Builder::new()
-            .name(format!("tcp-listen-{i}"))
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    drop(conn);
-                }
-            })
-            .context("spawning a listener thread")?;
+        addrs.push(support::accept_and_drop(ip, format!("tcp-listen-{i}"))?);
     }
     Ok(addrs)
 }

@@ -159,6 +159,7 @@
 
 #[path = "support/mod.rs"]
 mod support;
+use support::RunCounter;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
@@ -1223,26 +1224,9 @@ impl CpuTicks {
         Ok(Self {
             process,
             fixtures,
-            host_busy: host_busy_ticks()?,
+            host_busy: support::box_ticks()?,
         })
     }
-}
-
-/// Busy ticks of all CPUs: the `cpu` line of `/proc/stat` without `idle` and `iowait` (user,
-/// nice, system, irq, softirq, steal; guest time is inside user already).
-fn host_busy_ticks() -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .context("no cpu line in /proc/stat")?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse().context("a /proc/stat cpu field"))
-        .collect::<anyhow::Result<_>>()?;
-    ensure!(fields.len() >= 8, "short cpu line in /proc/stat");
-    Ok(fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1596,16 +1580,6 @@ impl Metrics {
             self.runs.0.load(Ordering::Relaxed),
             self.failures.load(Ordering::Relaxed),
         )
-    }
-}
-
-/// Counts `probe_duration_seconds` records: one per probe run.
-#[derive(Default)]
-struct RunCounter(AtomicU64);
-
-impl metrics::HistogramFn for RunCounter {
-    fn record(&self, _value: f64) {
-        self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 

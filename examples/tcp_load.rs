@@ -70,9 +70,10 @@
 
 #[path = "support/mod.rs"]
 mod support;
+use support::RunCounter;
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,7 +89,6 @@ use probe::target::{
     Thresholds,
 };
 use probe::{Engine, EngineConfig};
-use socket2::{Domain, Protocol, Socket, Type};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -632,24 +632,10 @@ impl CpuSnapshot {
 fn start_listeners(count: usize) -> anyhow::Result<Vec<SocketAddr>> {
     let mut addrs = Vec::with_capacity(count);
     for i in 0..count {
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
-            .context("creating a listener socket")?;
-        socket.set_reuse_address(true)?;
-        socket
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .context("binding 127.0.0.1:0")?;
-        socket.listen(4096).context("listen")?;
-        let listener: TcpListener = socket.into();
-        addrs.push(listener.local_addr()?);
-        std::thread::Builder::new()
-            .name(format!("{LISTENER_THREAD}{i}"))
-            .spawn(move || {
-                // Accept and drop: a plain close (FIN) that races with the prober's reset.
-                for conn in listener.incoming() {
-                    drop(conn);
-                }
-            })
-            .context("spawning a listener thread")?;
+        addrs.push(support::accept_and_drop(
+            [127, 0, 0, 1],
+            format!("{LISTENER_THREAD}{i}"),
+        )?);
     }
     Ok(addrs)
 }
@@ -1036,16 +1022,6 @@ fn install_metrics(mode: MetricsMode) -> anyhow::Result<Counters> {
             probe::engine::describe_metrics();
             Ok(Counters::Prometheus(handle))
         }
-    }
-}
-
-/// Counts histogram records: one `probe_duration_seconds` record per probe run.
-#[derive(Default)]
-struct RunCounter(AtomicU64);
-
-impl metrics::HistogramFn for RunCounter {
-    fn record(&self, _value: f64) {
-        self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -102,3 +102,38 @@ pub fn vm_rss_of(pid: &str) -> anyhow::Result<u64> {
 pub fn result(scenario: &str, metric: &str, value: f64, unit: &str) {
     println!("RESULT scenario={scenario} metric={metric} value={value:.6} unit={unit}");
 }
+
+/// An accept-and-drop listener on `ip` (any free port, backlog 4096) served by its own OS thread
+/// named `thread`: a probe target whose accepting costs this process as little as it can.
+pub fn accept_and_drop(ip: [u8; 4], thread: String) -> anyhow::Result<std::net::SocketAddr> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .context("creating a listener socket")?;
+    socket.set_reuse_address(true)?;
+    socket
+        .bind(&std::net::SocketAddr::from((ip, 0)).into())
+        .with_context(|| format!("binding {ip:?}:0"))?;
+    socket.listen(4096).context("listen")?;
+    let listener: std::net::TcpListener = socket.into();
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name(thread)
+        .spawn(move || {
+            // Accept and drop: a plain close (FIN) that races with the prober's reset.
+            for conn in listener.incoming() {
+                drop(conn);
+            }
+        })
+        .context("spawning a listener thread")?;
+    Ok(addr)
+}
+
+/// Counts histogram records: one `probe_duration_seconds` record per probe run.
+#[derive(Default)]
+pub struct RunCounter(pub std::sync::atomic::AtomicU64);
+
+impl metrics::HistogramFn for RunCounter {
+    fn record(&self, _value: f64) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
