@@ -785,18 +785,7 @@ fn count(raw: Option<&Sp<u32>>, name: &str, diags: &mut Diags) -> Slot<NonZeroU3
 }
 
 fn fraction(raw: Option<&Sp<f64>>, diags: &mut Diags, message: fn(f64) -> String) -> Slot<f64> {
-    let Some(raw) = raw else {
-        return Slot::Absent;
-    };
-    if (0.0..=1.0).contains(&raw.value) {
-        Slot::Set {
-            value: raw.value,
-            key: raw.key,
-        }
-    } else {
-        diags.push((raw.pos, message(raw.value)));
-        Slot::Invalid
-    }
+    passive::checked(raw, |v| (0.0..=1.0).contains(&v), message, diags)
 }
 
 fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {

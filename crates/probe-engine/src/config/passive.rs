@@ -644,7 +644,7 @@ pub(super) fn target_only(name: &str) -> Option<&'static str> {
 // One value at a time, with the library's rules and messages.
 
 /// A located number accepted by `ok`; otherwise `message` is reported at the value.
-fn checked<T: Copy>(
+pub(super) fn checked<T: Copy>(
     raw: Option<&Sp<T>>,
     ok: impl Fn(T) -> bool,
     message: impl Fn(T) -> String,
