@@ -472,17 +472,28 @@ impl Engine {
             metrics::gauge!("probe_dependency_down", "target" => label)
                 .set(if node.dependency_down { 1.0 } else { 0.0 });
         }
-        for status in self.statuses() {
-            let label = status.id.as_str().to_owned();
-            if let Some(member) = &status.pool {
-                metrics::gauge!("probe_target_weight", "target" => label.clone())
-                    .set(member.weight);
-                metrics::gauge!("probe_ejected", "target" => label.clone())
-                    .set(if member.ejected { 1.0 } else { 0.0 });
-            }
-            if let Some(circuit) = &status.circuit {
-                metrics::gauge!("probe_circuit_state", "target" => label)
-                    .set(f64::from(circuit.state.code()));
+        // Only pool members and targets with a breaker: not a full status copy of every target.
+        let now = Instant::now();
+        let members = lock(&self.pools).members(now);
+        for member in members {
+            let label = member.id.as_str().to_owned();
+            metrics::gauge!("probe_target_weight", "target" => label.clone()).set(member.weight);
+            metrics::gauge!("probe_ejected", "target" => label).set(if member.ejected {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        let breakers: Vec<Arc<Target>> = read(&self.targets)
+            .values()
+            .filter(|t| t.breaker.is_some())
+            .cloned()
+            .collect();
+        for target in breakers {
+            if let Some(breaker) = &target.breaker {
+                let state = lock(breaker).snapshot(now).state;
+                metrics::gauge!("probe_circuit_state", "target" => target.spec.id.as_str().to_owned())
+                    .set(f64::from(state.code()));
             }
         }
     }

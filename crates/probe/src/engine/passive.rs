@@ -142,8 +142,12 @@ impl Engine {
             status.machine.state().is_healthy()
         };
         let events = lock(&self.pools).record(id, call, now);
+        // Ejected by this very call: DOWN already, nothing for a re-probe to decide.
+        let ejected = events
+            .iter()
+            .any(|(_, e)| matches!(e, OutlierEvent::Ejected(e) if e.id == *id));
         self.settle(&events);
-        if failed && healthy && !target.lock().machine.is_ejected() {
+        if failed && healthy && !ejected {
             tracing::debug!(target_id = %id, outcome = call.outcome.as_str(), "passive failure: re-probing now");
             self.scheduler.expedite(id);
         }

@@ -147,6 +147,14 @@ impl Pools {
         Some(shown)
     }
 
+    /// Every member of any pool, once, as [`member`](Self::member) shows it.
+    pub fn members(&self, now: Instant) -> Vec<MemberStatus> {
+        self.member_of
+            .keys()
+            .filter_map(|id| self.member(id, now))
+            .collect()
+    }
+
     /// Every member of pool `group` with its routing weight; `None` when `group` is no pool.
     pub fn weights(&self, group: &TargetId, now: Instant) -> Option<(Vec<(TargetId, f64)>, bool)> {
         let detector = &self.pools.get(group)?.detector;
