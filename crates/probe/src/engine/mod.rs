@@ -382,21 +382,29 @@ impl Engine {
             }
             targets.insert(target.spec.id.clone(), target);
         }
-        lock(&self.pools).apply(
-            &pools,
-            &nodes,
-            |id| targets.contains_key(id),
-            Instant::now(),
-        );
-        // Members that left a pool come back, restarted members stay out.
-        let pools = lock(&self.pools);
-        let ejected: Vec<_> = targets
-            .values()
-            .map(|t| (t.clone(), pools.is_out(&t.spec.id)))
-            .collect();
-        drop(pools);
-        for (target, out) in ejected {
-            target.set_ejected(out);
+        let pooled = {
+            let mut current = lock(&self.pools);
+            let before = !current.is_empty();
+            current.apply(
+                &pools,
+                &nodes,
+                |id| targets.contains_key(id),
+                Instant::now(),
+            );
+            before || !current.is_empty()
+        };
+        // Members that left a pool come back, restarted members stay out. Without pools before
+        // or after, no target can be ejected: nothing to look at.
+        if pooled {
+            let pools = lock(&self.pools);
+            let ejected: Vec<_> = targets
+                .values()
+                .map(|t| (t.clone(), pools.is_out(&t.spec.id)))
+                .collect();
+            drop(pools);
+            for (target, out) in ejected {
+                target.set_ejected(out);
+            }
         }
         Ok(diff)
     }

@@ -79,6 +79,11 @@ impl Pools {
         }
     }
 
+    /// Whether there is no pool.
+    pub fn is_empty(&self) -> bool {
+        self.pools.is_empty()
+    }
+
     /// Judges a real call to `id` in each of its pools.
     pub fn record(&mut self, id: &TargetId, call: &Call, now: Instant) -> Vec<PoolEvent> {
         self.each_pool_of(id, |detector| detector.record(id, call, now))
