@@ -28,12 +28,13 @@
 
 #[path = "support/mod.rs"]
 mod support;
+use support::ChildGuard;
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -129,16 +130,6 @@ impl Args {
 
 fn main() -> std::process::ExitCode {
     support::exit(Args::parse().and_then(run))
-}
-
-/// A child process that is killed (by its own pid) when dropped.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn run(args: Args) -> anyhow::Result<()> {

@@ -40,10 +40,11 @@
 
 #[path = "support/mod.rs"]
 mod support;
+use support::ChildGuard;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener as StdListener};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -185,22 +186,6 @@ fn serve(mut argv: impl Iterator<Item = String>) -> anyhow::Result<()> {
         axum::serve(listener, app).await?;
         anyhow::Ok(())
     })
-}
-
-/// A child process that is killed (by its own pid) when dropped.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn start_server(threads: usize) -> anyhow::Result<(ChildGuard, SocketAddr)> {
@@ -518,75 +503,26 @@ fn which(path: &str) -> Option<std::path::PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// A free loopback port (bound, then released for the exporter to bind).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 async fn blackbox_phase(
     args: &Args,
     binary: &std::path::Path,
     target: &str,
     server_pid: &str,
 ) -> anyhow::Result<Measured> {
-    let dir = tempfile::tempdir()?;
-    let config = dir.path().join("blackbox.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "modules:\n  http_2xx:\n    prober: http\n    timeout: {}s\n    http:\n      \
-             preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
-            PROBE_TIMEOUT.as_secs()
-        ),
-    )?;
-    let port = free_port()?;
-    let exporter = ChildGuard(
-        Command::new(binary)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?,
-    );
-    let version = Command::new(binary)
-        .arg("--version")
-        .output()
-        .map(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            text.lines().next().unwrap_or_default().to_owned()
-        })
-        .unwrap_or_default();
+    let exporter = support::Blackbox::start(binary, "http_2xx", "http", PROBE_TIMEOUT)?;
     println!(
-        "blackbox_exporter: {} (pid {}, 127.0.0.1:{port}), module http_2xx, driven by {} \
+        "blackbox_exporter: {} (pid {}, 127.0.0.1:{}), module http_2xx, driven by {} \
          concurrent /probe requests",
-        version.trim(),
-        exporter.pid(),
+        exporter.version,
+        exporter.child.pid(),
+        exporter.port,
         args.blackbox_concurrency
     );
-
-    let probe_url = format!("http://127.0.0.1:{port}/probe?target={target}&module=http_2xx");
-    let mut spec = HttpSpec::get(probe_url.parse()?);
-    spec.expect.body_contains = Some("probe_success 1".into());
-    // Wait until the exporter answers, and answers a probe successfully.
-    let ready = HttpProbe::new(spec.clone());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let result = ready.check(PROBE_TIMEOUT).await;
-        match result.verdict {
-            Verdict::Failed(f) if Instant::now() >= deadline => {
-                bail!("blackbox_exporter did not come up: {f}")
-            }
-            Verdict::Failed(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            _ => break,
-        }
-    }
+    let spec = exporter.spec(target)?;
+    exporter.wait_ready(spec.clone(), PROBE_TIMEOUT).await?;
     let probes = (0..args.blackbox_concurrency)
         .map(|_| Arc::new(HttpProbe::new(spec.clone())) as Arc<dyn Probe>)
         .collect();
-    let pid = exporter.pid().to_string();
+    let pid = exporter.child.pid().to_string();
     measure("blackbox", args, probes, &pid, server_pid).await
 }

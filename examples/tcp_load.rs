@@ -1132,16 +1132,6 @@ impl Recorder for CountingRecorder {
     }
 }
 
-/// A child process that is killed (by its own pid) when dropped.
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs blackbox_exporter's `tcp_connect` module against the listeners, driven through its
 /// `/probe` endpoint by `--blackbox-concurrency` tasks for warm-up plus duration; measures the
 /// exporter's CPU over the window.
@@ -1150,47 +1140,18 @@ async fn blackbox_phase(
     listeners: &[SocketAddr],
     binary: &std::path::Path,
 ) -> anyhow::Result<Measured> {
-    use probe::http::{HttpProbe, HttpSpec};
+    use probe::http::HttpProbe;
     use probe::outcome::Verdict;
-    use std::process::{Command, Stdio};
 
     // Not the engine's timeout (half the interval): a saturated exporter needs the headroom, and
     // its timeout sets no rate.
     let timeout = Duration::from_secs(1);
-    let dir = tempfile::tempdir()?;
-    let config = dir.path().join("blackbox.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: {}ms\n    tcp:\n      \
-             preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
-            timeout.as_millis()
-        ),
-    )?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let exporter = ChildGuard(
-        Command::new(binary)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?,
+    let exporter = support::Blackbox::start(binary, "tcp_connect", "tcp", timeout)?;
+    let (pid, port, version) = (
+        exporter.child.pid().to_string(),
+        exporter.port,
+        &exporter.version,
     );
-    let pid = exporter.0.id().to_string();
-    let version = Command::new(binary)
-        .arg("--version")
-        .output()
-        .map(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            text.lines().next().unwrap_or_default().to_owned()
-        })
-        .unwrap_or_default();
     println!(
         "blackbox_exporter: {} (pid {pid}, 127.0.0.1:{port}), module tcp_connect (timeout {} ms), \
          driven by {} concurrent /probe requests; {} s warm-up, then {} s measured",
@@ -1200,24 +1161,10 @@ async fn blackbox_phase(
         args.warmup.as_secs(),
         args.duration.as_secs()
     );
-    let spec = |target: SocketAddr| -> anyhow::Result<HttpSpec> {
-        let url = format!("http://127.0.0.1:{port}/probe?target={target}&module=tcp_connect");
-        let mut spec = HttpSpec::get(url.parse()?);
-        spec.expect.body_contains = Some("probe_success 1".into());
-        Ok(spec)
-    };
-    // Wait until the exporter answers a probe successfully.
-    let ready = HttpProbe::new(spec(listeners[0])?);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match ready.check(Duration::from_secs(2)).await.verdict {
-            Verdict::Failed(f) if Instant::now() >= deadline => {
-                bail!("blackbox_exporter did not come up: {f}")
-            }
-            Verdict::Failed(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            _ => break,
-        }
-    }
+    let spec = |target: SocketAddr| exporter.spec(&target.to_string());
+    exporter
+        .wait_ready(spec(listeners[0])?, Duration::from_secs(2))
+        .await?;
 
     let counts = Arc::new(FloorCounts::default());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -137,3 +137,116 @@ impl metrics::HistogramFn for RunCounter {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// A child process that is killed (by its own pid) when dropped.
+pub struct ChildGuard(pub std::process::Child);
+
+impl ChildGuard {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A blackbox_exporter started by a harness on a free loopback port with one module, stopped when
+/// dropped.
+pub struct Blackbox {
+    pub child: ChildGuard,
+    pub port: u16,
+    /// The first line of `--version`.
+    pub version: String,
+    module: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Blackbox {
+    /// Starts `binary` with module `module` of prober `prober` (`tcp` or `http`), IPv4 only.
+    pub fn start(
+        binary: &std::path::Path,
+        module: &str,
+        prober: &str,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<Self> {
+        use std::process::{Command, Stdio};
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("blackbox.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "modules:\n  {module}:\n    prober: {prober}\n    timeout: {}ms\n    {prober}:\n      \
+                 preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
+                timeout.as_millis()
+            ),
+        )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = ChildGuard(
+            Command::new(binary)
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg("--log.level=warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {}", binary.display()))?,
+        );
+        let version = Command::new(binary)
+            .arg("--version")
+            .output()
+            .map(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr);
+                text.lines().next().unwrap_or_default().trim().to_owned()
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            child,
+            port,
+            version,
+            module: module.to_owned(),
+            _dir: dir,
+        })
+    }
+
+    /// A check of `target` through the exporter's `/probe` endpoint, passing on `probe_success 1`.
+    pub fn spec(&self, target: &str) -> anyhow::Result<probe::http::HttpSpec> {
+        let url = format!(
+            "http://127.0.0.1:{}/probe?target={target}&module={}",
+            self.port, self.module
+        );
+        let mut spec = probe::http::HttpSpec::get(url.parse()?);
+        spec.expect.body_contains = Some("probe_success 1".into());
+        Ok(spec)
+    }
+
+    /// Waits (15 s at most) until the exporter answers `spec` successfully.
+    pub async fn wait_ready(
+        &self,
+        spec: probe::http::HttpSpec,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        use probe::outcome::Verdict;
+        use probe::probe::Probe;
+        let ready = probe::http::HttpProbe::new(spec);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            match ready.check(timeout).await.verdict {
+                Verdict::Failed(f) if tokio::time::Instant::now() >= deadline => {
+                    anyhow::bail!("blackbox_exporter did not come up: {f}")
+                }
+                Verdict::Failed(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
