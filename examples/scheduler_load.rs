@@ -425,7 +425,8 @@ async fn run(
 
     // Spread: 100 ms buckets from one interval after the start to the last full bucket.
     let first = (args.interval.as_millis() / BUCKET.as_millis()) as usize;
-    let last = (end.as_millis() / BUCKET.as_millis()) as usize;
+    // A run that overran its planned length (a slow machine, a profiler) has no buckets past it.
+    let last = ((end.as_millis() / BUCKET.as_millis()) as usize).min(noop.buckets.len());
     let counts: Vec<u32> = noop.buckets[first..last.max(first)]
         .iter()
         .map(|b| b.load(Ordering::Relaxed))
