@@ -796,8 +796,8 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let specs = (0..a.targets)
         .map(|i| {
-            let mut tcp = TcpSpec::connect(Address::Socket(listeners[i % listeners.len()].addr));
-            tcp.expect = Some(Expect::Contains(b"OK".to_vec()));
+            let tcp = TcpSpec::connect(Address::Socket(listeners[i % listeners.len()].addr))
+                .with_expect(Expect::Contains(b"OK".to_vec()));
             let mut spec =
                 TargetSpec::new(TargetId::new(&format!("fd-{i:04}"))?, ProbeSpec::Tcp(tcp));
             spec.schedule = schedule;

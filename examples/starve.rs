@@ -269,11 +269,11 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
                     flap: None,
                     ..TargetSpec::new(
                         TargetId::new(&format!("t{i}"))?,
-                        ProbeSpec::Tcp(TcpSpec {
-                            send: Some(b"PING\n".to_vec()),
-                            expect: Some(Expect::Contains(b"PONG".to_vec())),
-                            ..TcpSpec::connect(address)
-                        })
+                        ProbeSpec::Tcp(
+                            TcpSpec::connect(address)
+                                .with_send(b"PING\n")
+                                .with_expect(Expect::Contains(b"PONG".to_vec()))
+                        )
                     )
                 })
             })

@@ -492,8 +492,9 @@ async fn a_flapping_target_is_held_in_probing_until_stable() {
     let status = engine.status(&id("flaky")).unwrap();
     assert!(status.flapping);
     assert_eq!(status.state, HealthState::Probing);
-    // 19 flips, yet only the first 4 became transitions, then one into PROBING for flapping.
-    assert_eq!(status.transitions, 5);
+    // The first verdict and 19 flips, yet only the verdict and the first 4 flips became
+    // transitions, then one into PROBING for flapping.
+    assert_eq!(status.transitions, 6);
     // The script ends in successes: after 60 s of agreement the target is released with the
     // verdict the results point to.
     let released = loop {

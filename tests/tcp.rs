@@ -123,8 +123,7 @@ async fn full_accept_queue_times_out_within_the_deadline() {
 #[tokio::test]
 async fn silent_peer_times_out_waiting_for_the_reply() {
     let (_l, addr) = listener().await;
-    let mut s = spec(addr);
-    s.expect = Some(Expect::Contains(b"PONG".to_vec()));
+    let s = spec(addr).with_expect(Expect::Contains(b"PONG".to_vec()));
     let err = TcpProbe::new(s).check(TIMEOUT).await.unwrap_err();
     assert_eq!(err.reason, FailureReason::Timeout, "{err}");
 }
@@ -152,23 +151,25 @@ async fn echo_server(reply: &'static [u8]) -> SocketAddr {
 #[tokio::test]
 async fn send_expect_matches() {
     let addr = echo_server(b"+PONG\r\n").await;
-    let mut s = spec(addr);
-    s.send = Some(b"PING\r\n".to_vec());
-    s.expect = Some(Expect::Contains(b"PONG".to_vec()));
-    TcpProbe::new(s.clone()).check(TIMEOUT).await.unwrap();
+    let s = spec(addr).with_send(b"PING\r\n");
+    TcpProbe::new(s.clone().with_expect(Expect::Contains(b"PONG".to_vec())))
+        .check(TIMEOUT)
+        .await
+        .unwrap();
 
-    s.expect = Some(Expect::Regex(
-        regex::bytes::Regex::new(r"^\+PO+NG\r\n$").unwrap(),
-    ));
-    TcpProbe::new(s).check(TIMEOUT).await.unwrap();
+    let regex = regex::bytes::Regex::new(r"^\+PO+NG\r\n$").unwrap();
+    TcpProbe::new(s.with_expect(Expect::Regex(regex)))
+        .check(TIMEOUT)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn send_expect_mismatch_is_a_body_failure() {
     let addr = echo_server(b"-ERR unknown command\r\n").await;
-    let mut s = spec(addr);
-    s.send = Some(b"PING\r\n".to_vec());
-    s.expect = Some(Expect::Contains(b"PONG".to_vec()));
+    let s = spec(addr)
+        .with_send(b"PING\r\n")
+        .with_expect(Expect::Contains(b"PONG".to_vec()));
     let err = TcpProbe::new(s).check(TIMEOUT).await.unwrap_err();
     assert_eq!(err.reason, FailureReason::Body, "{err}");
     assert!(err.detail.contains("-ERR unknown command"), "{err}");

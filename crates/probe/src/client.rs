@@ -183,7 +183,7 @@ where
 
 /// `uri` with the scheme and authority of `lease`'s member.
 fn member_uri(lease: &Lease, uri: &Uri) -> Result<Uri, BoxError> {
-    let (scheme, authority) = match &lease.spec().probe {
+    let (scheme, authority) = match lease.probe() {
         ProbeSpec::Http(spec) => {
             let url = spec.url.as_url();
             let host = url.host_str().unwrap_or_default();

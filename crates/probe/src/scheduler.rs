@@ -125,9 +125,8 @@ impl Scheduler {
             config,
             epoch: Instant::now(),
             heap: BinaryHeap::new(),
-            entries: HashMap::new(),
+            entries: Slab::default(),
             keys: HashMap::new(),
-            next_key: 0,
             jobs_tx,
             jobs_rx,
             done_tx,
@@ -203,6 +202,66 @@ struct Entry {
     extra: bool,
 }
 
+/// The live entries, in a vector indexed by the low half of a key. A slot freed by a removal is
+/// reused with its generation (the key's high half) bumped, so a key names one insertion. A
+/// hash map by key would cost twice the memory at a million entries (its buckets are a power of
+/// two, at most 7/8 full) and a hash per dispatch.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Slot>,
+    /// Indices of the empty slots.
+    free: Vec<u32>,
+}
+
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+impl Slab {
+    fn reserve(&mut self, additional: usize) {
+        self.slots
+            .reserve(additional.saturating_sub(self.free.len()));
+    }
+
+    /// Stores `entry`; returns its key.
+    fn insert(&mut self, entry: Entry) -> u64 {
+        // The index takes the key's low 32 bits: 4 billion slots would be 256 GiB.
+        let index = match self.free.pop() {
+            Some(index) => index as usize,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    entry: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.entry = Some(entry);
+        (u64::from(slot.generation) << 32) | index as u64
+    }
+
+    /// The live slot `key` names, if it still does.
+    fn slot(&mut self, key: u64) -> Option<&mut Slot> {
+        let slot = self.slots.get_mut(key as u32 as usize)?;
+        (u64::from(slot.generation) == key >> 32).then_some(slot)
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Entry> {
+        self.slot(key)?.entry.as_mut()
+    }
+
+    fn remove(&mut self, key: u64) {
+        if let Some(slot) = self.slot(key)
+            && slot.entry.take().is_some()
+        {
+            slot.generation = slot.generation.wrapping_add(1);
+            self.free.push(key as u32);
+        }
+    }
+}
+
 struct Dispatcher {
     config: SchedulerConfig,
     /// The origin of every target's grid, so offsets spread targets relative to each other.
@@ -211,9 +270,8 @@ struct Dispatcher {
     heap: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Live entries by key. A key names one insertion, so a replaced target's late result
     /// (old key) cannot touch its successor.
-    entries: HashMap<u64, Entry>,
+    entries: Slab,
     keys: HashMap<TargetId, u64>,
-    next_key: u64,
     jobs_tx: async_channel::Sender<Dispatch>,
     /// Kept to hand to new workers.
     jobs_rx: async_channel::Receiver<Dispatch>,
@@ -275,7 +333,7 @@ impl Dispatcher {
             Command::Insert(job) => self.insert(job),
             Command::Remove(id) => {
                 if let Some(key) = self.keys.remove(&id) {
-                    self.entries.remove(&key);
+                    self.entries.remove(key);
                 }
             }
             Command::Expedite(id) => self.expedite(&id),
@@ -286,7 +344,7 @@ impl Dispatcher {
         let Some(&key) = self.keys.get(id) else {
             return;
         };
-        let Some(entry) = self.entries.get_mut(&key) else {
+        let Some(entry) = self.entries.get_mut(key) else {
             return;
         };
         let now = Instant::now();
@@ -303,28 +361,24 @@ impl Dispatcher {
     }
 
     fn insert(&mut self, job: Arc<dyn Job>) {
-        let key = self.next_key;
-        self.next_key += 1;
-        if let Some(old) = self.keys.insert(job.id().clone(), key) {
-            self.entries.remove(&old);
-        }
-        let anchor = first_anchor(self.epoch, Instant::now(), job.interval(), job.id());
+        let id = job.id().clone();
+        let anchor = first_anchor(self.epoch, Instant::now(), job.interval(), &id);
         let fire = anchor + crate::state::jitter(job.interval(), job.jitter(), &mut self.rng);
+        let key = self.entries.insert(Entry {
+            job,
+            anchor,
+            queued: Some(fire),
+            expedite: false,
+            extra: false,
+        });
         self.heap.push(Reverse((fire, key)));
-        self.entries.insert(
-            key,
-            Entry {
-                job,
-                anchor,
-                queued: Some(fire),
-                expedite: false,
-                extra: false,
-            },
-        );
+        if let Some(old) = self.keys.insert(id, key) {
+            self.entries.remove(old);
+        }
     }
 
     fn reschedule(&mut self, done: Done) {
-        let Some(entry) = self.entries.get_mut(&done.key) else {
+        let Some(entry) = self.entries.get_mut(done.key) else {
             return;
         };
         let now = Instant::now();
@@ -356,7 +410,7 @@ impl Dispatcher {
                 break;
             }
             self.heap.pop();
-            let Some(entry) = self.entries.get_mut(&key) else {
+            let Some(entry) = self.entries.get_mut(key) else {
                 continue;
             };
             if entry.queued != Some(at) {
@@ -500,5 +554,52 @@ mod tests {
         let a1 = first_anchor(epoch, later, interval, &id);
         assert!(a1 >= later && a1 < later + interval);
         assert_eq!((a1 - a0).as_nanos() % interval.as_nanos(), 0);
+    }
+
+    struct Noop(TargetId);
+
+    #[async_trait::async_trait]
+    impl Job for Noop {
+        fn id(&self) -> &TargetId {
+            &self.0
+        }
+        fn interval(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+        fn jitter(&self) -> f64 {
+            0.0
+        }
+        async fn run(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    fn entry(id: &str) -> Entry {
+        Entry {
+            job: Arc::new(Noop(TargetId::new(id).unwrap())),
+            anchor: Instant::now(),
+            queued: None,
+            expedite: false,
+            extra: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reused_slot_does_not_answer_to_its_old_key() {
+        let mut slab = Slab::default();
+        let a = slab.insert(entry("a"));
+        let b = slab.insert(entry("b"));
+        slab.remove(a);
+        assert!(slab.get_mut(a).is_none());
+        // The freed slot is reused for the next insertion, under a new key.
+        let c = slab.insert(entry("c"));
+        assert_eq!(c as u32, a as u32);
+        assert_ne!(c, a);
+        assert_eq!(slab.slots.len(), 2);
+        // A late result or removal for the old key does not touch its successor.
+        assert!(slab.get_mut(a).is_none());
+        slab.remove(a);
+        assert_eq!(slab.get_mut(c).map(|e| e.job.id().as_str()), Some("c"));
+        assert_eq!(slab.get_mut(b).map(|e| e.job.id().as_str()), Some("b"));
     }
 }

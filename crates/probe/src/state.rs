@@ -165,12 +165,51 @@ impl From<&Verdict> for Quality {
 /// How many recent results feed the backoff's success-rate feedback (seed 002 uses 10).
 const FEEDBACK_WINDOW: u8 = 10;
 
+/// [`FlapPolicy`] as a machine keeps it: durations in milliseconds, so that it sits inline in
+/// every target's machine (16 bytes with its `Option`) rather than behind a pointer (8 bytes
+/// inline plus a 40-byte allocation). Sub-millisecond parts of a window are dropped.
+#[derive(Clone, Copy, Debug)]
+struct Flap {
+    transitions: u32,
+    window_ms: u32,
+    min_stable_ms: u32,
+}
+
+impl From<FlapPolicy> for Flap {
+    fn from(policy: FlapPolicy) -> Self {
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        Self {
+            transitions: policy.transitions,
+            window_ms: ms(policy.window),
+            min_stable_ms: ms(policy.min_stable),
+        }
+    }
+}
+
+impl Flap {
+    fn window(self) -> Duration {
+        Duration::from_millis(self.window_ms.into())
+    }
+
+    fn min_stable(self) -> Duration {
+        Duration::from_millis(self.min_stable_ms.into())
+    }
+}
+
+/// What flap detection remembers of a machine.
+#[derive(Clone, Debug, Default)]
+struct Flips {
+    /// When recent result-driven transitions happened.
+    recent: VecDeque<Instant>,
+    /// While flapping: the verdict the results point to, and since when.
+    flapping: Option<(Option<HealthState>, Instant)>,
+}
+
 /// One target's state machine.
 #[derive(Clone, Debug)]
 pub struct StateMachine {
     thresholds: Thresholds,
-    /// Boxed: 40 bytes inline in every target's machine, read only on verdicts.
-    flap: Option<Box<FlapPolicy>>,
+    flap: Option<Flap>,
     state: HealthState,
     /// Passing results in a row (good or degraded).
     passes: u32,
@@ -182,10 +221,12 @@ pub struct StateMachine {
     failures: u32,
     /// The quality of the latest result, which picks UP or DEGRADED when passes reach `rise`.
     last: Option<Quality>,
-    /// When recent result-driven transitions happened, for flap detection.
-    recent: VecDeque<Instant>,
-    /// While flapping: the verdict the results point to, and since when.
-    flapping: Option<(Option<HealthState>, Instant)>,
+    /// Flap detection's memory, allocated at the first change of verdict: most targets never
+    /// change after their first verdict, and 48 bytes in each of a million machines add up.
+    flips: Option<Box<Flips>>,
+    /// Whether the results reached a verdict since the start (or since a maintenance ended).
+    /// The first verdict is not a change of verdict, so flap detection does not count it.
+    judged: bool,
     /// Whether the target is out of its pool: held DOWN whatever the results say.
     ejected: bool,
 }
@@ -195,15 +236,15 @@ impl StateMachine {
     pub fn new(thresholds: Thresholds, flap: Option<FlapPolicy>) -> Self {
         Self {
             thresholds,
-            flap: flap.map(Box::new),
+            flap: flap.map(Flap::from),
             state: HealthState::Probing,
             passes: 0,
             goods: 0,
             degradeds: 0,
             failures: 0,
             last: None,
-            recent: VecDeque::new(),
-            flapping: None,
+            flips: None,
+            judged: false,
             ejected: false,
         }
     }
@@ -215,7 +256,7 @@ impl StateMachine {
 
     /// Whether the target is held in PROBING for flapping.
     pub fn is_flapping(&self) -> bool {
-        self.flapping.is_some()
+        self.flips.as_ref().is_some_and(|f| f.flapping.is_some())
     }
 
     /// Passing results in a row.
@@ -235,7 +276,7 @@ impl StateMachine {
             HealthState::Maintenance => None,
             // Held DOWN while out of the pool; back from a maintenance, it goes DOWN again.
             _ if self.ejected => self.go(HealthState::Down, Cause::Ejected),
-            _ if self.flapping.is_some() => self.observe_flapping(now),
+            _ if self.is_flapping() => self.observe_flapping(now),
             _ => {
                 let to = self.next_state(quality)?;
                 self.verdict(to, now)
@@ -257,8 +298,8 @@ impl StateMachine {
         self.goods = 0;
         self.degradeds = 0;
         self.failures = 0;
-        self.recent.clear();
-        self.flapping = None;
+        self.flips = None;
+        self.judged = false;
         self.go(HealthState::Probing, Cause::MaintenanceEnded)
     }
 
@@ -270,7 +311,9 @@ impl StateMachine {
         if self.state == HealthState::Maintenance {
             return None;
         }
-        self.flapping = None;
+        if let Some(flips) = &mut self.flips {
+            flips.flapping = None;
+        }
         self.go(HealthState::Down, Cause::Ejected)
     }
 
@@ -349,40 +392,42 @@ impl StateMachine {
 
     /// Applies a result-driven change, unless it makes the target flap.
     fn verdict(&mut self, to: HealthState, now: Instant) -> Option<Transition> {
-        if let Some(policy) = self.flap.as_deref().copied() {
-            while self
+        let first = !std::mem::replace(&mut self.judged, true);
+        if let Some(policy) = self.flap.filter(|_| !first) {
+            let settled = self.settled();
+            let flips = self.flips.get_or_insert_default();
+            let window = policy.window();
+            while flips
                 .recent
                 .front()
-                .is_some_and(|t| now.saturating_duration_since(*t) > policy.window)
+                .is_some_and(|t| now.saturating_duration_since(*t) > window)
             {
-                self.recent.pop_front();
+                flips.recent.pop_front();
             }
-            if self.recent.len() >= policy.transitions as usize {
-                self.flapping = Some((self.settled(), now));
+            if flips.recent.len() >= policy.transitions as usize {
+                flips.flapping = Some((settled, now));
                 return self.go(HealthState::Probing, Cause::Flapping);
             }
-            self.recent.push_back(now);
+            flips.recent.push_back(now);
         }
         self.go(to, Cause::Results)
     }
 
     fn observe_flapping(&mut self, now: Instant) -> Option<Transition> {
-        let (leaning, since) = self.flapping?;
         let settled = self.settled();
+        let min_stable = self.flap.map_or(Duration::ZERO, |p| p.min_stable());
+        let flips = self.flips.as_mut()?;
+        let (leaning, since) = flips.flapping?;
         if settled != leaning {
-            self.flapping = Some((settled, now));
+            flips.flapping = Some((settled, now));
             return None;
         }
-        let min_stable = self
-            .flap
-            .as_deref()
-            .map_or(Duration::ZERO, |p| p.min_stable);
         let to = settled?;
         if now.saturating_duration_since(since) < min_stable {
             return None;
         }
-        self.flapping = None;
-        self.recent.clear();
+        // Settled: the changes that made it flap are forgotten.
+        self.flips = None;
         self.go(to, Cause::Settled)
     }
 
@@ -571,16 +616,16 @@ mod tests {
         let mut m = machine(1, 1, Some(policy));
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        // Four flips in a minute are allowed...
-        for (i, q) in [G, F, G, F].into_iter().enumerate() {
+        // The first verdict and four flips in a minute are allowed...
+        for (i, q) in [G, F, G, F, G].into_iter().enumerate() {
             assert_eq!(m.observe(q, at(i as u64)).unwrap().cause, Cause::Results);
         }
-        // ...the fifth makes it flapping.
-        let t = m.observe(G, at(4)).unwrap();
-        assert_eq!((t.from, t.to, t.cause), (Down, Probing, Cause::Flapping));
+        // ...the fifth flip makes it flapping.
+        let t = m.observe(F, at(5)).unwrap();
+        assert_eq!((t.from, t.to, t.cause), (Up, Probing, Cause::Flapping));
         assert!(m.is_flapping());
         // Still flipping: held in PROBING.
-        for s in 5..20 {
+        for s in 6..20 {
             let q = if s % 2 == 0 { G } else { F };
             assert_eq!(m.observe(q, at(s)), None);
         }
@@ -670,6 +715,8 @@ mod tests {
             let mut m = StateMachine::new(thresholds, flap_on.then_some(policy));
             let mut now = Instant::now();
             let mut result_changes: Vec<Instant> = Vec::new();
+            // The first verdict (since the start or a maintenance) is not a change.
+            let mut judged = false;
             for (op, gap) in ops {
                 now += Duration::from_secs(gap);
                 let before = m.state();
@@ -705,7 +752,7 @@ mod tests {
                         Maintenance => prop_assert!(false),
                     }
                 }
-                if t.cause == Cause::Results {
+                if t.cause == Cause::Results && std::mem::replace(&mut judged, true) {
                     result_changes.push(now);
                     if flap_on {
                         let in_window = result_changes
@@ -717,6 +764,9 @@ mod tests {
                 }
                 if t.cause == Cause::MaintenanceEnded || t.cause == Cause::Settled {
                     result_changes.clear();
+                }
+                if t.cause == Cause::MaintenanceEnded {
+                    judged = false;
                 }
             }
         }

@@ -218,16 +218,24 @@ pub enum CloseMode {
 }
 
 /// A TCP connect probe: connect, optionally send bytes and expect a reply.
+///
+/// The payload and the expectation sit behind one pointer, set with [`TcpSpec::with_send`] and
+/// [`TcpSpec::with_expect`]: most TCP probes only connect, and a spec is kept with every target
+/// (48 bytes rather than 96, at a million targets).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TcpSpec {
     /// Where to connect.
     pub address: Address,
-    /// Bytes written right after the connection is established.
-    pub send: Option<Vec<u8>>,
-    /// What the reply must contain or match, read until it does or the deadline passes.
-    pub expect: Option<Expect>,
     /// How the connection is closed.
     pub close: CloseMode,
+    exchange: Option<Box<Exchange>>,
+}
+
+/// What a TCP probe sends and expects once connected.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Exchange {
+    send: Option<Vec<u8>>,
+    expect: Option<Expect>,
 }
 
 impl TcpSpec {
@@ -235,10 +243,34 @@ impl TcpSpec {
     pub fn connect(address: Address) -> Self {
         Self {
             address,
-            send: None,
-            expect: None,
             close: CloseMode::Reset,
+            exchange: None,
         }
+    }
+
+    /// Writes `payload` right after the connection is established.
+    #[must_use]
+    pub fn with_send(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.exchange.get_or_insert_default().send = Some(payload.into());
+        self
+    }
+
+    /// Requires the reply to contain or match `expect`, read until it does or the deadline
+    /// passes.
+    #[must_use]
+    pub fn with_expect(mut self, expect: Expect) -> Self {
+        self.exchange.get_or_insert_default().expect = Some(expect);
+        self
+    }
+
+    /// The bytes written after connecting, if any.
+    pub fn send(&self) -> Option<&[u8]> {
+        self.exchange.as_ref()?.send.as_deref()
+    }
+
+    /// What the reply must contain or match, if anything.
+    pub fn expect(&self) -> Option<&Expect> {
+        self.exchange.as_ref()?.expect.as_ref()
     }
 }
 

@@ -86,7 +86,7 @@ impl TcpProbe {
     ) -> Result<TcpStream, Failure> {
         let mut last = None;
         for addr in addrs {
-            match connect(*addr, self.spec.close, self.spec.send.is_some(), deadline).await {
+            match connect(*addr, self.spec.close, self.spec.send().is_some(), deadline).await {
                 Ok(stream) => return Ok(stream),
                 // Out of time: trying the next address cannot succeed either.
                 Err(f) if f.reason == FailureReason::Timeout => return Err(f),
@@ -97,14 +97,14 @@ impl TcpProbe {
     }
 
     async fn converse(&self, stream: &mut TcpStream, deadline: Instant) -> Result<(), Failure> {
-        if let Some(payload) = &self.spec.send {
+        if let Some(payload) = self.spec.send() {
             match timeout_at(deadline, stream.write_all(payload)).await {
                 Err(_) => return Err(Failure::new(FailureReason::Timeout, "send timed out")),
                 Ok(Err(err)) => return Err(Failure::io("send", &err)),
                 Ok(Ok(())) => {}
             }
         }
-        let Some(expect) = &self.spec.expect else {
+        let Some(expect) = self.spec.expect() else {
             return Ok(());
         };
         // Read straight into `reply`: a buffer held across awaits would bloat every probe's

@@ -838,12 +838,16 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
             }
         },
     };
-    Some(TcpSpec {
-        address: address.ok()?,
-        send,
-        expect: expect.ok()?,
-        close: close.ok()?,
-    })
+    let (address, expect, close) = (address.ok()?, expect.ok()?, close.ok()?);
+    let mut spec = TcpSpec::connect(address);
+    spec.close = close;
+    if let Some(send) = send {
+        spec = spec.with_send(send);
+    }
+    if let Some(expect) = expect {
+        spec = spec.with_expect(expect);
+    }
+    Some(spec)
 }
 
 /// One `maintenance` entry: `{start: RFC 3339 UTC time, duration}` or `{daily: "HH:MM", duration}`.

@@ -19,6 +19,7 @@
 //! in `probe_target_up` and broadcast to subscribers ([`Engine::subscribe`]), all from one place.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
@@ -37,8 +38,9 @@ use topology::{Dependencies, by_id, graph_nodes};
 pub use topology::{PoolPolicy, Topology, TopologyError};
 
 use crate::backoff::SuccessWindow;
-use crate::breaker::{CircuitBreaker, Snapshot};
+use crate::breaker::{BreakerConfig, CircuitBreaker, Snapshot};
 use crate::graph::{Graph, GraphReadiness};
+use crate::maintenance::MaintenanceWindow;
 use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::outlier::MemberStatus;
 use crate::probe::{self, Probe};
@@ -46,7 +48,7 @@ use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::self_health::{SelfHealth, SelfHealthConfig};
 use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
 use crate::sync::{lock, read, write};
-use crate::target::{Schedule, TargetId, TargetSpec};
+use crate::target::{FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
 
 /// Engine settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,13 +273,19 @@ const EVENT_BACKLOG: usize = 1024;
 #[derive(Clone)]
 pub struct Engine {
     targets: Arc<RwLock<BTreeMap<TargetId, Arc<Target>>>>,
-    deps: Arc<Mutex<Dependencies>>,
     /// The readiness policy's verdict, published by the graph (`None` without a policy).
     verdict: Arc<RwLock<Option<GraphReadiness>>>,
-    pools: Arc<Mutex<Pools>>,
-    tally: Arc<Tally>,
-    events: broadcast::Sender<Event>,
     scheduler: Scheduler,
+    shared: Arc<Shared>,
+}
+
+/// What the engine and every target share: one pointer in each target rather than six.
+struct Shared {
+    deps: Mutex<Dependencies>,
+    pools: Mutex<Pools>,
+    tally: Tally,
+    events: broadcast::Sender<Event>,
+    /// Results kept per target.
     history: usize,
     self_health: Option<Arc<SelfHealth>>,
 }
@@ -291,16 +299,18 @@ impl Engine {
         let verdict = Arc::default();
         let engine = Self {
             targets: Arc::default(),
-            deps: Arc::new(Mutex::new(Dependencies::new(Arc::clone(&verdict)))),
+            shared: Arc::new(Shared {
+                deps: Mutex::new(Dependencies::new(Arc::clone(&verdict))),
+                pools: Mutex::default(),
+                tally: Tally::default(),
+                events: broadcast::channel(EVENT_BACKLOG).0,
+                history: config.history,
+                self_health: config.self_health.map(|c| Arc::new(SelfHealth::new(c))),
+            }),
             verdict,
-            pools: Arc::default(),
-            tally: Arc::default(),
-            events: broadcast::channel(EVENT_BACKLOG).0,
             scheduler: Scheduler::start(config.scheduler, cancel.clone()),
-            history: config.history,
-            self_health: config.self_health.map(|c| Arc::new(SelfHealth::new(c))),
         };
-        if let Some(health) = &engine.self_health {
+        if let Some(health) = &engine.shared.self_health {
             tokio::spawn(health.clone().watch(cancel.clone()));
         }
         tokio::spawn(engine.clone().tick_pools(cancel));
@@ -332,7 +342,7 @@ impl Engine {
         let mut targets = write(&self.targets);
         // Lock order (status, then graph) forbids holding the graph lock while retiring; the graph
         // is changed first since it is the step that can fail.
-        lock(&self.deps).apply(&nodes, scoring, readiness)?;
+        lock(&self.shared.deps).apply(&nodes, scoring, readiness)?;
         let mut diff = Diff::default();
         targets.retain(|id, target| {
             let keep = is_desired(id);
@@ -346,44 +356,47 @@ impl Engine {
         // Each with the operator maintenance it carries over from its previous spec.
         drop(ids);
         let mut launch = Vec::new();
+        let mut policies = Policies::default();
         for spec in desired {
-            let id = spec.id.clone();
+            let (id, probe, policy) = Policy::split(spec);
             match targets.get(&id) {
-                Some(current) if current.spec == spec => diff.unchanged += 1,
+                Some(current) if current.probe_spec == probe && *current.policy == policy => {
+                    diff.unchanged += 1;
+                }
                 Some(current) => {
                     current.retire();
-                    diff.changed.push(id);
+                    diff.changed.push(id.clone());
                     let maintenance = current
                         .lock()
                         .maintenance
                         .clone()
                         .filter(|m| m.info.source == MaintenanceSource::Operator);
-                    launch.push((spec, maintenance));
+                    launch.push((id, probe, policies.intern(policy), maintenance));
                 }
                 None => {
-                    diff.added.push(id);
-                    launch.push((spec, None));
+                    diff.added.push(id.clone());
+                    launch.push((id, probe, policies.intern(policy), None));
                 }
             }
         }
         // Retired, the old probes no longer record: forget their results before the new ones
         // can record theirs.
         {
-            let mut deps = lock(&self.deps);
+            let mut deps = lock(&self.shared.deps);
             for id in &diff.changed {
                 deps.reset(id);
             }
         }
         self.scheduler.reserve(launch.len());
-        for (spec, maintenance) in launch {
-            let target = self.launch(spec);
+        for (id, probe, policy, maintenance) in launch {
+            let target = self.launch(id, probe, policy);
             if let Some(maintenance) = maintenance {
                 target.enter_maintenance(*maintenance);
             }
-            targets.insert(target.spec.id.clone(), target);
+            targets.insert(target.id.clone(), target);
         }
         let pooled = {
-            let mut current = lock(&self.pools);
+            let mut current = lock(&self.shared.pools);
             let before = !current.is_empty();
             current.apply(
                 &pools,
@@ -396,10 +409,10 @@ impl Engine {
         // Members that left a pool come back, restarted members stay out. Without pools before
         // or after, no target can be ejected: nothing to look at.
         if pooled {
-            let pools = lock(&self.pools);
+            let pools = lock(&self.shared.pools);
             let ejected: Vec<_> = targets
                 .values()
-                .map(|t| (t.clone(), pools.is_out(&t.spec.id)))
+                .map(|t| (t.clone(), pools.is_out(&t.id)))
                 .collect();
             drop(pools);
             for (target, out) in ejected {
@@ -409,16 +422,8 @@ impl Engine {
         Ok(diff)
     }
 
-    fn launch(&self, spec: TargetSpec) -> Arc<Target> {
-        let target = Arc::new(Target::new(
-            spec,
-            self.deps.clone(),
-            self.pools.clone(),
-            self.tally.clone(),
-            self.events.clone(),
-            self.history,
-            self.self_health.clone(),
-        ));
+    fn launch(&self, id: TargetId, probe: ProbeSpec, policy: Arc<Policy>) -> Arc<Target> {
+        let target = Arc::new(Target::new(id, probe, policy, self.shared.clone()));
         self.scheduler.insert(target.clone());
         target
     }
@@ -433,8 +438,8 @@ impl Engine {
     /// One target's status with its recent history.
     pub fn status(&self, id: &TargetId) -> Option<TargetStatus> {
         let mut status = self.target(id).ok()?.status(true);
-        score(&lock(&self.deps).graph, &mut status);
-        status.pool = lock(&self.pools).member(id, Instant::now());
+        score(&lock(&self.shared.deps).graph, &mut status);
+        status.pool = lock(&self.shared.pools).member(id, Instant::now());
         Some(status)
     }
 
@@ -443,12 +448,12 @@ impl Engine {
         let targets: Vec<_> = read(&self.targets).values().cloned().collect();
         let mut statuses: Vec<_> = targets.iter().map(|t| t.status(false)).collect();
         {
-            let deps = lock(&self.deps);
+            let deps = lock(&self.shared.deps);
             for status in &mut statuses {
                 score(&deps.graph, status);
             }
         }
-        let pools = lock(&self.pools);
+        let pools = lock(&self.shared.pools);
         let now = Instant::now();
         for status in &mut statuses {
             status.pool = pools.member(&status.id, now);
@@ -459,7 +464,7 @@ impl Engine {
     /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked
     /// meanwhile, holding up every probe's result: copy out what you need and return.
     pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
-        f(&lock(&self.deps).graph)
+        f(&lock(&self.shared.deps).graph)
     }
 
     /// Sets the gauges that move with time or with results elsewhere:
@@ -482,7 +487,7 @@ impl Engine {
         }
         // Only pool members and targets with a breaker: not a full status copy of every target.
         let now = Instant::now();
-        let members = lock(&self.pools).members(now);
+        let members = lock(&self.shared.pools).members(now);
         for member in members {
             let label = member.id.as_str().to_owned();
             metrics::gauge!("probe_target_weight", "target" => label.clone()).set(member.weight);
@@ -500,7 +505,7 @@ impl Engine {
         for target in breakers {
             if let Some(breaker) = &target.breaker {
                 let state = lock(breaker).snapshot(now).state;
-                metrics::gauge!("probe_circuit_state", "target" => target.spec.id.as_str().to_owned())
+                metrics::gauge!("probe_circuit_state", "target" => target.id.as_str().to_owned())
                     .set(f64::from(state.code()));
             }
         }
@@ -517,8 +522,8 @@ impl Engine {
                 reason: verdict.reason.clone(),
             };
         }
-        let total = self.tally.total.load(Ordering::Acquire);
-        let healthy = self.tally.ready.load(Ordering::Acquire);
+        let total = self.shared.tally.total.load(Ordering::Acquire);
+        let healthy = self.shared.tally.ready.load(Ordering::Acquire);
         if healthy >= total {
             return Readiness {
                 ready: true,
@@ -528,7 +533,7 @@ impl Engine {
             };
         }
         const NAMED: usize = 5;
-        let named: Vec<TargetId> = lock(&self.tally.unready)
+        let named: Vec<TargetId> = lock(&self.shared.tally.unready)
             .iter()
             .take(NAMED)
             .cloned()
@@ -614,7 +619,7 @@ impl Engine {
                 let status = t.lock();
                 let m = status.maintenance.as_ref()?;
                 (m.info.source == MaintenanceSource::Operator)
-                    .then(|| (t.spec.id.clone(), m.info.clone()))
+                    .then(|| (t.id.clone(), m.info.clone()))
             })
             .collect()
     }
@@ -622,13 +627,13 @@ impl Engine {
     /// A stream of every state change from now on. A subscriber that falls more than 1024
     /// events behind misses the oldest (and is told so by `RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.events.subscribe()
+        self.shared.events.subscribe()
     }
 
     /// The engine's local health multiplier (0 when it keeps time); `None` without self-health
     /// awareness.
     pub fn self_health(&self) -> Option<u32> {
-        self.self_health.as_ref().map(|h| h.multiplier())
+        self.shared.self_health.as_ref().map(|h| h.multiplier())
     }
 
     /// The scheduler, for its live figures (workers, probes in flight).
@@ -650,19 +655,75 @@ fn score(graph: &Graph, status: &mut TargetStatus) {
     }
 }
 
+/// A target's spec besides its id and probe: what it weighs most. Targets declared alike (most
+/// of them: a file's defaults) share one copy.
+#[derive(Debug, PartialEq)]
+struct Policy {
+    schedule: Schedule,
+    thresholds: Thresholds,
+    flap: Option<FlapPolicy>,
+    maintenance: Vec<MaintenanceWindow>,
+    circuit_breaker: Option<BreakerConfig>,
+    skip_active_after: Option<NonZeroU32>,
+}
+
+impl Policy {
+    /// A spec as the engine keeps it: id, probe and policy.
+    fn split(spec: TargetSpec) -> (TargetId, ProbeSpec, Self) {
+        let TargetSpec {
+            id,
+            probe,
+            schedule,
+            thresholds,
+            flap,
+            maintenance,
+            circuit_breaker,
+            skip_active_after,
+        } = spec;
+        let policy = Self {
+            schedule,
+            thresholds,
+            flap,
+            maintenance,
+            circuit_breaker,
+            skip_active_after,
+        };
+        (id, probe, policy)
+    }
+}
+
+/// The policies met lately in one apply, so that targets declared alike share one. A few are
+/// kept, not all: targets come sorted by id, so kinds declared in turn (HTTP and TCP targets
+/// in one file) alternate, while a search through every distinct policy would cost an apply of
+/// a million targets, each with its own, a quadratic time.
+#[derive(Default)]
+struct Policies(Vec<Arc<Policy>>);
+
+impl Policies {
+    const KEPT: usize = 8;
+
+    fn intern(&mut self, policy: Policy) -> Arc<Policy> {
+        if let Some(known) = self.0.iter().find(|known| ***known == policy) {
+            return known.clone();
+        }
+        let policy = Arc::new(policy);
+        self.0.insert(0, policy.clone());
+        self.0.truncate(Self::KEPT);
+        policy
+    }
+}
+
 /// A target as the engine runs it.
 struct Target {
-    spec: TargetSpec,
+    id: TargetId,
+    /// How it is probed: kept to tell a changed spec from the same one, and for leases.
+    probe_spec: ProbeSpec,
+    policy: Arc<Policy>,
     probe: Arc<dyn Probe>,
     status: Mutex<Status>,
     /// Boxed: most targets have none, and a breaker is 224 bytes.
     breaker: Option<Box<Mutex<CircuitBreaker>>>,
-    deps: Arc<Mutex<Dependencies>>,
-    pools: Arc<Mutex<Pools>>,
-    tally: Arc<Tally>,
-    events: broadcast::Sender<Event>,
-    history: usize,
-    self_health: Option<Arc<SelfHealth>>,
+    shared: Arc<Shared>,
     /// Handles registered once, so a probe run updates metrics without a registry lookup.
     success: metrics::Gauge,
     up: metrics::Gauge,
@@ -686,13 +747,46 @@ impl ActiveMaintenance {
     }
 }
 
+/// What runs said beyond pass or fail. Boxed in the status, allocated at the first run that
+/// says any of it: most targets never fail, degrade or signal, and inline these are 80 bytes in
+/// every one of them.
+#[derive(Default)]
+struct Details {
+    /// The latest failure, kept after later successes for diagnosis.
+    last_failure: Option<Failure>,
+    /// Why the latest run was degraded; empty when it was not.
+    degraded_reasons: Vec<String>,
+    /// The business signals of the latest run.
+    signals: Vec<Signal>,
+}
+
+impl Details {
+    /// Keeps what the run `result` said in `details`.
+    fn record(details: &mut Option<Box<Self>>, result: &CheckResult) {
+        let reasons: &[String] = match &result.verdict {
+            Verdict::Degraded(reasons) => reasons,
+            Verdict::Up | Verdict::Failed(_) => &[],
+        };
+        let failure = result.failure();
+        if details.is_none() && failure.is_none() && reasons.is_empty() && result.signals.is_empty()
+        {
+            return;
+        }
+        let details = details.get_or_insert_default();
+        if let Some(failure) = failure {
+            details.last_failure = Some(failure.clone());
+        }
+        details.degraded_reasons.clear();
+        details.degraded_reasons.extend_from_slice(reasons);
+        details.signals.clone_from(&result.signals);
+    }
+}
+
 struct Status {
     machine: StateMachine,
     window: SuccessWindow,
     last: Option<Outcome>,
-    last_failure: Option<Failure>,
-    degraded_reasons: Vec<String>,
-    signals: Vec<Signal>,
+    details: Option<Box<Details>>,
     history: VecDeque<Outcome>,
     transitions: u64,
     /// Boxed: rare, and 64 bytes inline for every target.
@@ -707,28 +801,18 @@ struct Status {
 }
 
 impl Target {
-    fn new(
-        spec: TargetSpec,
-        deps: Arc<Mutex<Dependencies>>,
-        pools: Arc<Mutex<Pools>>,
-        tally: Arc<Tally>,
-        events: broadcast::Sender<Event>,
-        history: usize,
-        self_health: Option<Arc<SelfHealth>>,
-    ) -> Self {
-        tally.add(&spec.id);
-        let label = spec.id.as_str().to_owned();
+    fn new(id: TargetId, probe_spec: ProbeSpec, policy: Arc<Policy>, shared: Arc<Shared>) -> Self {
+        shared.tally.add(&id);
+        let label = id.as_str().to_owned();
         let up = metrics::gauge!("probe_target_up", "target" => label.clone());
         up.set(0.0);
         Self {
-            probe: probe::build(&spec.probe),
+            probe: probe::build(&probe_spec),
             status: Mutex::new(Status {
-                machine: StateMachine::new(spec.thresholds, spec.flap),
+                machine: StateMachine::new(policy.thresholds, policy.flap),
                 window: SuccessWindow::default(),
                 last: None,
-                last_failure: None,
-                degraded_reasons: Vec::new(),
-                signals: Vec::new(),
+                details: None,
                 history: VecDeque::new(),
                 transitions: 0,
                 maintenance: None,
@@ -737,19 +821,16 @@ impl Target {
                 passive_successes: 0,
                 passive_failed: false,
             }),
-            breaker: spec
+            breaker: policy
                 .circuit_breaker
                 .map(|c| Box::new(Mutex::new(CircuitBreaker::new(c)))),
-            deps,
-            pools,
-            tally,
-            events,
-            history,
-            self_health,
+            shared,
             success: metrics::gauge!("probe_success", "target" => label.clone()),
             up,
             duration: metrics::histogram!("probe_duration_seconds", "target" => label),
-            spec,
+            id,
+            probe_spec,
+            policy,
         }
     }
 
@@ -773,26 +854,30 @@ impl Target {
         let mut status = self.lock();
         if !status.retired {
             status.retired = true;
-            self.tally
-                .remove(&self.spec.id, status.machine.state().counts_as_ready());
+            self.shared
+                .tally
+                .remove(&self.id, status.machine.state().counts_as_ready());
         }
     }
 
     fn status(&self, with_history: bool) -> TargetStatus {
         let status = self.lock();
+        let details = status.details.as_deref();
         TargetStatus {
-            id: self.spec.id.clone(),
+            id: self.id.clone(),
             state: status.machine.state(),
             flapping: status.machine.is_flapping(),
             last: status.last,
-            last_failure: status.last_failure.clone(),
-            degraded_reasons: status.degraded_reasons.clone(),
-            signals: status.signals.clone(),
+            last_failure: details.and_then(|d| d.last_failure.clone()),
+            degraded_reasons: details
+                .map(|d| d.degraded_reasons.clone())
+                .unwrap_or_default(),
+            signals: details.map(|d| d.signals.clone()).unwrap_or_default(),
             maintenance: status.maintenance.as_ref().map(|m| m.info.clone()),
             consecutive_successes: status.machine.consecutive_successes(),
             consecutive_failures: status.machine.consecutive_failures(),
             transitions: status.transitions,
-            schedule: self.spec.schedule,
+            schedule: self.policy.schedule,
             history: if with_history {
                 status.history.iter().copied().collect()
             } else {
@@ -820,15 +905,13 @@ impl Target {
             return None;
         }
         {
-            let mut deps = lock(&self.deps);
-            deps.set_state(&self.spec.id, t.to);
-            deps.set_out(&self.spec.id, status.machine.is_ejected());
+            let mut deps = lock(&self.shared.deps);
+            deps.set_state(&self.id, t.to);
+            deps.set_out(&self.id, status.machine.is_ejected());
         }
-        self.tally.moved(
-            &self.spec.id,
-            t.from.counts_as_ready(),
-            t.to.counts_as_ready(),
-        );
+        self.shared
+            .tally
+            .moved(&self.id, t.from.counts_as_ready(), t.to.counts_as_ready());
         Some(t)
     }
 
@@ -848,7 +931,7 @@ impl Target {
             return self.change(status, t);
         }
         let until = self
-            .spec
+            .policy
             .maintenance
             .iter()
             .filter_map(|w| w.active_until(wall))
@@ -883,17 +966,9 @@ impl Target {
                 status.window.record(outcome.ok());
             }
             status.last = Some(outcome);
-            match &result.verdict {
-                Verdict::Failed(failure) => {
-                    status.last_failure = Some(failure.clone());
-                    status.degraded_reasons.clear();
-                }
-                Verdict::Degraded(reasons) => status.degraded_reasons.clone_from(reasons),
-                Verdict::Up => status.degraded_reasons.clear(),
-            }
-            status.signals.clone_from(&result.signals);
-            if self.history > 0 {
-                if status.history.len() >= self.history {
+            Details::record(&mut status.details, &result);
+            if self.shared.history > 0 {
+                if status.history.len() >= self.shared.history {
                     status.history.pop_front();
                 }
                 status.history.push_back(outcome);
@@ -908,12 +983,12 @@ impl Target {
             let result_change = self.change(&mut status, t);
             if !status.retired && !deferred {
                 let state = status.machine.state();
-                lock(&self.deps).record(&self.spec.id, quality, state);
+                lock(&self.shared.deps).record(&self.id, quality, state);
             }
             let step =
                 status
                     .machine
-                    .next_delay(&self.spec.schedule, &status.window, &mut rand::rng());
+                    .next_delay(&self.policy.schedule, &status.window, &mut rand::rng());
             let reason = status.maintenance.as_ref().map(|m| m.info.reason.clone());
             (maintenance_change, result_change, step, reason)
         };
@@ -922,14 +997,14 @@ impl Target {
         if deferred {
             metrics::counter!(
                 "probe_verdicts_deferred_total",
-                "target" => self.spec.id.as_str().to_owned()
+                "target" => self.id.as_str().to_owned()
             )
             .increment(1);
         }
         if let Some(failure) = result.failure() {
             metrics::counter!(
                 "probe_failures_total",
-                "target" => self.spec.id.as_str().to_owned(),
+                "target" => self.id.as_str().to_owned(),
                 "reason" => failure.reason.as_str()
             )
             .increment(1);
@@ -937,14 +1012,14 @@ impl Target {
         for signal in &result.signals {
             metrics::counter!(
                 "probe_signals_total",
-                "target" => self.spec.id.as_str().to_owned(),
+                "target" => self.id.as_str().to_owned(),
                 "signal" => signal.name.to_string()
             )
             .increment(1);
         }
         if ejected {
             // Its active results are its way back into the pool.
-            let events = lock(&self.pools).active(&self.spec.id, outcome.ok(), now);
+            let events = lock(&self.shared.pools).active(&self.id, outcome.ok(), now);
             if !passive::announce(&events).is_empty() {
                 self.sync_ejection();
             }
@@ -962,7 +1037,7 @@ impl Target {
     /// Logs, counts and broadcasts a transition: the one place an event is emitted.
     fn announce(&self, t: Option<Transition>, detail: Option<&str>) {
         let Some(t) = t else { return };
-        let id = self.spec.id.as_str();
+        let id = self.id.as_str();
         self.up.set(if t.to == HealthState::Up { 1.0 } else { 0.0 });
         metrics::counter!(
             "probe_state_transitions_total",
@@ -980,8 +1055,8 @@ impl Target {
             "target state changed"
         );
         // No subscribers is fine: the event is still logged and counted.
-        let _ = self.events.send(Event {
-            target: self.spec.id.clone(),
+        let _ = self.shared.events.send(Event {
+            target: self.id.clone(),
             from: t.from,
             to: t.to,
             cause: t.cause,
@@ -994,27 +1069,32 @@ impl Target {
 #[async_trait::async_trait]
 impl Job for Target {
     fn id(&self) -> &TargetId {
-        &self.spec.id
+        &self.id
     }
 
     fn interval(&self) -> Duration {
-        self.spec.schedule.interval()
+        self.policy.schedule.interval()
     }
 
     fn jitter(&self) -> f64 {
-        self.spec.schedule.jitter()
+        self.policy.schedule.jitter()
     }
 
     async fn run(&self) -> Duration {
         if self.skip_for_traffic() {
-            return self.spec.schedule.interval();
+            return self.policy.schedule.interval();
         }
-        let multiplier = || self.self_health.as_ref().map_or(0, |h| h.multiplier());
+        let multiplier = || {
+            self.shared
+                .self_health
+                .as_ref()
+                .map_or(0, |h| h.multiplier())
+        };
         let before = multiplier();
         let timeout = SelfHealth::scale(
-            self.spec.schedule.timeout(),
+            self.policy.schedule.timeout(),
             before,
-            self.spec.schedule.interval(),
+            self.policy.schedule.interval(),
         );
         let started = Instant::now();
         // The probe honours the timeout itself and says which phase ran out; this is the
@@ -1033,6 +1113,7 @@ impl Job for Target {
         // it counts as a late wake-up.
         let overshoot = took.saturating_sub(timeout);
         let late = self
+            .shared
             .self_health
             .as_ref()
             .is_some_and(|h| overshoot > h.config().threshold && h.observe(overshoot) > 0);
@@ -1100,4 +1181,52 @@ pub fn describe_metrics() {
         "Probe timeouts not counted towards DOWN because the engine itself ran late."
     );
     passive::describe_metrics();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::CustomProbe;
+
+    struct Pass;
+
+    #[async_trait::async_trait]
+    impl Probe for Pass {
+        async fn check(&self, _timeout: Duration) -> CheckResult {
+            CheckResult::up()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn targets_declared_alike_share_one_policy() {
+        let cancel = CancellationToken::new();
+        let engine = Engine::start(EngineConfig::default(), cancel.clone());
+        let probe = ProbeSpec::Custom(CustomProbe::new(Arc::new(Pass)));
+        let spec = |id: &str| TargetSpec::new(TargetId::new(id).unwrap(), probe.clone());
+        let mut slow = spec("b");
+        slow.schedule = Schedule::try_new(
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+            0.1,
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+        // Sorted by id, the odd one sits between the others.
+        engine
+            .apply(vec![spec("a"), slow, spec("c"), spec("d")])
+            .unwrap();
+        let policy = |id: &str| {
+            read(&engine.targets)[&TargetId::new(id).unwrap()]
+                .policy
+                .clone()
+        };
+        assert!(Arc::ptr_eq(&policy("a"), &policy("c")));
+        assert!(Arc::ptr_eq(&policy("a"), &policy("d")));
+        assert!(!Arc::ptr_eq(&policy("a"), &policy("b")));
+        assert_eq!(policy("b").schedule.interval(), Duration::from_secs(60));
+        cancel.cancel();
+        engine.stopped().await;
+    }
 }

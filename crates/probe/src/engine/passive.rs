@@ -78,12 +78,12 @@ pub struct Lease {
 impl Lease {
     /// The member.
     pub fn id(&self) -> &TargetId {
-        &self.target.spec.id
+        &self.target.id
     }
 
-    /// The member's spec, where a client finds its address.
-    pub fn spec(&self) -> &crate::target::TargetSpec {
-        &self.target.spec
+    /// How the member is probed, where a client finds its address.
+    pub fn probe(&self) -> &crate::target::ProbeSpec {
+        &self.target.probe_spec
     }
 
     /// Reports how the call ended, as [`Engine::report`] does.
@@ -126,7 +126,7 @@ impl Engine {
 
     fn take_call(&self, target: &Target, call: &Call) {
         let now = Instant::now();
-        let id = &target.spec.id;
+        let id = &target.id;
         let failed = call.outcome.is_failure();
         if let Some(breaker) = &target.breaker {
             let t = lock(breaker).record(call, now);
@@ -141,7 +141,7 @@ impl Engine {
             }
             status.machine.state().is_healthy()
         };
-        let events = lock(&self.pools).record(id, call, now);
+        let events = lock(&self.shared.pools).record(id, call, now);
         // Ejected by this very call: DOWN already, nothing for a re-probe to decide.
         let ejected = events
             .iter()
@@ -166,7 +166,7 @@ impl Engine {
     /// [`PickError::NotAPool`], or [`PickError::Unavailable`] when no member can take the call.
     pub fn pick(&self, group: &TargetId, exclude: &[TargetId]) -> Result<Lease, PickError> {
         let now = Instant::now();
-        let (mut weights, panic) = lock(&self.pools)
+        let (mut weights, panic) = lock(&self.shared.pools)
             .weights(group, now)
             .ok_or_else(|| PickError::NotAPool(group.clone()))?;
         let targets: Vec<Option<Arc<Target>>> = {
@@ -271,7 +271,7 @@ impl Engine {
     /// [`EngineError::UnknownTarget`] or [`EngineError::NotEjected`].
     pub fn clear_ejection(&self, id: &TargetId) -> Result<(), EngineError> {
         self.target(id)?;
-        let events = lock(&self.pools).clear(id, Instant::now());
+        let events = lock(&self.shared.pools).clear(id, Instant::now());
         if events.is_empty() {
             return Err(EngineError::NotEjected(id.clone()));
         }
@@ -313,7 +313,7 @@ impl Engine {
                 () = cancel.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let events = lock(&self.pools).tick(Instant::now());
+            let events = lock(&self.shared.pools).tick(Instant::now());
             self.settle(&events);
         }
     }
@@ -350,7 +350,7 @@ impl crate::gate::ObserveRequests for Reporter {
 impl Target {
     /// Holds the target DOWN while a pool has it out, and lets it go once none does.
     pub(super) fn sync_ejection(&self) {
-        let out = lock(&self.pools).is_out(&self.spec.id);
+        let out = lock(&self.shared.pools).is_out(&self.id);
         self.set_ejected(out);
     }
 
@@ -381,12 +381,12 @@ impl Target {
         let mut status = self.lock();
         let successes = std::mem::take(&mut status.passive_successes);
         let failed = std::mem::take(&mut status.passive_failed);
-        let skip = self.spec.skip_active_after.is_some_and(|n| {
+        let skip = self.policy.skip_active_after.is_some_and(|n| {
             successes >= n.get() && !failed && status.machine.state() == HealthState::Up
         });
         drop(status);
         if skip {
-            metrics::counter!("probe_active_skipped_total", "target" => self.spec.id.as_str().to_owned())
+            metrics::counter!("probe_active_skipped_total", "target" => self.id.as_str().to_owned())
                 .increment(1);
         }
         skip
@@ -395,10 +395,10 @@ impl Target {
     /// Logs a circuit transition and sets its gauge.
     pub(super) fn announce_circuit(&self, t: Option<breaker::Transition>) {
         let Some(t) = t else { return };
-        metrics::gauge!("probe_circuit_state", "target" => self.spec.id.as_str().to_owned())
+        metrics::gauge!("probe_circuit_state", "target" => self.id.as_str().to_owned())
             .set(f64::from(t.to.code()));
         tracing::info!(
-            target_id = self.spec.id.as_str(),
+            target_id = self.id.as_str(),
             from = t.from.as_str(),
             to = t.to.as_str(),
             cause = t.cause.as_str(),
