@@ -68,7 +68,6 @@ use probe::gate::{Gate, GateLayer};
 const MAX_MAINTENANCE: Duration = Duration::from_secs(30 * 86_400);
 
 /// What the handlers read.
-#[derive(Clone)]
 pub struct ApiState {
     /// The engine whose snapshot is served.
     pub engine: Engine,
@@ -123,7 +122,8 @@ pub fn router(state: ApiState) -> Router {
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
-        .with_state(state)
+        // Shared, not cloned: axum hands every request its own copy of the state.
+        .with_state(Arc::new(state))
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -168,16 +168,16 @@ impl From<EngineError> for ApiError {
     }
 }
 
-async fn livez(State(state): State<ApiState>) -> Response {
+async fn livez(State(state): State<Arc<ApiState>>) -> Response {
     state.gate.liveness().into_response()
 }
 
-async fn startupz(State(state): State<ApiState>) -> Response {
+async fn startupz(State(state): State<Arc<ApiState>>) -> Response {
     state.gate.startup().into_response()
 }
 
 /// Not `Check::into_response`: the daemon's answers name what they are about.
-async fn readyz(State(state): State<ApiState>) -> Response {
+async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
     match state.gate.readiness().reason {
         None => (StatusCode::OK, "ready\n").into_response(),
         Some(reason) => (
@@ -190,7 +190,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
 
 /// `POST /v1/drain`: starts the stop sequence (idempotent); answers at once with 202.
 async fn drain(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -202,8 +202,8 @@ async fn drain(
     Ok((StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response())
 }
 
-async fn metrics(State(state): State<ApiState>) -> Response {
-    match state.metrics {
+async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
+    match state.metrics.clone() {
         // Rendering walks every series (several per target): keep it off the async workers,
         // which also run the probes.
         Some(handle) => match tokio::task::spawn_blocking(move || {
@@ -229,7 +229,7 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     }
 }
 
-async fn targets(State(state): State<ApiState>) -> Json<serde_json::Value> {
+async fn targets(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
     let targets: Vec<TargetView> = state
         .engine
         .statuses()
@@ -255,7 +255,7 @@ fn detail(engine: &Engine, id: &TargetId) -> Result<Response, ApiError> {
 }
 
 async fn target(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     detail(&state.engine, &parse_id(&id)?)
@@ -263,7 +263,7 @@ async fn target(
 
 /// `GET /v1/targets/{id}/explain`: the node's score and state, and each dependency's part.
 async fn explain(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
@@ -292,7 +292,7 @@ struct GraphQuery {
 
 /// `GET /v1/graph`: every node and edge as JSON, or as Graphviz DOT with `?format=dot`.
 async fn graph(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     query: Result<Query<GraphQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
@@ -370,7 +370,7 @@ impl MaintenanceRequest {
 }
 
 async fn start_maintenance(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -388,7 +388,7 @@ async fn start_maintenance(
 }
 
 async fn end_maintenance(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -435,7 +435,7 @@ impl CallReport {
 
 /// `POST /v1/targets/{id}/calls`: what real traffic saw, for passive health.
 async fn report_call(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -464,7 +464,7 @@ struct CircuitRequest {
 
 /// `POST /v1/targets/{id}/circuit`: force the circuit open, disable it, or reset it to closed.
 async fn command_circuit(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -491,7 +491,7 @@ async fn command_circuit(
 
 /// `DELETE /v1/targets/{id}/ejection`: an operator readmits an ejected target.
 async fn clear_ejection(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -514,7 +514,7 @@ fn persist(state: &ApiState) {
 
 /// `GET /v1/events`: every state change as an SSE `transition` event with a JSON body.
 async fn events(
-    State(state): State<ApiState>,
+    State(state): State<Arc<ApiState>>,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
     let receiver = state.engine.subscribe();
     let shutdown = state.shutdown.clone();
@@ -828,7 +828,7 @@ fn rfc3339(at: SystemTime) -> String {
 }
 
 /// `GET /v1/topology`: the sources, their state, and the entries left out.
-async fn topology(State(state): State<ApiState>) -> Json<serde_json::Value> {
+async fn topology(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
     let TopologyStatus {
         generation,
         last_change,
@@ -907,7 +907,7 @@ enum CheckStatus {
 /// `application/health+json`: `pass` when every target is UP, `fail` when any is DOWN, `warn`
 /// otherwise (DEGRADED, PROBING, MAINTENANCE). Each target is a `checks` entry keyed
 /// `<id>:responseTime`.
-async fn health(State(state): State<ApiState>) -> Response {
+async fn health(State(state): State<Arc<ApiState>>) -> Response {
     let statuses = state.engine.statuses();
     let mut checks = serde_json::Map::new();
     let mut overall = CheckStatus::Pass;

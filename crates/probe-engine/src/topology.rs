@@ -349,8 +349,6 @@ impl Loop {
                     self.set_etcd(wanted);
                 }
                 self.apply(FILES);
-                let mut shared = lock(&self.shared);
-                shared.files.last_good_generation = shared.generation;
             } else if self.etcd.as_ref().map(|e| e.incarnation) == Some(update.incarnation) {
                 self.merger.update(ETCD, update.catalog);
                 self.apply(ETCD);
@@ -457,6 +455,10 @@ impl Loop {
         shared.rejected = merged.rejected;
         if trigger == FILES || !diff.is_empty() {
             shared.generation += 1;
+            if trigger == FILES {
+                // Before the log line: whoever reads it then sees the files' generation too.
+                shared.files.last_good_generation = shared.generation;
+            }
             if !diff.is_empty() {
                 shared.last_change = Some(SystemTime::now());
             }
