@@ -163,11 +163,7 @@ impl Daemon {
         });
         self.gate.startup_complete();
         tracing::info!(%addr, "listening");
-        let server = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(self.cancel.clone().cancelled_owned());
+        let server = serve_on_own_thread(listener, app, self.cancel.clone())?;
         let sequence = async {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
@@ -193,7 +189,7 @@ impl Daemon {
             // Whatever happened, the server goes now.
             self.cancel.cancel();
         };
-        let (served, ()) = tokio::join!(server.into_future(), sequence);
+        let (served, ()) = tokio::join!(server, sequence);
         served?;
         if !self.stop.is_cancelled() {
             // Cancelled at once: still give probes in flight their grace.
@@ -201,6 +197,49 @@ impl Daemon {
         }
         Ok(())
     }
+}
+
+/// Serves `app` from a thread of its own, with a single-threaded runtime, until `cancel`; the
+/// future resolves with the server's result.
+///
+/// The engine's runtime runs the probes: on it, a health check would queue behind thousands of
+/// them a second, and `/readyz` would be slow exactly when the machine is busy, which is when a
+/// load balancer's check must not time out. On its own thread the API waits only for the OS
+/// scheduler, as linkerd2-proxy's admin server does.
+fn serve_on_own_thread(
+    listener: TcpListener,
+    app: axum::Router,
+    cancel: CancellationToken,
+) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
+    let listener = listener.into_std()?;
+    let (done, served) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("probe-api".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|runtime| {
+                    runtime.block_on(async {
+                        let listener = TcpListener::from_std(listener)?;
+                        axum::serve(
+                            listener,
+                            app.into_make_service_with_connect_info::<SocketAddr>(),
+                        )
+                        .with_graceful_shutdown(cancel.cancelled_owned())
+                        .await
+                    })
+                });
+            // The daemon may be gone already: nobody to tell.
+            let _ = done.send(result);
+        })?;
+    Ok(async move {
+        served.await.unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the API thread ended without a result",
+            ))
+        })
+    })
 }
 
 /// Folds recorded histogram samples into their buckets every `period` until cancellation.
