@@ -99,10 +99,8 @@ impl Args {
                     .with_context(|| format!("{flag} needs a value\n{USAGE}"))
             };
             match flag.as_str() {
-                "--duration-s" => {
-                    args.duration = Duration::from_secs(support::flag(&flag, &value()?)?)
-                }
-                "--warmup-s" => args.warmup = Duration::from_secs(support::flag(&flag, &value()?)?),
+                "--duration-s" => args.duration = support::secs(&flag, &value()?)?,
+                "--warmup-s" => args.warmup = support::secs(&flag, &value()?)?,
                 "--concurrency" => args.concurrency = support::flag(&flag, &value()?)?,
                 "--threads" => args.threads = support::flag(&flag, &value()?)?,
                 "--server-threads" => args.server_threads = support::flag(&flag, &value()?)?,
@@ -339,8 +337,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         args.server_threads,
         args.concurrency,
         args.threads,
-        args.warmup.as_secs(),
-        args.duration.as_secs()
+        args.warmup.as_secs_f64(),
+        args.duration.as_secs_f64()
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)

@@ -5,8 +5,10 @@
 //!     [--duration-s 10] [--warmup-s 1] [--ports 4] [--threads 2]
 //!     [--metrics count|prometheus] [--floor-tasks N] [--floor-timeout]
 //!     [--phase all|both|engine|floor|blackbox] [--max-in-flight N] [--probe tcp|lean]
-//!     [--blackbox PATH|none] [--blackbox-concurrency 64] [--scenario tcp]
+//!     [--blackbox PATH|none] [--blackbox-concurrency 64] [--scenario tcp] [--windows 1]
 //! ```
+//!
+//! `--duration-s` and `--warmup-s` take fractions (`0.5`).
 //!
 //! Two phases run one after the other in this process, on the same multi-thread runtime
 //! (`--threads` workers), against the same loopback listeners:
@@ -64,6 +66,17 @@
 //! the end of the window), for the 100k-target scale run (`--targets 100000 --interval-ms
 //! 10000 --warmup-s 12 --phase engine`).
 //!
+//! **Windows** (`--windows N`, for the soak): the engine phase's measured time is cut into `N`
+//! consecutive windows of equal length, and the engine's figures (rate, CPU, failures, lag,
+//! workers, RSS) are printed once per window instead of once: one long run then gives `N`
+//! samples with a median and a spread, as `N` runs would, without `N` warm-ups. Per window,
+//! `engine_failed` counts that window's failed probes; `engine_failed_total` (printed once)
+//! counts the whole phase's, warm-up included. Such a run also samples the whole machine's
+//! sockets on 127.0.0.0/8 from `/proc/net/tcp` every 2 s, on an OS thread of its own (its CPU is
+//! kept apart with the listeners'): per window `time_wait_max`, `loopback_sockets_max` (any
+//! state but `LISTEN`) and `time_wait_samples`, and once `time_wait_at_start`, from before the
+//! engine started (what the steps before left in `TIME_WAIT`).
+//!
 //! At the end it reports failed probes (should be 0) and the sockets towards the listener ports
 //! from `/proc/net/tcp` by state, `TIME_WAIT` in particular (should be 0: the prober resets, and
 //! the listener's close never ends in `TIME_WAIT` either, since the peer never sends a FIN).
@@ -95,7 +108,8 @@ use tokio_util::sync::CancellationToken;
 const USAGE: &str = "usage: tcp_load [--targets N] [--interval-ms MS] [--duration-s S] \
 [--warmup-s S] [--ports N] [--threads N] [--metrics count|prometheus] [--floor-tasks N] \
 [--floor-timeout] [--phase all|both|engine|floor|blackbox] [--max-in-flight N] \
-[--probe tcp|lean] [--blackbox PATH|none] [--blackbox-concurrency N] [--scenario NAME]";
+[--probe tcp|lean] [--blackbox PATH|none] [--blackbox-concurrency N] [--scenario NAME] \
+[--windows N]";
 
 /// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`, 100 on every Linux ABI.
 const TICKS_PER_SEC: f64 = 100.0;
@@ -126,6 +140,8 @@ struct Args {
     blackbox: Option<String>,
     blackbox_concurrency: usize,
     scenario: String,
+    /// Consecutive windows the engine phase's measured time is cut into (1: one figure).
+    windows: u32,
 }
 
 /// Which probe the engine phase runs.
@@ -167,6 +183,7 @@ impl Args {
             blackbox: Some("prometheus-blackbox-exporter".into()),
             blackbox_concurrency: 64,
             scenario: "tcp".into(),
+            windows: 1,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -179,10 +196,9 @@ impl Args {
                 "--interval-ms" => {
                     args.interval = Duration::from_millis(support::flag(&flag, &value()?)?)
                 }
-                "--duration-s" => {
-                    args.duration = Duration::from_secs(support::flag(&flag, &value()?)?)
-                }
-                "--warmup-s" => args.warmup = Duration::from_secs(support::flag(&flag, &value()?)?),
+                "--duration-s" => args.duration = support::secs(&flag, &value()?)?,
+                "--warmup-s" => args.warmup = support::secs(&flag, &value()?)?,
+                "--windows" => args.windows = support::flag(&flag, &value()?)?,
                 "--ports" => args.ports = support::flag(&flag, &value()?)?,
                 "--threads" => args.threads = support::flag(&flag, &value()?)?,
                 "--floor-tasks" => args.floor_tasks = Some(support::flag(&flag, &value()?)?),
@@ -240,6 +256,9 @@ impl Args {
         if args.interval < Duration::from_millis(2) || args.duration.is_zero() {
             bail!("--interval-ms must be at least 2 and --duration-s at least 1");
         }
+        if args.windows == 0 {
+            bail!("--windows must be at least 1");
+        }
         if args.blackbox_concurrency == 0 {
             bail!("--blackbox-concurrency must be at least 1");
         }
@@ -293,8 +312,8 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
     );
     println!(
         "each phase: {} s warm-up, then {} s measured",
-        args.warmup.as_secs(),
-        args.duration.as_secs()
+        args.warmup.as_secs_f64(),
+        args.duration.as_secs_f64()
     );
 
     let (engine, workers, extra) = if args.phases.engine {
@@ -432,41 +451,19 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
     let scenario = args.scenario.as_str();
     let result =
         |metric: &str, value: f64, unit: &str| support::result(scenario, metric, value, unit);
+    // A windowed run prints the engine's figures once per window instead of once: each window
+    // is then one sample of every figure, like one run of a step.
+    let windows = extra.as_ref().map_or(&[][..], |e| &e.windows[..]);
     for (name, phase) in [
         ("engine", &engine),
         ("floor", &floor),
         ("blackbox", &blackbox),
     ] {
         let Some(m) = phase else { continue };
-        result(
-            &format!("{name}_probes_per_s"),
-            m.probes as f64 / m.wall.as_secs_f64(),
-            "probes/s",
-        );
-        result(
-            &format!("{name}_probes_per_cpu_s"),
-            m.per_cpu_s_excl(),
-            "probes/cpu-s",
-        );
-        result(&format!("{name}_us_per_probe"), m.us_per_probe_excl(), "us");
-        result(
-            &format!("{name}_probes_per_box_cpu_s"),
-            m.per_box_cpu_s(),
-            "probes/cpu-s",
-        );
-        result(&format!("{name}_failed"), m.failed_total as f64, "probes");
-        if name != "blackbox" {
-            result(
-                &format!("{name}_us_per_probe_with_listeners"),
-                m.us_per_probe(),
-                "us",
-            );
-            result(
-                &format!("{name}_cpu_cores"),
-                (m.cpu_s() - m.listener_s()) / m.wall.as_secs_f64(),
-                "cores",
-            );
+        if name == "engine" && !windows.is_empty() {
+            continue;
         }
+        phase_results(&result, name, m);
     }
     if let (Some(engine), Some(floor)) = (&engine, &floor) {
         result(
@@ -498,13 +495,33 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         );
     }
     if let Some(extra) = &extra {
-        result("engine_workers", workers as f64, "workers");
-        result("rss_per_target", extra.rss_per_target, "bytes");
-        if let Some([p50, p99, p999, max]) = extra.lag_ms {
-            result("lag_p50", p50, "ms");
-            result("lag_p99", p99, "ms");
-            result("lag_p999", p999, "ms");
-            result("lag_max", max, "ms");
+        let lag_results = |lag_ms: Option<[f64; 4]>| {
+            if let Some([p50, p99, p999, max]) = lag_ms {
+                result("lag_p50", p50, "ms");
+                result("lag_p99", p99, "ms");
+                result("lag_p999", p999, "ms");
+                result("lag_max", max, "ms");
+            }
+        };
+        if windows.is_empty() {
+            result("engine_workers", workers as f64, "workers");
+            result("rss_per_target", extra.rss_per_target, "bytes");
+            lag_results(extra.lag_ms);
+        }
+        for w in windows {
+            phase_results(&result, "engine", &w.measured);
+            result("engine_workers", w.workers as f64, "workers");
+            result("rss_per_target", w.rss_per_target, "bytes");
+            lag_results(w.lag_ms);
+            result("time_wait_max", w.sockets.time_wait_max as f64, "sockets");
+            result("loopback_sockets_max", w.sockets.all_max as f64, "sockets");
+            result("time_wait_samples", w.sockets.samples as f64, "samples");
+        }
+        if let (Some(engine), false) = (&engine, windows.is_empty()) {
+            result("engine_failed_total", engine.failed_total as f64, "probes");
+        }
+        if let Some(at_start) = extra.sockets_at_start {
+            result("time_wait_at_start", at_start.time_wait as f64, "sockets");
         }
     }
     result(
@@ -513,6 +530,39 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         "sockets",
     );
     Ok(())
+}
+
+/// The `RESULT` lines of one phase (or one window of the engine phase).
+fn phase_results(result: &impl Fn(&str, f64, &str), name: &str, m: &Measured) {
+    result(
+        &format!("{name}_probes_per_s"),
+        m.probes as f64 / m.wall.as_secs_f64(),
+        "probes/s",
+    );
+    result(
+        &format!("{name}_probes_per_cpu_s"),
+        m.per_cpu_s_excl(),
+        "probes/cpu-s",
+    );
+    result(&format!("{name}_us_per_probe"), m.us_per_probe_excl(), "us");
+    result(
+        &format!("{name}_probes_per_box_cpu_s"),
+        m.per_box_cpu_s(),
+        "probes/cpu-s",
+    );
+    result(&format!("{name}_failed"), m.failed_total as f64, "probes");
+    if name != "blackbox" {
+        result(
+            &format!("{name}_us_per_probe_with_listeners"),
+            m.us_per_probe(),
+            "us",
+        );
+        result(
+            &format!("{name}_cpu_cores"),
+            (m.cpu_s() - m.listener_s()) / m.wall.as_secs_f64(),
+            "cores",
+        );
+    }
 }
 
 /// `path` if it names a file, else the first `PATH` entry holding it.
@@ -533,6 +583,184 @@ struct EngineExtra {
     /// Scheduler lag p50, p99, p99.9 and max over the measured window, in ms (counting recorder
     /// only).
     lag_ms: Option<[f64; 4]>,
+    /// With `--windows` above 1, each window's own figures, in order.
+    windows: Vec<EngineWindow>,
+    /// With `--windows` above 1, the loopback sockets before the phase.
+    sockets_at_start: Option<SocketSample>,
+}
+
+/// One of the consecutive windows of a `--windows` run.
+struct EngineWindow {
+    measured: Measured,
+    /// Engine workers at the end of the window.
+    workers: usize,
+    /// As [`EngineExtra::rss_per_target`], at the end of the window.
+    rss_per_target: f64,
+    lag_ms: Option<[f64; 4]>,
+    /// Loopback sockets over the window, from the sampler.
+    sockets: SocketWindow,
+}
+
+/// The counters of the engine phase at one instant: a window is the difference of two.
+struct Mark {
+    runs: u64,
+    failed: u64,
+    workers: usize,
+    lag: Option<Vec<u64>>,
+    cpu: CpuSnapshot,
+    rss: u64,
+}
+
+impl Mark {
+    fn take(counters: &Counters, engine: &Engine) -> anyhow::Result<Self> {
+        let (runs, failed) = counters.read(engine);
+        Ok(Self {
+            runs,
+            failed,
+            workers: engine.scheduler().workers(),
+            lag: counters.lag_buckets(),
+            cpu: CpuSnapshot::take()?,
+            rss: support::vm_rss()?,
+        })
+    }
+
+    /// What happened from `self` to `later`.
+    fn until(&self, later: &Self, failed_total: u64) -> Measured {
+        Measured {
+            probes: later.runs - self.runs,
+            failed: later.failed - self.failed,
+            failed_total,
+            wall: later.cpu.at - self.cpu.at,
+            cpu_ticks: later.cpu.process - self.cpu.process,
+            listener_ticks: later.cpu.listeners - self.cpu.listeners,
+            switches: later.cpu.switches - self.cpu.switches,
+            box_ticks: later.cpu.whole_box - self.cpu.whole_box,
+        }
+    }
+
+    /// Lag p50, p99, p99.9 and max from `self` to `later`, in ms (counting recorder only).
+    fn lag_until(&self, later: &Self) -> Option<[f64; 4]> {
+        let (Some(before), Some(after)) = (&self.lag, &later.lag) else {
+            return None;
+        };
+        let window: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+        let q = |q: f64| LagStats::quantile_ms(&window, q);
+        Some([q(0.5), q(0.99), q(0.999), q(1.0)])
+    }
+}
+
+/// Sockets on 127.0.0.0/8 (the whole machine's, from `/proc/net/tcp`) at one instant: in
+/// `TIME_WAIT`, and in any state but `LISTEN`.
+#[derive(Clone, Copy)]
+struct SocketSample {
+    at: Instant,
+    time_wait: usize,
+    all: usize,
+}
+
+/// The largest counts of the samples taken within a window, and how many there were.
+#[derive(Default)]
+struct SocketWindow {
+    time_wait_max: usize,
+    all_max: usize,
+    samples: usize,
+}
+
+/// The thread name of the socket sampler, whose CPU is kept apart like the listeners'.
+const SAMPLER_THREAD: &str = "socket-sampler";
+/// How often the sampler reads `/proc/net/tcp`.
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+/// Samples loopback sockets every [`SAMPLE_EVERY`] on an OS thread of its own (reading
+/// `/proc/net/tcp` with thousands of sockets takes milliseconds, which a runtime worker would
+/// show as scheduler lag), until dropped.
+struct SocketSampler {
+    samples: Arc<std::sync::Mutex<Vec<SocketSample>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SocketSampler {
+    fn start() -> anyhow::Result<Self> {
+        let samples = Arc::new(std::sync::Mutex::new(vec![loopback_sockets()?]));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = std::thread::Builder::new()
+            .name(SAMPLER_THREAD.into())
+            .spawn({
+                let (samples, stop) = (samples.clone(), stop.clone());
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::park_timeout(SAMPLE_EVERY);
+                        // A failed read (none expected) leaves a gap, which `samples` shows.
+                        if let Ok(sample) = loopback_sockets() {
+                            lock(&samples).push(sample);
+                        }
+                    }
+                }
+            })
+            .context("spawning the socket sampler")?;
+        Ok(Self {
+            samples,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The first sample, taken before the phase began.
+    fn first(&self) -> Option<SocketSample> {
+        lock(&self.samples).first().copied()
+    }
+
+    /// The samples taken in `[from, to)`.
+    fn window(&self, from: Instant, to: Instant) -> SocketWindow {
+        lock(&self.samples)
+            .iter()
+            .filter(|s| s.at >= from && s.at < to)
+            .fold(SocketWindow::default(), |w, s| SocketWindow {
+                time_wait_max: w.time_wait_max.max(s.time_wait),
+                all_max: w.all_max.max(s.all),
+                samples: w.samples + 1,
+            })
+    }
+}
+
+impl Drop for SocketSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Counts the sockets on 127.0.0.0/8 now (local address; `/proc/net/tcp` prints it as the hex
+/// of a host-order `u32`, so the first octet is the last two digits).
+fn loopback_sockets() -> anyhow::Result<SocketSample> {
+    let table = std::fs::read_to_string("/proc/net/tcp").context("reading /proc/net/tcp")?;
+    let (mut time_wait, mut all) = (0, 0);
+    for line in table.lines().skip(1) {
+        let mut fields = line.split_whitespace();
+        let (Some(local), Some(state)) = (fields.nth(1), fields.nth(1)) else {
+            continue;
+        };
+        let loopback = local
+            .split_once(':')
+            .is_some_and(|(ip, _)| ip.len() == 8 && ip.ends_with("7F"));
+        if loopback && state != "0A" {
+            all += 1;
+            time_wait += usize::from(state == "06");
+        }
+    }
+    Ok(SocketSample {
+        at: Instant::now(),
+        time_wait,
+        all,
+    })
 }
 
 /// What one phase measured over its window.
@@ -609,7 +837,8 @@ impl CpuSnapshot {
             let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
                 continue;
             };
-            if comm.trim_end().starts_with(LISTENER_THREAD) {
+            let comm = comm.trim_end();
+            if comm.starts_with(LISTENER_THREAD) || comm == SAMPLER_THREAD {
                 listeners += support::stat_ticks(&std::fs::read_to_string(dir.join("stat"))?)?;
             } else if let Ok(status) = std::fs::read_to_string(dir.join("status")) {
                 switches += status
@@ -684,21 +913,83 @@ async fn engine_phase(
         config.scheduler.max_in_flight =
             NonZeroUsize::new(max).context("--max-in-flight must be at least 1")?;
     }
+    // Only a windowed run (the soak) reports sockets by window; started before the engine, so
+    // its first sample is the machine's state before this phase.
+    let sampler = if args.windows > 1 {
+        Some(SocketSampler::start()?)
+    } else {
+        None
+    };
     let engine = Engine::start(config, cancel.clone());
-    engine.apply(specs).expect("targets without dependencies");
+    engine
+        .apply(specs)
+        .map_err(|e| anyhow::anyhow!("applying the targets: {e}"))?;
     tokio::time::sleep(args.warmup).await;
 
-    let (runs0, failed0) = counters.read(&engine);
-    let workers0 = engine.scheduler().workers();
-    let lag0 = counters.lag_buckets();
-    let cpu0 = CpuSnapshot::take()?;
-    tokio::time::sleep(args.duration).await;
-    let cpu1 = CpuSnapshot::take()?;
-    let lag1 = counters.lag_buckets();
-    let rss1 = support::vm_rss()?;
-    let (runs1, failed1) = counters.read(&engine);
-    let workers = engine.scheduler().workers();
-    println!("engine workers: {workers0} after the warm-up, {workers} at the end");
+    let first = Mark::take(counters, &engine)?;
+    let mut marks = vec![first];
+    let window = args.duration / args.windows;
+    for i in 1..=args.windows {
+        let end = if i == args.windows {
+            marks[0].cpu.at + args.duration
+        } else {
+            marks[0].cpu.at + window * i
+        };
+        tokio::time::sleep_until(end).await;
+        marks.push(Mark::take(counters, &engine)?);
+    }
+    let (first, last) = (&marks[0], &marks[marks.len() - 1]);
+    let (rss1, workers) = (last.rss, last.workers);
+    println!(
+        "engine workers: {} after the warm-up, {workers} at the end",
+        first.workers
+    );
+    let per_target = |rss: u64| rss.saturating_sub(rss0) as f64 / args.targets as f64;
+    let windows: Vec<EngineWindow> = if args.windows > 1 {
+        marks
+            .windows(2)
+            .map(|pair| {
+                let (from, to) = (&pair[0], &pair[1]);
+                let measured = from.until(to, to.failed - from.failed);
+                EngineWindow {
+                    measured,
+                    workers: to.workers,
+                    rss_per_target: per_target(to.rss),
+                    lag_ms: from.lag_until(to),
+                    sockets: sampler
+                        .as_ref()
+                        .map(|s| s.window(from.cpu.at, to.cpu.at))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let at_start = sampler.as_ref().and_then(SocketSampler::first);
+    drop(sampler);
+    for (i, w) in windows.iter().enumerate() {
+        let [p50, p99, ..] = w.lag_ms.unwrap_or([f64::NAN; 4]);
+        println!(
+            "window {}/{}: {:.0} probes/s, {} failed, {:.0} probes per CPU-second, lag p50 {p50:.3} \
+             / p99 {p99:.3} ms, {} workers, TIME_WAIT max {} ({} loopback sockets max, {} samples)",
+            i + 1,
+            windows.len(),
+            w.measured.probes as f64 / w.measured.wall.as_secs_f64(),
+            w.measured.failed,
+            w.measured.per_cpu_s_excl(),
+            w.workers,
+            w.sockets.time_wait_max,
+            w.sockets.all_max,
+            w.sockets.samples
+        );
+    }
+    if let Some(s) = at_start {
+        println!(
+            "loopback sockets before the phase: {} in TIME_WAIT, {} in all",
+            s.time_wait, s.all
+        );
+    }
 
     cancel.cancel();
     engine.stopped().await;
@@ -711,9 +1002,9 @@ async fn engine_phase(
             n
         );
     }
-    let lag_ms = match (lag0, lag1) {
+    let lag_ms = match (&first.lag, &last.lag) {
         (Some(before), Some(after)) => {
-            let window: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+            let window: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
             let q = |q: f64| LagStats::quantile_ms(&window, q);
             let quantiles = [q(0.5), q(0.99), q(0.999), q(1.0)];
             println!(
@@ -729,7 +1020,7 @@ async fn engine_phase(
         }
         _ => None,
     };
-    let rss_per_target = rss1.saturating_sub(rss0) as f64 / args.targets as f64;
+    let rss_per_target = per_target(rss1);
     println!(
         "RSS: {} KiB before the specs, {} KiB at the end of the window: {rss_per_target:.0} \
          bytes per target",
@@ -749,20 +1040,13 @@ async fn engine_phase(
         println!("engine failures, e.g.: {details:?}");
     }
     Ok((
-        Measured {
-            probes: runs1 - runs0,
-            failed: failed1 - failed0,
-            failed_total,
-            wall: cpu1.at - cpu0.at,
-            cpu_ticks: cpu1.process - cpu0.process,
-            listener_ticks: cpu1.listeners - cpu0.listeners,
-            switches: cpu1.switches - cpu0.switches,
-            box_ticks: cpu1.whole_box - cpu0.whole_box,
-        },
+        first.until(last, failed_total),
         workers,
         EngineExtra {
             rss_per_target,
             lag_ms,
+            windows,
+            sockets_at_start: at_start,
         },
     ))
 }
@@ -1158,8 +1442,8 @@ async fn blackbox_phase(
         version.trim(),
         timeout.as_millis(),
         args.blackbox_concurrency,
-        args.warmup.as_secs(),
-        args.duration.as_secs()
+        args.warmup.as_secs_f64(),
+        args.duration.as_secs_f64()
     );
     let spec = |target: SocketAddr| exporter.spec(&target.to_string());
     exporter

@@ -250,3 +250,11 @@ impl Blackbox {
         }
     }
 }
+
+/// Parses a number of seconds, fractions allowed (`0.5`), as a duration, naming the flag when it
+/// is invalid (negative, not a number, too large).
+pub fn secs(flag: &str, value: &str) -> anyhow::Result<std::time::Duration> {
+    let secs: f64 = self::flag(flag, value)?;
+    std::time::Duration::try_from_secs_f64(secs)
+        .with_context(|| format!("{flag} {value:?} is not a number of seconds"))
+}
