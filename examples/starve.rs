@@ -192,9 +192,9 @@ fn orchestrate(args: &Args) -> anyhow::Result<()> {
             })
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .context("prober printed no count")?;
+        // The burners and the prober have exited (waited for above): the next phase starts on
+        // an idle machine without a pause.
         counts.push(downs);
-        // Let the machine settle before the next phase.
-        std::thread::sleep(Duration::from_secs(2));
     }
     let _ = responder.kill();
     let _ = responder.wait();

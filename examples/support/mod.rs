@@ -106,6 +106,17 @@ pub fn result(scenario: &str, metric: &str, value: f64, unit: &str) {
 /// An accept-and-drop listener on `ip` (any free port, backlog 4096) served by its own OS thread
 /// named `thread`: a probe target whose accepting costs this process as little as it can.
 pub fn accept_and_drop(ip: [u8; 4], thread: String) -> anyhow::Result<std::net::SocketAddr> {
+    accept_and_count(ip, thread, None)
+}
+
+/// As [`accept_and_drop`], counting every accepted connection in `accepted` when given: one
+/// probe that reached the listener each, a count that costs the listener an atomic increment
+/// where reading the prober's own metrics may cost it a render of every target's series.
+pub fn accept_and_count(
+    ip: [u8; 4],
+    thread: String,
+    accepted: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+) -> anyhow::Result<std::net::SocketAddr> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
         .context("creating a listener socket")?;
@@ -121,6 +132,9 @@ pub fn accept_and_drop(ip: [u8; 4], thread: String) -> anyhow::Result<std::net::
         .spawn(move || {
             // Accept and drop: a plain close (FIN) that races with the prober's reset.
             for conn in listener.incoming() {
+                if let (Ok(_), Some(accepted)) = (&conn, &accepted) {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 drop(conn);
             }
         })
