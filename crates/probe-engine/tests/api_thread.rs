@@ -3,7 +3,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use probe_engine::daemon::{Daemon, Options};
 use tokio_util::sync::CancellationToken;
