@@ -202,41 +202,53 @@ async fn drain(
     Ok((StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response())
 }
 
-async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
-    match state.metrics.clone() {
-        // Rendering walks every series (several per target): keep it off the async workers,
-        // which also run the probes.
-        Some(handle) => match tokio::task::spawn_blocking(move || {
-            state.engine.publish_gauges();
-            handle.render()
-        })
+/// Builds an answer that walks every target on a blocking thread: with 10k targets that is tens
+/// of milliseconds, during which the API's single thread would answer nobody else (`/readyz`
+/// least of all), and several such requests may run in parallel there.
+async fn blocking(
+    what: &'static str,
+    answer: impl FnOnce() -> Response + Send + 'static,
+) -> Response {
+    tokio::task::spawn_blocking(answer)
         .await
-        {
-            Ok(text) => (
-                [(
-                    header::CONTENT_TYPE,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )],
-                text,
-            )
-                .into_response(),
-            Err(e) => error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("rendering metrics: {e}"),
-            ),
-        },
-        None => error(StatusCode::NOT_FOUND, "metrics are not enabled"),
-    }
+        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, format!("{what}: {e}")))
 }
 
-async fn targets(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
-    let targets: Vec<TargetView> = state
-        .engine
-        .statuses()
-        .iter()
-        .map(TargetView::from)
-        .collect();
-    Json(json!({ "targets": targets }))
+async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
+    let Some(handle) = state.metrics.clone() else {
+        return error(StatusCode::NOT_FOUND, "metrics are not enabled");
+    };
+    blocking("rendering metrics", move || {
+        state.engine.publish_gauges();
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            handle.render(),
+        )
+            .into_response()
+    })
+    .await
+}
+
+/// `GET /v1/targets`'s body.
+#[derive(Serialize)]
+struct TargetList {
+    targets: Vec<TargetView>,
+}
+
+async fn targets(State(state): State<Arc<ApiState>>) -> Response {
+    blocking("listing targets", move || {
+        let targets = state
+            .engine
+            .statuses()
+            .iter()
+            .map(TargetView::from)
+            .collect();
+        Json(TargetList { targets }).into_response()
+    })
+    .await
 }
 
 fn parse_id(id: &str) -> Result<TargetId, ApiError> {
@@ -908,6 +920,10 @@ enum CheckStatus {
 /// otherwise (DEGRADED, PROBING, MAINTENANCE). Each target is a `checks` entry keyed
 /// `<id>:responseTime`.
 async fn health(State(state): State<Arc<ApiState>>) -> Response {
+    blocking("reporting health", move || health_report(&state)).await
+}
+
+fn health_report(state: &ApiState) -> Response {
     let statuses = state.engine.statuses();
     let mut checks = serde_json::Map::new();
     let mut overall = CheckStatus::Pass;
