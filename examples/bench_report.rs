@@ -155,12 +155,14 @@ const LIMITS: &[(&str, &str, &str)] = &[
     (
         "tcp",
         "engine_vs_blackbox",
-        "The ratio sits at the threshold and moves with how the 2 cores are shared (9.0x to 12.1x \
-         across the runs of this report, 6.9x to 11.8x in earlier ones). The engine is within \
-         1.08x to 1.35x of a bare tokio connect loop, so what is left of its cost per probe is \
-         the kernel's connect and reset, which blackbox_exporter pays too: the engine cannot gain \
-         much more; the gap is blackbox_exporter's per-probe HTTP request, goroutine and \
-         registry.",
+        "The ratio moves with how the 2 cores are shared: 7.2x to 12.1x across the runs of the \
+         last two reports of the same engine code, with blackbox_exporter itself between about \
+         1,100 and 1,850 probes per CPU-second from run to run. The engine is within 1.06x to \
+         1.35x of a bare tokio connect loop (about 13k against 15.6k probes per CPU-second), so \
+         what is left of its cost per probe is mostly the kernel's connect and reset, which \
+         blackbox_exporter pays too; the gap is blackbox_exporter's per-probe HTTP request, \
+         goroutine and registry. A steady 10x would need the engine to cost less than the bare \
+         loop when blackbox_exporter has a good run.",
     ),
     (
         "scale-100k-tcp",
