@@ -81,36 +81,27 @@ impl Args {
             wrk: "wrk".into(),
             up_timeout: Duration::from_secs(60),
         };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
+        for (flag, value) in support::flags(USAGE)? {
             match flag.as_str() {
-                "--targets" => args.targets = support::flag(&flag, &value()?)?,
+                "--targets" => args.targets = support::flag(&flag, &value)?,
                 "--interval-ms" => {
-                    args.interval = Duration::from_millis(support::flag(&flag, &value()?)?)
+                    args.interval = Duration::from_millis(support::flag(&flag, &value)?)
                 }
-                "--listeners" => args.listeners = support::flag(&flag, &value()?)?,
-                "--duration-s" => args.duration = support::flag(&flag, &value()?)?,
-                "--wrk-threads" => args.wrk_threads = support::flag(&flag, &value()?)?,
-                "--connections" => args.connections = support::flag(&flag, &value()?)?,
+                "--listeners" => args.listeners = support::flag(&flag, &value)?,
+                "--duration-s" => args.duration = support::flag(&flag, &value)?,
+                "--wrk-threads" => args.wrk_threads = support::flag(&flag, &value)?,
+                "--connections" => args.connections = support::flag(&flag, &value)?,
                 "--paths" => {
-                    args.paths = value()?
+                    args.paths = value
                         .split(',')
                         .filter(|p| !p.is_empty())
                         .map(str::to_owned)
                         .collect()
                 }
-                "--daemon" => args.daemon = Some(value()?.into()),
-                "--wrk" => args.wrk = value()?,
+                "--daemon" => args.daemon = Some(value.into()),
+                "--wrk" => args.wrk = value,
                 "--up-timeout-s" => {
-                    args.up_timeout = Duration::from_secs(support::flag(&flag, &value()?)?)
-                }
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
+                    args.up_timeout = Duration::from_secs(support::flag(&flag, &value)?)
                 }
                 other => bail!("unknown argument {other:?}\n{USAGE}"),
             }

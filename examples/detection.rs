@@ -324,16 +324,11 @@ impl Args {
         };
         let ms = |v: u64| Duration::from_millis(v);
         let secs = |v: u64| Duration::from_secs(v);
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
+        for (flag, value) in support::flags(USAGE)? {
             let f = flag.as_str();
             match f {
                 "--scenario" => {
-                    args.which = match value()?.as_str() {
+                    args.which = match value.as_str() {
                         "all" => Which::All,
                         "detection" => Which::Detection,
                         "false-down" => Which::FalseDown,
@@ -343,38 +338,34 @@ impl Args {
                         ),
                     }
                 }
-                "--threads" => args.threads = support::flag(f, &value()?)?,
-                "--fixture-threads" => args.fixture_threads = support::flag(f, &value()?)?,
-                "--seed" => args.seed = support::flag(f, &value()?)?,
-                "--det-targets" => args.det.targets = support::flag(f, &value()?)?,
-                "--det-refused" => args.det.refused = support::flag(f, &value()?)?,
-                "--det-blackholed" => args.det.blackholed = support::flag(f, &value()?)?,
-                "--det-interval-ms" => args.det.interval = ms(support::flag(f, &value()?)?),
-                "--det-fast-ms" => args.det.fast = Some(ms(support::flag(f, &value()?)?)),
-                "--det-timeout-ms" => args.det.timeout = ms(support::flag(f, &value()?)?),
-                "--det-fall" => args.det.fall = support::flag(f, &value()?)?,
-                "--det-rise" => args.det.rise = support::flag(f, &value()?)?,
-                "--fd-targets" => args.fd.targets = support::flag(f, &value()?)?,
-                "--fd-listeners" => args.fd.listeners = support::flag(f, &value()?)?,
-                "--fd-interval-ms" => args.fd.interval = ms(support::flag(f, &value()?)?),
-                "--fd-timeout-ms" => args.fd.timeout = ms(support::flag(f, &value()?)?),
-                "--fd-fall" => args.fd.fall = support::flag(f, &value()?)?,
-                "--fd-rise" => args.fd.rise = support::flag(f, &value()?)?,
-                "--fd-drop" => args.fd.drop_p = support::flag(f, &value()?)?,
-                "--fd-duration-s" => args.fd.duration = secs(support::flag(f, &value()?)?),
-                "--cas-targets" => args.cas.targets = support::flag(f, &value()?)?,
-                "--cas-fraction" => args.cas.fraction = support::flag(f, &value()?)?,
-                "--cas-listeners" => args.cas.listeners = support::flag(f, &value()?)?,
-                "--cas-bh-listeners" => args.cas.bh_listeners = support::flag(f, &value()?)?,
-                "--cas-interval-ms" => args.cas.interval = ms(support::flag(f, &value()?)?),
-                "--cas-timeout-ms" => args.cas.timeout = ms(support::flag(f, &value()?)?),
-                "--cas-baseline-s" => args.cas.baseline = secs(support::flag(f, &value()?)?),
-                "--cas-after-s" => args.cas.after = secs(support::flag(f, &value()?)?),
-                "--cas-lag-goal-ms" => args.cas.lag_goal = ms(support::flag(f, &value()?)?),
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
+                "--threads" => args.threads = support::flag(f, &value)?,
+                "--fixture-threads" => args.fixture_threads = support::flag(f, &value)?,
+                "--seed" => args.seed = support::flag(f, &value)?,
+                "--det-targets" => args.det.targets = support::flag(f, &value)?,
+                "--det-refused" => args.det.refused = support::flag(f, &value)?,
+                "--det-blackholed" => args.det.blackholed = support::flag(f, &value)?,
+                "--det-interval-ms" => args.det.interval = ms(support::flag(f, &value)?),
+                "--det-fast-ms" => args.det.fast = Some(ms(support::flag(f, &value)?)),
+                "--det-timeout-ms" => args.det.timeout = ms(support::flag(f, &value)?),
+                "--det-fall" => args.det.fall = support::flag(f, &value)?,
+                "--det-rise" => args.det.rise = support::flag(f, &value)?,
+                "--fd-targets" => args.fd.targets = support::flag(f, &value)?,
+                "--fd-listeners" => args.fd.listeners = support::flag(f, &value)?,
+                "--fd-interval-ms" => args.fd.interval = ms(support::flag(f, &value)?),
+                "--fd-timeout-ms" => args.fd.timeout = ms(support::flag(f, &value)?),
+                "--fd-fall" => args.fd.fall = support::flag(f, &value)?,
+                "--fd-rise" => args.fd.rise = support::flag(f, &value)?,
+                "--fd-drop" => args.fd.drop_p = support::flag(f, &value)?,
+                "--fd-duration-s" => args.fd.duration = secs(support::flag(f, &value)?),
+                "--cas-targets" => args.cas.targets = support::flag(f, &value)?,
+                "--cas-fraction" => args.cas.fraction = support::flag(f, &value)?,
+                "--cas-listeners" => args.cas.listeners = support::flag(f, &value)?,
+                "--cas-bh-listeners" => args.cas.bh_listeners = support::flag(f, &value)?,
+                "--cas-interval-ms" => args.cas.interval = ms(support::flag(f, &value)?),
+                "--cas-timeout-ms" => args.cas.timeout = ms(support::flag(f, &value)?),
+                "--cas-baseline-s" => args.cas.baseline = secs(support::flag(f, &value)?),
+                "--cas-after-s" => args.cas.after = secs(support::flag(f, &value)?),
+                "--cas-lag-goal-ms" => args.cas.lag_goal = ms(support::flag(f, &value)?),
                 other => bail!("unknown argument {other:?}\n{USAGE}"),
             }
         }

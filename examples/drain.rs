@@ -149,26 +149,21 @@ impl Args {
             haproxy: "haproxy".into(),
         };
         let ms = |v: u64| Duration::from_millis(v);
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
+        for (flag, value) in support::flags(USAGE)? {
             let f = flag.as_str();
             match f {
-                "--rate" => args.rate = support::flag(f, &value()?)?,
-                "--connections" => args.connections = support::flag(f, &value()?)?,
-                "--before-s" => args.before = support::secs(f, &value()?)?,
-                "--after-s" => args.after = support::secs(f, &value()?)?,
-                "--inter-ms" => args.inter = ms(support::flag(f, &value()?)?),
-                "--fall" => args.fall = support::flag(f, &value()?)?,
-                "--rise" => args.rise = support::flag(f, &value()?)?,
-                "--drain-delay-ms" => args.drain_delay = ms(support::flag(f, &value()?)?),
-                "--work-ms" => args.work = ms(support::flag(f, &value()?)?),
-                "--confirm-ms" => args.confirm = ms(support::flag(f, &value()?)?),
+                "--rate" => args.rate = support::flag(f, &value)?,
+                "--connections" => args.connections = support::flag(f, &value)?,
+                "--before-s" => args.before = support::secs(f, &value)?,
+                "--after-s" => args.after = support::secs(f, &value)?,
+                "--inter-ms" => args.inter = ms(support::flag(f, &value)?),
+                "--fall" => args.fall = support::flag(f, &value)?,
+                "--rise" => args.rise = support::flag(f, &value)?,
+                "--drain-delay-ms" => args.drain_delay = ms(support::flag(f, &value)?),
+                "--work-ms" => args.work = ms(support::flag(f, &value)?),
+                "--confirm-ms" => args.confirm = ms(support::flag(f, &value)?),
                 "--modes" => {
-                    args.modes = value()?
+                    args.modes = value
                         .split(',')
                         .map(|m| match m {
                             "delay" => Ok(Mode::Delay),
@@ -177,12 +172,8 @@ impl Args {
                         })
                         .collect::<anyhow::Result<_>>()?
                 }
-                "--service" => args.service = Some(value()?.into()),
-                "--haproxy" => args.haproxy = value()?,
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
+                "--service" => args.service = Some(value.into()),
+                "--haproxy" => args.haproxy = value,
                 other => bail!("unknown argument {other:?}\n{USAGE}"),
             }
         }

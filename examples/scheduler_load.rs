@@ -100,36 +100,27 @@ impl Args {
             upkeep: Some(Duration::from_secs(5)),
             scenario: "scheduler".into(),
         };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
+        for (flag, value) in support::flags(USAGE)? {
             match flag.as_str() {
-                "--targets" => args.targets = support::flag(&flag, &value()?)?,
+                "--targets" => args.targets = support::flag(&flag, &value)?,
                 "--interval-s" => {
-                    args.interval = Duration::from_secs(support::flag(&flag, &value()?)?)
+                    args.interval = Duration::from_secs(support::flag(&flag, &value)?)
                 }
-                "--intervals" => args.intervals = support::flag(&flag, &value()?)?,
-                "--jitter" => args.jitter = support::flag(&flag, &value()?)?,
-                "--threads" => args.threads = support::flag(&flag, &value()?)?,
-                "--history" => args.history = support::flag(&flag, &value()?)?,
-                "--scenario" => args.scenario = value()?,
+                "--intervals" => args.intervals = support::flag(&flag, &value)?,
+                "--jitter" => args.jitter = support::flag(&flag, &value)?,
+                "--threads" => args.threads = support::flag(&flag, &value)?,
+                "--history" => args.history = support::flag(&flag, &value)?,
+                "--scenario" => args.scenario = value,
                 "--upkeep-s" => {
-                    let secs: u64 = support::flag(&flag, &value()?)?;
+                    let secs: u64 = support::flag(&flag, &value)?;
                     args.upkeep = (secs > 0).then(|| Duration::from_secs(secs));
                 }
                 "--metrics" => {
-                    args.metrics = match value()?.as_str() {
+                    args.metrics = match value.as_str() {
                         "full" => MetricsMode::Full,
                         "lag" => MetricsMode::Lag,
                         other => bail!("--metrics {other:?}: expected full or lag"),
                     }
-                }
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
                 }
                 other => bail!("unknown argument {other:?}\n{USAGE}"),
             }

@@ -185,34 +185,29 @@ impl Args {
             scenario: "tcp".into(),
             windows: 1,
         };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
+        for (flag, value) in support::flags(USAGE)? {
             match flag.as_str() {
-                "--targets" => args.targets = support::flag(&flag, &value()?)?,
+                "--targets" => args.targets = support::flag(&flag, &value)?,
                 "--interval-ms" => {
-                    args.interval = Duration::from_millis(support::flag(&flag, &value()?)?)
+                    args.interval = Duration::from_millis(support::flag(&flag, &value)?)
                 }
-                "--duration-s" => args.duration = support::secs(&flag, &value()?)?,
-                "--warmup-s" => args.warmup = support::secs(&flag, &value()?)?,
-                "--windows" => args.windows = support::flag(&flag, &value()?)?,
-                "--ports" => args.ports = support::flag(&flag, &value()?)?,
-                "--threads" => args.threads = support::flag(&flag, &value()?)?,
-                "--floor-tasks" => args.floor_tasks = Some(support::flag(&flag, &value()?)?),
+                "--duration-s" => args.duration = support::secs(&flag, &value)?,
+                "--warmup-s" => args.warmup = support::secs(&flag, &value)?,
+                "--windows" => args.windows = support::flag(&flag, &value)?,
+                "--ports" => args.ports = support::flag(&flag, &value)?,
+                "--threads" => args.threads = support::flag(&flag, &value)?,
+                "--floor-tasks" => args.floor_tasks = Some(support::flag(&flag, &value)?),
                 "--floor-timeout" => args.floor_timeout = true,
-                "--max-in-flight" => args.max_in_flight = Some(support::flag(&flag, &value()?)?),
+                "--max-in-flight" => args.max_in_flight = Some(support::flag(&flag, &value)?),
                 "--probe" => {
-                    args.probe = match value()?.as_str() {
+                    args.probe = match value.as_str() {
                         "tcp" => ProbeKind::Tcp,
                         "lean" => ProbeKind::Lean,
                         other => bail!("--probe {other:?}: expected tcp or lean"),
                     }
                 }
                 "--phase" => {
-                    let (engine, floor, blackbox) = match value()?.as_str() {
+                    let (engine, floor, blackbox) = match value.as_str() {
                         "all" => (true, true, true),
                         "both" => (true, true, false),
                         "engine" => (true, false, false),
@@ -229,23 +224,19 @@ impl Args {
                     };
                 }
                 "--blackbox" => {
-                    let path = value()?;
+                    let path = value;
                     args.blackbox = (path != "none").then_some(path);
                 }
                 "--blackbox-concurrency" => {
-                    args.blackbox_concurrency = support::flag(&flag, &value()?)?
+                    args.blackbox_concurrency = support::flag(&flag, &value)?
                 }
-                "--scenario" => args.scenario = value()?,
+                "--scenario" => args.scenario = value,
                 "--metrics" => {
-                    args.metrics = match value()?.as_str() {
+                    args.metrics = match value.as_str() {
                         "count" => MetricsMode::Count,
                         "prometheus" => MetricsMode::Prometheus,
                         other => bail!("--metrics {other:?}: expected count or prometheus"),
                     }
-                }
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
                 }
                 other => bail!("unknown argument {other:?}\n{USAGE}"),
             }

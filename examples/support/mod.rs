@@ -8,6 +8,24 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+/// The command line's `--flag value` pairs, in order. `-h` or `--help` prints `usage` and exits;
+/// a flag without its value is an error that shows `usage`.
+pub fn flags(usage: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "-h" || flag == "--help" {
+            println!("{usage}");
+            std::process::exit(0);
+        }
+        let value = it
+            .next()
+            .with_context(|| format!("{flag} needs a value\n{usage}"))?;
+        pairs.push((flag, value));
+    }
+    Ok(pairs)
+}
+
 /// Parses a flag's value, naming the flag when it is invalid.
 pub fn flag<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
 where
