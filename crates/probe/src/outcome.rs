@@ -191,13 +191,42 @@ pub struct Signal {
     pub severity: Severity,
 }
 
-/// What a probe's check returns: a verdict plus the business signals seen in the reply.
+/// What a probe's check returns: a verdict, the business signals seen in the reply, and what
+/// the check had to work around on the way.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckResult {
     /// How the check went.
     pub verdict: Verdict,
     /// Signals recognised in the reply, whatever the verdict.
     pub signals: Vec<Signal>,
+    /// What the check worked around to reach its verdict.
+    pub remarks: Remarks,
+}
+
+/// What a check worked around to reach its verdict: ordinary trouble on the path (a kept-alive
+/// connection the server had just closed) that is not the target's fault, and that the verdict
+/// therefore does not show. The engine counts each kind and shows them with the result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Remarks {
+    /// A reused connection failed before any byte of the reply arrived (the keep-alive race),
+    /// and the request was sent again on a fresh connection.
+    pub stale_connection_retried: bool,
+}
+
+impl Remarks {
+    /// Whether there is nothing to say.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// The remarks in words, for the API and logs; `None` when there are none.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.stale_connection_retried {
+            parts.push("a reused connection closed before the reply; retried on a fresh one");
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
 }
 
 impl CheckResult {
@@ -206,6 +235,7 @@ impl CheckResult {
         Self {
             verdict: Verdict::Up,
             signals: Vec::new(),
+            remarks: Remarks::default(),
         }
     }
 
@@ -214,6 +244,7 @@ impl CheckResult {
         Self {
             verdict: Verdict::Failed(failure),
             signals: Vec::new(),
+            remarks: Remarks::default(),
         }
     }
 

@@ -51,7 +51,7 @@ pub use json_path::JsonPath;
 pub use reqwest::{Method, Url, header};
 pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
 
-use crate::outcome::{CheckResult, Failure, Verdict};
+use crate::outcome::{CheckResult, Failure, Remarks, Verdict};
 use crate::probe::Probe;
 use conditions::Reply;
 use exchange::{Limits, Transport};
@@ -114,6 +114,7 @@ impl HttpProbe {
             Err(failure) => CheckResult {
                 verdict: Verdict::Failed(failure),
                 signals: self.signals(&Reply::new(status, headers, &[], latency)),
+                remarks: Remarks::default(),
             },
         }
     }
@@ -133,6 +134,7 @@ impl HttpProbe {
         CheckResult {
             verdict,
             signals: self.signals(reply),
+            remarks: Remarks::default(),
         }
     }
 
