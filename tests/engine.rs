@@ -76,6 +76,7 @@ fn target(
         maintenance: Vec::new(),
         circuit_breaker: None,
         skip_active_after: None,
+        dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
     }
 }
 

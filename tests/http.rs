@@ -242,7 +242,9 @@ async fn closed_port() -> SocketAddr {
 }
 
 async fn check(spec: HttpSpec) -> CheckResult {
-    HttpProbe::new(spec).check(TIMEOUT).await
+    HttpProbe::new(spec, probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
 }
 
 /// The spec on the pooled transport, then on the one-shot one (`fresh_connection`).
@@ -463,7 +465,7 @@ async fn oversized_bodies_fail_only_when_a_condition_reads_them() {
 async fn a_hanging_server_times_out() {
     let server = serve(Mode::Hang).await;
     for spec in both(server.spec("/ready")) {
-        let result = HttpProbe::new(spec.clone())
+        let result = HttpProbe::new(spec.clone(), probe::resolve::Names::system())
             .check(Duration::from_millis(200))
             .await;
         let f = failure(&result);
@@ -706,7 +708,7 @@ async fn configured_headers_do_not_follow_a_redirect_to_another_origin() {
 async fn connections_are_reused_unless_fresh_connection_is_set() {
     const CHECKS: usize = 5;
     let server = serve(Mode::Healthy).await;
-    let probe = HttpProbe::new(server.spec("/ready"));
+    let probe = HttpProbe::new(server.spec("/ready"), probe::resolve::Names::system());
     for _ in 0..CHECKS {
         assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     }
@@ -715,7 +717,7 @@ async fn connections_are_reused_unless_fresh_connection_is_set() {
     let server = serve(Mode::Healthy).await;
     let mut spec = server.spec("/ready");
     spec.fresh_connection = true;
-    let probe = HttpProbe::new(spec);
+    let probe = HttpProbe::new(spec, probe::resolve::Names::system());
     for _ in 0..CHECKS {
         assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     }
@@ -942,7 +944,10 @@ targets:
     let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
     let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
-    let probe = probe::probe::build(&config.topology.targets[0].probe);
+    let probe = probe::probe::build(
+        &config.topology.targets[0].probe,
+        &probe::resolve::Names::system(),
+    );
     assert!(matches!(
         config.topology.targets[0].probe,
         ProbeSpec::Http(_)
@@ -1027,7 +1032,7 @@ async fn secret_checks() {
         panic!("not http");
     };
     let spec = HttpSpec::clone(spec);
-    let probe = HttpProbe::new(spec.clone());
+    let probe = HttpProbe::new(spec.clone(), probe::resolve::Names::system());
     shown.push(format!("{probe:?}"));
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     // It was really sent.
@@ -1043,22 +1048,28 @@ async fn secret_checks() {
             server.set(mode);
             let mut spec = spec.clone();
             spec.expect.json = vec![json("$.status", text("UP"))];
-            let result = HttpProbe::new(spec).check(TIMEOUT).await;
+            let result = HttpProbe::new(spec, probe::resolve::Names::system())
+                .check(TIMEOUT)
+                .await;
             shown.push(format!("{result:?}"));
             shown.push(failure(&result).to_string());
         }
         server.set(Mode::Hang);
-        let result = HttpProbe::new(spec.clone())
+        let result = HttpProbe::new(spec.clone(), probe::resolve::Names::system())
             .check(Duration::from_millis(100))
             .await;
         shown.push(format!("{result:?}"));
         let mut refused = spec.clone();
         refused.url = format!("http://{closed}/").parse().unwrap();
-        let result = HttpProbe::new(refused).check(TIMEOUT).await;
+        let result = HttpProbe::new(refused, probe::resolve::Names::system())
+            .check(TIMEOUT)
+            .await;
         shown.push(format!("{result:?}"));
         let mut tls = spec.clone();
         tls.url = format!("https://{}/", server.addr).parse().unwrap();
-        let result = HttpProbe::new(tls).check(TIMEOUT).await;
+        let result = HttpProbe::new(tls, probe::resolve::Names::system())
+            .check(TIMEOUT)
+            .await;
         shown.push(format!("{result:?}"));
     }
 

@@ -749,6 +749,9 @@ struct OutcomeView {
     latency_ms: f64,
     reason: Option<&'static str>,
     at: String,
+    /// What the run worked around (a stale DNS answer, a retried connection); latest run only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -778,6 +781,7 @@ impl From<&Outcome> for OutcomeView {
             latency_ms: o.latency().as_secs_f64() * 1000.0,
             reason: o.reason().map(|r| r.as_str()),
             at: rfc3339(o.at()),
+            note: None,
         }
     }
 }
@@ -808,7 +812,10 @@ impl From<&TargetStatus> for TargetView {
             state: s.state.as_str(),
             healthy: s.healthy(),
             flapping: s.flapping,
-            last: s.last.as_ref().map(OutcomeView::from),
+            last: s.last.as_ref().map(|o| OutcomeView {
+                note: s.note.clone(),
+                ..OutcomeView::from(o)
+            }),
             last_failure: s.last_failure.as_ref().map(|f| FailureView {
                 reason: f.reason.as_str(),
                 detail: f.detail.clone(),
@@ -975,6 +982,35 @@ fn health_report(state: &ApiState) -> Response {
         }
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
     }
+    // A resolver outage is the engine's own trouble: a warning (targets are not failed for it).
+    let resolver = state.engine.resolver().health();
+    let (status, output) = if resolver.up {
+        (CheckStatus::Pass, None)
+    } else {
+        (
+            CheckStatus::Warn,
+            Some(format!(
+                "resolver out since {}: {} of {} recent names failed ({}); DNS failures are not \
+                 counted against targets",
+                resolver.since.map(rfc3339).unwrap_or_default(),
+                resolver.troubled,
+                resolver.names,
+                resolver.last_error.as_deref().unwrap_or("no detail")
+            )),
+        )
+    };
+    overall = overall.max(status);
+    let mut check = json!({
+        "componentId": "resolver",
+        "componentType": "system",
+        "status": status,
+        "observedValue": resolver.troubled,
+        "observedUnit": "names failing",
+    });
+    if let Some(output) = output {
+        check["output"] = json!(output);
+    }
+    checks.insert("resolver:dns".to_owned(), json!([check]));
     // A stale topology source is worth a warning, never a failure: the last content is probed.
     if let Some(etcd) = state.topology.status().etcd {
         let (status, output) = match (&etcd.sync, &etcd.error) {

@@ -36,6 +36,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::client;
+use super::dns::ProbeDns;
 use super::exchange::{Chunks, Hop, Limits, Received, Request, read_body, redirect, timed_out};
 use super::spec::HttpSpec;
 use crate::outcome::{Failure, FailureReason};
@@ -44,11 +45,12 @@ use crate::outcome::{Failure, FailureReason};
 pub(super) struct Fresh {
     /// `None` when no TLS connection can happen (a plain-HTTP URL and no redirects).
     tls: Option<TlsConnector>,
+    dns: Arc<ProbeDns>,
 }
 
 impl Fresh {
     /// Fails only on TLS set-up problems, as the pooled client does.
-    pub(super) fn new(spec: &HttpSpec) -> Result<Self, Failure> {
+    pub(super) fn new(spec: &HttpSpec, dns: Arc<ProbeDns>) -> Result<Self, Failure> {
         let tls_needed = spec.url.is_https() || spec.follow_redirects;
         let tls = if tls_needed {
             let config = client::tls_config(Some(&spec.tls))?;
@@ -56,7 +58,7 @@ impl Fresh {
         } else {
             None
         };
-        Ok(Self { tls })
+        Ok(Self { tls, dns })
     }
 
     /// One request on one new connection.
@@ -116,9 +118,10 @@ impl Fresh {
                 vec![SocketAddr::from((ip, port))],
             ),
             Some(url::Host::Domain(host)) => {
-                let addrs = client::resolve(host, port)
-                    .await
-                    .map_err(|e| Failure::new(FailureReason::Dns, format_args!("connect: {e}")))?;
+                let addrs =
+                    self.dns.resolve(host, port).await.map_err(|e| {
+                        Failure::new(FailureReason::Dns, format_args!("connect: {e}"))
+                    })?;
                 let name = ServerName::try_from(host.to_owned()).map_err(|e| {
                     Failure::new(FailureReason::Tls, format_args!("connect: {host}: {e}"))
                 })?;
