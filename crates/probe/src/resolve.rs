@@ -24,6 +24,10 @@
 //!   because of trouble is recorded and shown, but not counted toward DOWN. One broken zone
 //!   among healthy ones stays below the half, so its targets still fail; names answered from
 //!   `/etc/hosts` (and `localhost`) never reach a server and are left out of the count.
+//!   While an outage forms, names fail one by one; until the other names have been looked up
+//!   again (within their interval), one cannot be ruled out, and trouble failures wait too
+//!   ([`Resolver::outage_possible`]): else a target re-probed at its fast interval would take
+//!   its failures before the rule has seen enough names.
 //!
 //! An outage is logged once when it starts and once when it ends, counted in
 //! `probe_resolver_outages_total` and shown by `probe_resolver_up`; stale answers used are
@@ -156,6 +160,8 @@ pub struct Resolver {
     tracker: Mutex<Tracker>,
     /// Whether an outage is on: read on every `dns` failure, so one atomic load.
     out: AtomicBool,
+    /// Whether one may be starting (see [`Resolver::outage_possible`]).
+    undecided: AtomicBool,
     up_gauge: metrics::Gauge,
 }
 
@@ -208,6 +214,7 @@ impl Resolver {
             answers: Mutex::default(),
             tracker: Mutex::new(Tracker::default()),
             out: AtomicBool::new(false),
+            undecided: AtomicBool::new(false),
             up_gauge,
         }
     }
@@ -227,6 +234,16 @@ impl Resolver {
     /// Whether the resolver is out (see the module docs): one atomic load.
     pub fn is_out(&self) -> bool {
         self.out.load(Ordering::Acquire)
+    }
+
+    /// Whether the resolver is out, or may be and does not know yet: the outage rule holds if
+    /// every name not looked up since the latest one went into trouble fails too. While one
+    /// forms, the names' lookups fail one by one, a probe interval apart at worst; a target that
+    /// fails fast (its fast interval is shorter) would otherwise take its failures before the
+    /// rule has seen enough names. It is decided once the other names were looked up again,
+    /// within their interval, so a broken zone's failures wait that long at most.
+    pub fn outage_possible(&self) -> bool {
+        self.is_out() || self.undecided.load(Ordering::Acquire)
     }
 
     /// The resolver's standing now.
@@ -404,7 +421,9 @@ impl Resolver {
             tracker.sweep(now, rule.window);
         }
         let names = tracker.names.len();
-        let out = names >= rule.min_names.max(1) && tracker.troubled * 2 > names;
+        self.undecided
+            .store(tracker.possibly_out(rule), Ordering::Release);
+        let out = tracker.out(rule);
         if out == tracker.out {
             return;
         }
@@ -517,9 +536,13 @@ impl Answers {
 /// The latest result of each name looked up within the window.
 #[derive(Default)]
 struct Tracker {
-    /// Name → (when its latest lookup ended, whether it failed with trouble).
-    names: HashMap<Arc<str>, (Instant, bool)>,
+    names: HashMap<Arc<str>, Entry>,
     troubled: usize,
+    /// Bumped each time a name goes into trouble: the names looked up since (in this epoch)
+    /// are the ones known to answer *now*.
+    epoch: u64,
+    /// Names of the current epoch whose lookup succeeded.
+    fresh_ok: usize,
     swept: Option<Instant>,
     out: bool,
     outages: u64,
@@ -527,21 +550,65 @@ struct Tracker {
     last_error: Option<String>,
 }
 
+/// One name's latest lookup.
+#[derive(Clone, Copy)]
+struct Entry {
+    /// When it ended.
+    at: Instant,
+    /// Whether it failed with trouble.
+    trouble: bool,
+    /// The tracker's epoch then.
+    epoch: u64,
+}
+
 impl Tracker {
     fn book(&mut self, name: &Arc<str>, trouble: bool, now: Instant) {
-        if let Some((_, true)) = self.names.insert(name.clone(), (now, trouble)) {
-            self.troubled -= 1;
+        let previous = self.names.get(name).copied();
+        if previous.is_none_or(|p| !p.trouble) && trouble {
+            // A name newly in trouble: which others still answer is known again only once
+            // they are looked up again.
+            self.epoch += 1;
+            self.fresh_ok = 0;
         }
-        if trouble {
-            self.troubled += 1;
+        if let Some(p) = previous {
+            self.troubled -= usize::from(p.trouble);
+            self.fresh_ok -= usize::from(!p.trouble && p.epoch == self.epoch);
         }
+        self.troubled += usize::from(trouble);
+        self.fresh_ok += usize::from(!trouble);
+        self.names.insert(
+            name.clone(),
+            Entry {
+                at: now,
+                trouble,
+                epoch: self.epoch,
+            },
+        );
     }
 
     fn sweep(&mut self, now: Instant, window: Duration) {
         self.names
-            .retain(|_, (at, _)| now.saturating_duration_since(*at) <= window);
-        self.troubled = self.names.values().filter(|(_, trouble)| *trouble).count();
+            .retain(|_, e| now.saturating_duration_since(e.at) <= window);
+        self.troubled = self.names.values().filter(|e| e.trouble).count();
+        self.fresh_ok = self
+            .names
+            .values()
+            .filter(|e| !e.trouble && e.epoch == self.epoch)
+            .count();
         self.swept = Some(now);
+    }
+
+    /// Whether the rule holds on what is known.
+    fn out(&self, rule: &OutageRule) -> bool {
+        let names = self.names.len();
+        names >= rule.min_names.max(1) && self.troubled * 2 > names
+    }
+
+    /// Whether the rule could hold: counting every name not seen to answer since the latest
+    /// name went into trouble as failing too.
+    fn possibly_out(&self, rule: &OutageRule) -> bool {
+        let names = self.names.len();
+        names >= rule.min_names.max(1) && (names - self.fresh_ok) * 2 > names
     }
 }
 
@@ -607,5 +674,32 @@ mod tests {
         t.book(&"b".into(), true, now);
         t.sweep(now + Duration::from_secs(61), Duration::from_secs(60));
         assert_eq!((t.names.len(), t.troubled), (0, 0));
+    }
+
+    #[test]
+    fn an_outage_is_possible_until_the_other_names_answer_again() {
+        let rule = OutageRule::default();
+        let mut t = Tracker::default();
+        let now = Instant::now();
+        let names: Vec<Arc<str>> = ["a", "b", "c", "x"].map(Arc::from).to_vec();
+        for name in &names {
+            t.book(name, false, now);
+        }
+        assert!(!t.possibly_out(&rule));
+        // One name fails: the others are not known to answer now.
+        t.book(&names[3], true, now);
+        assert!(t.possibly_out(&rule) && !t.out(&rule));
+        t.book(&names[0], false, now);
+        assert!(t.possibly_out(&rule));
+        t.book(&names[1], false, now);
+        // Two of four seen to answer: the failing ones cannot be more than half.
+        assert!(!t.possibly_out(&rule));
+        // The broken one failing again changes nothing; another name failing does.
+        t.book(&names[3], true, now);
+        assert!(!t.possibly_out(&rule));
+        t.book(&names[2], true, now);
+        assert!(t.possibly_out(&rule) && !t.out(&rule));
+        t.book(&names[0], true, now);
+        assert!(t.out(&rule));
     }
 }

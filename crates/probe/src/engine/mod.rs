@@ -1176,7 +1176,8 @@ impl Job for Target {
                 .is_some_and(|f| f.reason == FailureReason::Timeout);
         // Resolver trouble while the resolver is out is the engine's fault too (see
         // `crate::resolve`): a name it could not answer says nothing about the target.
-        let deferred = deferred || (dns_trouble_failure(&result) && self.shared.resolver.is_out());
+        let deferred =
+            deferred || (dns_trouble_failure(&result) && self.shared.resolver.outage_possible());
         self.record(result, took, deferred)
     }
 }
