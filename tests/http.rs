@@ -5,6 +5,9 @@
 //! The HTTP tier has two transports, reqwest's pool (the default) and a one-shot connection per
 //! check (`fresh_connection`); every test about what goes over the wire runs on both ([`both`]).
 
+#[path = "support/dns.rs"]
+mod dns;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -497,16 +500,23 @@ async fn a_closed_port_is_refused() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unresolvable_name_fails_as_dns() {
-    // A 64-character label is longer than DNS allows: the resolver rejects it locally, without
-    // sending a query anywhere.
-    let name = format!("{}.invalid", "a".repeat(64));
-    for spec in both(HttpSpec::get(format!("http://{name}:80/").parse().unwrap())) {
-        let result = check(spec.clone()).await;
-        let f = failure(&result);
-        assert_eq!(f.reason, FailureReason::Dns, "{}: {f}", mode(&spec));
-        assert!(f.detail.contains(&name), "{f}");
+    // Through the harness's own DNS server: no query leaves the machine.
+    let server = dns::DnsServer::start(&[]);
+    let names = server.names(Duration::from_secs(60));
+    // A 64-character label is longer than DNS allows: rejected without a query. A name the
+    // zone does not have: NXDOMAIN, an answer, so no stale answer could stand in.
+    for name in [format!("{}.invalid", "a".repeat(64)), "missing.test".into()] {
+        for spec in both(HttpSpec::get(format!("http://{name}:80/").parse().unwrap())) {
+            let result = HttpProbe::new(spec.clone(), names.clone())
+                .check(TIMEOUT)
+                .await;
+            let f = failure(&result);
+            assert_eq!(f.reason, FailureReason::Dns, "{}: {f}", mode(&spec));
+            assert!(f.detail.contains(&name), "{f}");
+            assert_eq!(result.remarks.dns_trouble, None, "an answer, not trouble");
+        }
     }
 }
 
