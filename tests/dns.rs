@@ -321,3 +321,31 @@ async fn both_http_transports_use_stale_answers() {
         assert!(result.remarks.describe().unwrap().contains("web.test"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconfigure_points_the_resolver_at_other_servers() {
+    let server = DnsServer::start(&[("alpha.test", LOOPBACK)]);
+    let other = DnsServer::start(&[("alpha.test", IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))]);
+    let resolver = server.resolver();
+    let soon = || Instant::now() + Duration::from_secs(1);
+    let found = resolver.lookup("alpha.test", soon(), Duration::ZERO).await;
+    assert_eq!(&*found.unwrap().addrs, &[LOOPBACK]);
+    resolver.reconfigure(&other.config()).unwrap();
+    let found = resolver.lookup("alpha.test", soon(), Duration::ZERO).await;
+    assert_eq!(
+        &*found.unwrap().addrs,
+        &[IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))]
+    );
+    // A configuration that cannot work leaves the running one alone.
+    let empty = probe::resolve::ResolverConfig {
+        servers: Some(Vec::new()),
+        ..other.config()
+    };
+    assert!(resolver.reconfigure(&empty).is_err());
+    assert!(
+        resolver
+            .lookup("alpha.test", soon(), Duration::ZERO)
+            .await
+            .is_ok()
+    );
+}

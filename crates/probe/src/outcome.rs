@@ -414,4 +414,34 @@ mod tests {
                 .all(|n| n.chars().all(|c| c.is_ascii_lowercase()))
         );
     }
+
+    #[test]
+    fn dns_trouble_is_described_with_the_answers_age() {
+        let mut remarks = Remarks::default();
+        assert_eq!(remarks.describe(), None);
+        remarks.dns_trouble = Some(DnsTrouble {
+            name: "db.internal".into(),
+            error: "request timed out".into(),
+            stale_answer_age: Some(Duration::from_millis(42_700)),
+        });
+        assert_eq!(
+            remarks.describe().as_deref(),
+            Some(
+                "resolving db.internal failed (request timed out); used its last good answer, \
+                 42s old"
+            )
+        );
+        remarks.stale_connection_retried = true;
+        remarks.dns_trouble = Some(DnsTrouble {
+            stale_answer_age: None,
+            ..remarks.dns_trouble.clone().unwrap()
+        });
+        assert_eq!(
+            remarks.describe().as_deref(),
+            Some(
+                "a reused connection closed before the reply; retried on a fresh one; resolving \
+                 db.internal failed (request timed out); no recent answer to fall back on"
+            )
+        );
+    }
 }

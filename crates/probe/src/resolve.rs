@@ -379,11 +379,15 @@ impl Resolver {
         (now.saturating_duration_since(good.at) <= stale_for).then(|| (good.addrs.clone(), good.at))
     }
 
+    /// Keeps `addrs` as the name's last good answer. Targets sharing a name may keep it for
+    /// different times: the entry lasts for the longest, and any target's lookup refreshes it.
     fn remember(&self, name: &Arc<str>, addrs: &Arc<[IpAddr]>, now: Instant, keep: Duration) {
-        if keep.is_zero() {
-            return;
-        }
         let mut answers = lock(&self.answers);
+        let keep = match answers.by_name.get(name) {
+            Some(known) => known.keep.max(keep),
+            None if keep.is_zero() => return,
+            None => keep,
+        };
         answers.by_name.insert(
             name.clone(),
             Good {

@@ -993,8 +993,8 @@ impl Target {
 
     /// Records one run: status, totals, metrics, events and logs, all in one place. A `deferred`
     /// run (a timeout while the engine itself ran late, or resolver trouble while the resolver
-    /// is out) is recorded and shown but moves neither
-    /// the state machine nor the score. Returns the step to the next run.
+    /// is out) is recorded and shown but moves neither the state machine nor the score. Returns
+    /// the step to the next run.
     fn record(&self, result: CheckResult, latency: Duration, deferred: bool) -> Duration {
         let wall = SystemTime::now();
         let now = Instant::now();
@@ -1174,7 +1174,7 @@ impl Job for Target {
             && result
                 .failure()
                 .is_some_and(|f| f.reason == FailureReason::Timeout);
-        // Resolver trouble while the resolver is out is the engine's fault too (see
+        // Resolver trouble while the resolver is out (or may be) is the engine's fault too (see
         // `crate::resolve`): a name it could not answer says nothing about the target.
         let deferred =
             deferred || (dns_trouble_failure(&result) && self.shared.resolver.outage_possible());
