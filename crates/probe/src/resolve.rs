@@ -84,6 +84,8 @@ pub struct ResolverConfig {
     /// domains) from `/etc/resolv.conf`. `/etc/hosts` is read either way.
     pub servers: Option<Vec<SocketAddr>>,
     /// How long one query may wait for a server; `None` keeps the system's (or hickory's 5 s).
+    /// hickory tries a silent server over UDP, then TCP, so a lookup of one takes about twice
+    /// `timeout` per attempt (bounded by the check's own deadline).
     pub timeout: Option<Duration>,
     /// How many times a query is sent before giving up; `None` keeps the system's (or 2).
     pub attempts: Option<usize>,
@@ -318,7 +320,14 @@ impl Resolver {
                 self.remember(&name, &addrs, now, stale_for);
                 return Ok(Resolved { addrs, stale: None });
             }
-            Ok(Err(NetError::Dns(DnsError::NoRecordsFound(none)))) => {
+            // An answer without addresses: NXDOMAIN, or NODATA (NOERROR, no records). Any
+            // other code with it (SERVFAIL) is trouble, below.
+            Ok(Err(NetError::Dns(DnsError::NoRecordsFound(none))))
+                if matches!(
+                    none.response_code,
+                    ResponseCode::NXDomain | ResponseCode::NoError
+                ) =>
+            {
                 // An answer, and the freshest one: any older answer is void.
                 if counted {
                     self.observe(&name, None, now);

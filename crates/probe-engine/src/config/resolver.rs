@@ -4,7 +4,8 @@
 //! ```yaml
 //! resolver:                                  # optional, in one file at most
 //!   servers: ["127.0.0.1:5353", "10.0.0.2"]  # IP[:PORT] or [IPV6]:PORT; port default 53
-//!   timeout: 2s                              # per query; default: resolv.conf's, else 5s
+//!   timeout: 2s                              # per query and transport (UDP, then TCP);
+//!                                            # default: resolv.conf's, else 5s
 //!   attempts: 2                              # queries per lookup; default: resolv.conf's, else 2
 //! ```
 //!
