@@ -100,6 +100,7 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
             maintenance: Vec::new(),
             circuit_breaker: None,
             skip_active_after: None,
+            dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
         })
         .collect();
     let notify = Arc::new(Notify::new());
@@ -120,6 +121,7 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
         maintenance: Vec::new(),
         circuit_breaker: None,
         skip_active_after: None,
+        dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
     });
     (specs, notify)
 }

@@ -60,7 +60,10 @@ fn tcp_connect(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("building the current-thread runtime");
-    let probe = TcpProbe::new(TcpSpec::connect(Address::Socket(addr)));
+    let probe = TcpProbe::new(
+        TcpSpec::connect(Address::Socket(addr)),
+        probe::resolve::Names::system(),
+    );
     let timeout = Duration::from_secs(1);
 
     let mut group = c.benchmark_group("tcp_connect_loopback");

@@ -350,11 +350,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         if !wanted {
             continue;
         }
+        // One resolver for all probes, as in an engine.
+        let names = probe::resolve::Names::system();
         let probes = (0..args.concurrency)
             .map(|_| {
                 let mut spec = HttpSpec::get(target.parse()?);
                 spec.fresh_connection = fresh;
-                Ok(Arc::new(HttpProbe::new(spec)) as Arc<dyn Probe>)
+                Ok(Arc::new(HttpProbe::new(spec, names.clone())) as Arc<dyn Probe>)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         phases.push(runtime.block_on(measure(name, &args, probes, "self", &server_pid))?);
@@ -518,8 +520,9 @@ async fn blackbox_phase(
     );
     let spec = exporter.spec(target)?;
     exporter.wait_ready(spec.clone(), PROBE_TIMEOUT).await?;
+    let names = probe::resolve::Names::system();
     let probes = (0..args.blackbox_concurrency)
-        .map(|_| Arc::new(HttpProbe::new(spec.clone())) as Arc<dyn Probe>)
+        .map(|_| Arc::new(HttpProbe::new(spec.clone(), names.clone())) as Arc<dyn Probe>)
         .collect();
     let pid = exporter.child.pid().to_string();
     measure("blackbox", args, probes, &pid, server_pid).await

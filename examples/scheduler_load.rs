@@ -248,6 +248,7 @@ async fn run(
                 maintenance: Vec::new(),
                 circuit_breaker: None,
                 skip_active_after: None,
+                dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

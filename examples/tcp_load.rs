@@ -893,6 +893,7 @@ async fn engine_phase(
                 maintenance: Vec::new(),
                 circuit_breaker: None,
                 skip_active_after: None,
+                dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -1444,8 +1445,9 @@ async fn blackbox_phase(
     let counts = Arc::new(FloorCounts::default());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut handles = Vec::new();
+    let names = probe::resolve::Names::system();
     for i in 0..args.blackbox_concurrency {
-        let probe = HttpProbe::new(spec(listeners[i % listeners.len()])?);
+        let probe = HttpProbe::new(spec(listeners[i % listeners.len()])?, names.clone());
         let (counts, stop) = (counts.clone(), stop.clone());
         handles.push(tokio::spawn(async move {
             let mut failure = None;

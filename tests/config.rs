@@ -85,7 +85,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -2688,5 +2688,118 @@ fn an_entry_outside_the_files_carries_its_pool_and_breaker() {
             br#"{"id": "a", "tcp": {"address": "a:1"}, "outlier": {}}"#
         ),
         r#"1:40: outlier judges a group's members against each other: set it on the group (kind: group), not on target "a""#
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The resolver: the top-level `resolver` section and the per-target `dns_stale_for`.
+
+#[test]
+fn dns_stale_for_merges_like_the_schedule_keys() {
+    let config = parse_ok(&doc(&[
+        "defaults: {dns_stale_for: 30s}",
+        "targets:",
+        "  - {id: a, tcp: {address: \"db.internal:5432\"}}",
+        "  - {id: b, tcp: {address: \"db.internal:5432\"}, dns_stale_for: 0s}",
+    ]));
+    assert_eq!(target(&config, "a").dns_stale_for, secs(30));
+    assert_eq!(target(&config, "b").dns_stale_for, Duration::ZERO);
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - {id: a, tcp: {address: \"db.internal:5432\"}}",
+    ]));
+    assert_eq!(
+        target(&config, "a").dns_stale_for,
+        probe::target::TargetSpec::DEFAULT_DNS_STALE_FOR
+    );
+    assert_eq!(config.resolver, probe::resolve::ResolverConfig::default());
+}
+
+#[test]
+fn the_resolver_section_is_read() {
+    let config = parse_ok(&doc(&[
+        "resolver:",
+        "  servers: [\"127.0.0.1:5353\", 10.0.0.2, \"[::1]:53\"]",
+        "  timeout: 2s",
+        "  attempts: 3",
+    ]));
+    assert_eq!(
+        config.resolver,
+        probe::resolve::ResolverConfig {
+            servers: Some(vec![
+                "127.0.0.1:5353".parse().unwrap(),
+                "10.0.0.2:53".parse().unwrap(),
+                "[::1]:53".parse().unwrap(),
+            ]),
+            timeout: Some(secs(2)),
+            attempts: Some(3),
+            ..probe::resolve::ResolverConfig::default()
+        }
+    );
+    // Only timeouts: the servers stay the system's.
+    let config = parse_ok(&doc(&["resolver: {timeout: 500ms}"]));
+    assert_eq!(config.resolver.servers, None);
+    assert_eq!(config.resolver.timeout, Some(Duration::from_millis(500)));
+}
+
+#[test]
+fn resolver_errors_are_located() {
+    assert_eq!(
+        errors_of(&doc(&[
+            "resolver:",
+            "  servers: [nope, \"127.0.0.1:0\", \"10.0.0.1:53\"]",
+            "  timeout: 0s",
+            "  attempts: 0",
+            "defaults: {dns_stale_for: soon}",
+            "targets:",
+            "  - {id: a, tcp: {address: \"a:1\"}, dns_stale_for: 2d}",
+        ])),
+        [
+            "t.yaml:2:13: resolver server \"nope\" is not an IP address with an optional port \
+             (IP, IP:PORT or [IPV6]:PORT)",
+            "t.yaml:2:19: resolver server \"127.0.0.1:0\" has port 0; expected 1-65535",
+            "t.yaml:3:12: resolver.timeout must be greater than zero",
+            "t.yaml:4:13: resolver.attempts must be between 1 and 10, got 0",
+            "t.yaml:5:27: invalid duration \"soon\" for \"dns_stale_for\": expected number at 0",
+            "t.yaml:7:51: dns_stale_for must be at most 1day, got \"2d\"",
+        ]
+    );
+    assert_eq!(
+        errors_of(&doc(&["resolver:", "  servers: []", "  timeout: 2m",])),
+        [
+            "t.yaml:2:12: resolver.servers is empty: list at least one server, or leave it out \
+             to use /etc/resolv.conf",
+            "t.yaml:3:12: resolver.timeout must be at most 1m, got \"2m\"",
+        ]
+    );
+    assert_eq!(
+        errors_of(&doc(&["resolver:", "  server: [10.0.0.1]"])),
+        ["t.yaml:2:3: unknown field \"server\" in resolver, did you mean \"servers\"?"]
+    );
+    // A group has no probe, so no name to resolve.
+    let errors = errors_of(&doc(&[
+        "targets:",
+        "  - {id: a, tcp: {address: \"a:1\"}}",
+        "  - {id: g, kind: group, depends_on: [{target: a}], dns_stale_for: 1m}",
+    ]));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("t.yaml:3:"), "{errors:?}");
+    assert!(errors[0].contains("dns_stale_for"), "{errors:?}");
+}
+
+#[test]
+fn the_resolver_is_set_in_one_file_only() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &["resolver: {servers: [10.0.0.1]}"]);
+    let b = write(dir.path(), "b.yaml", &["resolver: {servers: [10.0.0.2]}"]);
+    let errors = config::load(dir.path()).unwrap_err();
+    let a = dir.path().join("a.yaml");
+    assert_eq!(
+        errors.to_string(),
+        format!(
+            "{}:1:1: resolver is already set at {}:1:1; set it in one file only",
+            b.display(),
+            a.display()
+        )
     );
 }

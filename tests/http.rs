@@ -5,6 +5,9 @@
 //! The HTTP tier has two transports, reqwest's pool (the default) and a one-shot connection per
 //! check (`fresh_connection`); every test about what goes over the wire runs on both ([`both`]).
 
+#[path = "support/dns.rs"]
+mod dns;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -242,7 +245,9 @@ async fn closed_port() -> SocketAddr {
 }
 
 async fn check(spec: HttpSpec) -> CheckResult {
-    HttpProbe::new(spec).check(TIMEOUT).await
+    HttpProbe::new(spec, probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
 }
 
 /// The spec on the pooled transport, then on the one-shot one (`fresh_connection`).
@@ -463,7 +468,7 @@ async fn oversized_bodies_fail_only_when_a_condition_reads_them() {
 async fn a_hanging_server_times_out() {
     let server = serve(Mode::Hang).await;
     for spec in both(server.spec("/ready")) {
-        let result = HttpProbe::new(spec.clone())
+        let result = HttpProbe::new(spec.clone(), probe::resolve::Names::system())
             .check(Duration::from_millis(200))
             .await;
         let f = failure(&result);
@@ -495,16 +500,23 @@ async fn a_closed_port_is_refused() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unresolvable_name_fails_as_dns() {
-    // A 64-character label is longer than DNS allows: the resolver rejects it locally, without
-    // sending a query anywhere.
-    let name = format!("{}.invalid", "a".repeat(64));
-    for spec in both(HttpSpec::get(format!("http://{name}:80/").parse().unwrap())) {
-        let result = check(spec.clone()).await;
-        let f = failure(&result);
-        assert_eq!(f.reason, FailureReason::Dns, "{}: {f}", mode(&spec));
-        assert!(f.detail.contains(&name), "{f}");
+    // Through the harness's own DNS server: no query leaves the machine.
+    let server = dns::DnsServer::start(&[]);
+    let names = server.names(Duration::from_secs(60));
+    // A 64-character label is longer than DNS allows: rejected without a query. A name the
+    // zone does not have: NXDOMAIN, an answer, so no stale answer could stand in.
+    for name in [format!("{}.invalid", "a".repeat(64)), "missing.test".into()] {
+        for spec in both(HttpSpec::get(format!("http://{name}:80/").parse().unwrap())) {
+            let result = HttpProbe::new(spec.clone(), names.clone())
+                .check(TIMEOUT)
+                .await;
+            let f = failure(&result);
+            assert_eq!(f.reason, FailureReason::Dns, "{}: {f}", mode(&spec));
+            assert!(f.detail.contains(&name), "{f}");
+            assert_eq!(result.remarks.dns_trouble, None, "an answer, not trouble");
+        }
     }
 }
 
@@ -709,7 +721,7 @@ async fn configured_headers_do_not_follow_a_redirect_to_another_origin() {
 async fn connections_are_reused_unless_fresh_connection_is_set() {
     const CHECKS: usize = 5;
     let server = serve(Mode::Healthy).await;
-    let probe = HttpProbe::new(server.spec("/ready"));
+    let probe = HttpProbe::new(server.spec("/ready"), probe::resolve::Names::system());
     for _ in 0..CHECKS {
         assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     }
@@ -718,7 +730,7 @@ async fn connections_are_reused_unless_fresh_connection_is_set() {
     let server = serve(Mode::Healthy).await;
     let mut spec = server.spec("/ready");
     spec.fresh_connection = true;
-    let probe = HttpProbe::new(spec);
+    let probe = HttpProbe::new(spec, probe::resolve::Names::system());
     for _ in 0..CHECKS {
         assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     }
@@ -945,7 +957,10 @@ targets:
     let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
     let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
-    let probe = probe::probe::build(&config.topology.targets[0].probe);
+    let probe = probe::probe::build(
+        &config.topology.targets[0].probe,
+        &probe::resolve::Names::system(),
+    );
     assert!(matches!(
         config.topology.targets[0].probe,
         ProbeSpec::Http(_)
@@ -1030,7 +1045,7 @@ async fn secret_checks() {
         panic!("not http");
     };
     let spec = HttpSpec::clone(spec);
-    let probe = HttpProbe::new(spec.clone());
+    let probe = HttpProbe::new(spec.clone(), probe::resolve::Names::system());
     shown.push(format!("{probe:?}"));
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     // It was really sent.
@@ -1046,22 +1061,28 @@ async fn secret_checks() {
             server.set(mode);
             let mut spec = spec.clone();
             spec.expect.json = vec![json("$.status", text("UP"))];
-            let result = HttpProbe::new(spec).check(TIMEOUT).await;
+            let result = HttpProbe::new(spec, probe::resolve::Names::system())
+                .check(TIMEOUT)
+                .await;
             shown.push(format!("{result:?}"));
             shown.push(failure(&result).to_string());
         }
         server.set(Mode::Hang);
-        let result = HttpProbe::new(spec.clone())
+        let result = HttpProbe::new(spec.clone(), probe::resolve::Names::system())
             .check(Duration::from_millis(100))
             .await;
         shown.push(format!("{result:?}"));
         let mut refused = spec.clone();
         refused.url = format!("http://{closed}/").parse().unwrap();
-        let result = HttpProbe::new(refused).check(TIMEOUT).await;
+        let result = HttpProbe::new(refused, probe::resolve::Names::system())
+            .check(TIMEOUT)
+            .await;
         shown.push(format!("{result:?}"));
         let mut tls = spec.clone();
         tls.url = format!("https://{}/", server.addr).parse().unwrap();
-        let result = HttpProbe::new(tls).check(TIMEOUT).await;
+        let result = HttpProbe::new(tls, probe::resolve::Names::system())
+            .check(TIMEOUT)
+            .await;
         shown.push(format!("{result:?}"));
     }
 
@@ -1209,7 +1230,7 @@ impl KeepAliveServer {
 async fn a_kept_alive_connection_closed_by_the_server_is_retried_on_a_fresh_one() {
     for mode in [KeepAlive::CloseAfterFirst, KeepAlive::ResetAfterFirst] {
         let server = KeepAliveServer::start(mode).await;
-        let probe = HttpProbe::new(server.spec());
+        let probe = HttpProbe::new(server.spec(), probe::resolve::Names::system());
         let first = probe.check(TIMEOUT).await;
         assert_eq!(first.verdict, Verdict::Up, "{mode:?}");
         assert!(first.remarks.is_empty(), "{mode:?}: {:?}", first.remarks);
@@ -1237,7 +1258,7 @@ async fn a_server_that_fails_every_request_still_fails() {
 
     // A reused connection is retried once; the fresh attempt's failure is the verdict.
     let server = KeepAliveServer::start(KeepAlive::CloseAfterFirst).await;
-    let probe = HttpProbe::new(server.spec());
+    let probe = HttpProbe::new(server.spec(), probe::resolve::Names::system());
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     server.set(KeepAlive::ResetAll);
     let result = probe.check(TIMEOUT).await;
@@ -1252,7 +1273,7 @@ async fn a_request_that_is_not_idempotent_is_never_sent_twice() {
     let mut spec = server.spec();
     spec.method = probe::http::Method::POST;
     spec.body = Some("{}".into());
-    let probe = HttpProbe::new(spec);
+    let probe = HttpProbe::new(spec, probe::resolve::Names::system());
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     let result = probe.check(TIMEOUT).await;
     assert_eq!(failure(&result).reason, FailureReason::Reset);

@@ -51,7 +51,10 @@ async fn closed_port() -> SocketAddr {
 #[tokio::test]
 async fn open_port_succeeds() {
     let (_l, addr) = listener().await;
-    TcpProbe::new(spec(addr)).check(TIMEOUT).await.unwrap();
+    TcpProbe::new(spec(addr), probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -61,7 +64,10 @@ async fn ipv6_loopback_succeeds() {
         return;
     };
     let addr = l.local_addr().unwrap();
-    TcpProbe::new(spec(addr)).check(TIMEOUT).await.unwrap();
+    TcpProbe::new(spec(addr), probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -73,13 +79,19 @@ async fn host_names_resolve() {
     });
     // localhost may resolve to ::1 first, where nothing listens: the probe must try the next
     // address rather than fail on the first.
-    TcpProbe::new(spec).check(TIMEOUT).await.unwrap();
+    TcpProbe::new(spec, probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn closed_port_is_refused() {
     let addr = closed_port().await;
-    let err = TcpProbe::new(spec(addr)).check(TIMEOUT).await.unwrap_err();
+    let err = TcpProbe::new(spec(addr), probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap_err();
     assert_eq!(err.reason, FailureReason::Refused, "{err}");
 }
 
@@ -110,7 +122,10 @@ async fn full_accept_queue_times_out_within_the_deadline() {
     assert!(blackholed);
 
     let started = tokio::time::Instant::now();
-    let err = TcpProbe::new(spec(addr)).check(TIMEOUT).await.unwrap_err();
+    let err = TcpProbe::new(spec(addr), probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap_err();
     let took = started.elapsed();
     assert_eq!(err.reason, FailureReason::Timeout, "{err}");
     assert!(took >= TIMEOUT, "gave up early: {took:?}");
@@ -123,7 +138,10 @@ async fn full_accept_queue_times_out_within_the_deadline() {
 async fn silent_peer_times_out_waiting_for_the_reply() {
     let (_l, addr) = listener().await;
     let s = spec(addr).with_expect(Expect::Contains(b"PONG".to_vec()));
-    let err = TcpProbe::new(s).check(TIMEOUT).await.unwrap_err();
+    let err = TcpProbe::new(s, probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap_err();
     assert_eq!(err.reason, FailureReason::Timeout, "{err}");
 }
 
@@ -151,16 +169,22 @@ async fn echo_server(reply: &'static [u8]) -> SocketAddr {
 async fn send_expect_matches() {
     let addr = echo_server(b"+PONG\r\n").await;
     let s = spec(addr).with_send(b"PING\r\n");
-    TcpProbe::new(s.clone().with_expect(Expect::Contains(b"PONG".to_vec())))
-        .check(TIMEOUT)
-        .await
-        .unwrap();
+    TcpProbe::new(
+        s.clone().with_expect(Expect::Contains(b"PONG".to_vec())),
+        probe::resolve::Names::system(),
+    )
+    .check(TIMEOUT)
+    .await
+    .unwrap();
 
     let regex = regex::bytes::Regex::new(r"^\+PO+NG\r\n$").unwrap();
-    TcpProbe::new(s.with_expect(Expect::Regex(regex)))
-        .check(TIMEOUT)
-        .await
-        .unwrap();
+    TcpProbe::new(
+        s.with_expect(Expect::Regex(regex)),
+        probe::resolve::Names::system(),
+    )
+    .check(TIMEOUT)
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -169,7 +193,10 @@ async fn send_expect_mismatch_is_a_body_failure() {
     let s = spec(addr)
         .with_send(b"PING\r\n")
         .with_expect(Expect::Contains(b"PONG".to_vec()));
-    let err = TcpProbe::new(s).check(TIMEOUT).await.unwrap_err();
+    let err = TcpProbe::new(s, probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap_err();
     assert_eq!(err.reason, FailureReason::Body, "{err}");
     assert!(err.detail.contains("-ERR unknown command"), "{err}");
 }
@@ -215,7 +242,7 @@ async fn closing_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<(
 async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     const PROBES: usize = 20;
     let (addr, mut closed) = closing_server().await;
-    let probe = TcpProbe::new(spec(addr));
+    let probe = TcpProbe::new(spec(addr), probe::resolve::Names::system());
     for _ in 0..PROBES {
         probe.check(TIMEOUT).await.unwrap();
         closed.recv().await.unwrap();
@@ -231,7 +258,7 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     let (addr, mut closed) = closing_server().await;
     let mut graceful = spec(addr);
     graceful.close = CloseMode::Graceful;
-    let probe = TcpProbe::new(graceful);
+    let probe = TcpProbe::new(graceful, probe::resolve::Names::system());
     for _ in 0..PROBES {
         probe.check(TIMEOUT).await.unwrap();
         closed.recv().await.unwrap();

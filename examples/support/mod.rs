@@ -267,7 +267,7 @@ impl Blackbox {
     ) -> anyhow::Result<()> {
         use probe::outcome::Verdict;
         use probe::probe::Probe;
-        let ready = probe::http::HttpProbe::new(spec);
+        let ready = probe::http::HttpProbe::new(spec, probe::resolve::Names::system());
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             match ready.check(timeout).await.verdict {

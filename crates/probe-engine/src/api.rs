@@ -839,7 +839,7 @@ impl From<&TargetStatus> for TargetView {
             pending: s.pending.map(PendingView::from),
             last: s.last.as_ref().map(|o| LastView {
                 outcome: OutcomeView::from(o),
-                note: s.last_note.clone(),
+                note: s.note.clone(),
             }),
             last_failure: s.last_failure.as_ref().map(|f| FailureView {
                 reason: f.reason.as_str(),
@@ -1009,6 +1009,35 @@ fn health_report(state: &ApiState) -> Response {
         }
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
     }
+    // A resolver outage is the engine's own trouble: a warning (targets are not failed for it).
+    let resolver = state.engine.resolver().health();
+    let (status, output) = if resolver.up {
+        (CheckStatus::Pass, None)
+    } else {
+        (
+            CheckStatus::Warn,
+            Some(format!(
+                "resolver out since {}: {} of {} recent names failed ({}); DNS failures are not \
+                 counted against targets",
+                resolver.since.map(rfc3339).unwrap_or_default(),
+                resolver.troubled,
+                resolver.names,
+                resolver.last_error.as_deref().unwrap_or("no detail")
+            )),
+        )
+    };
+    overall = overall.max(status);
+    let mut check = json!({
+        "componentId": "resolver",
+        "componentType": "system",
+        "status": status,
+        "observedValue": resolver.troubled,
+        "observedUnit": "names failing",
+    });
+    if let Some(output) = output {
+        check["output"] = json!(output);
+    }
+    checks.insert("resolver:dns".to_owned(), json!([check]));
     // A stale topology source is worth a warning, never a failure: the last content is probed.
     if let Some(etcd) = state.topology.status().etcd {
         let (status, output) = match (&etcd.sync, &etcd.error) {

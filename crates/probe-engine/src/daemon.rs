@@ -11,6 +11,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::engine::{Engine, EngineConfig};
 use probe::gate::{self, Gate, GateConfig, Hook, ShutdownPlan};
+use probe::resolve::{Resolver, ResolverConfig, ResolverError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -44,6 +45,9 @@ pub enum StartError {
     /// The state directory cannot be used.
     #[error("state directory: {0}")]
     State(#[from] PersistError),
+    /// The `resolver` section could not be set up.
+    #[error("resolver: {0}")]
+    Resolver(#[from] ResolverError),
 }
 
 /// A running daemon: its engine, where its config comes from and where its state goes.
@@ -74,7 +78,15 @@ impl Daemon {
             .as_deref()
             .map(StateStore::open)
             .transpose()?;
-        let engine = Engine::start(options.engine, cancel.clone());
+        // Without a `resolver` section, the system's, which falls back on the hosts file alone
+        // when resolv.conf cannot be read; servers of the config's own must work.
+        let resolver = if loaded.resolver == ResolverConfig::default() {
+            Resolver::system()
+        } else {
+            Resolver::new(loaded.resolver.clone())?
+        };
+        let engine =
+            Engine::start_with_resolver(options.engine, Arc::new(resolver), cancel.clone());
         let files = loaded.files.len();
         let (topology, diff) = Topology::start(
             engine.clone(),

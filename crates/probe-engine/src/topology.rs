@@ -19,6 +19,7 @@ use std::time::SystemTime;
 
 use probe::discovery::{Catalog, Discovery, Merger, Rejection};
 use probe::engine::{Diff, Engine};
+use probe::resolve::{Resolver, ResolverConfig};
 use probe_etcd::{EtcdDiscovery, Source, SourceConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -134,6 +135,7 @@ impl Topology {
         let mut merger = Merger::new(SOURCES);
         let etcd = loaded.etcd.clone();
         let files = loaded.files.clone();
+        let resolver = (engine.resolver().clone(), loaded.resolver.clone());
         merger.update(FILES, Catalog::from(loaded.topology));
         let merged = merger
             .merge()
@@ -166,6 +168,7 @@ impl Topology {
             triggers,
             shared: shared.clone(),
             etcd: etcd_tx,
+            resolver,
         };
         tokio::spawn(forward(files, FILES, 0, updates_tx.clone(), cancel.clone()));
         let mut looped = Loop {
@@ -241,6 +244,9 @@ struct FileSource {
     shared: Arc<Mutex<Shared>>,
     /// The etcd settings of the last good config, set before its catalog is returned.
     etcd: watch::Sender<Option<SourceConfig>>,
+    /// The engine's resolver and the `resolver` section it runs with, so that a changed section
+    /// reconfigures it.
+    resolver: (Arc<Resolver>, ResolverConfig),
 }
 
 impl FileSource {
@@ -263,6 +269,19 @@ impl FileSource {
                     shared.files.last_error.clear();
                     shared.files.files.clone_from(&config.files);
                     self.etcd.send_replace(config.etcd.clone());
+                    let (resolver, running) = &mut self.resolver;
+                    if config.resolver != *running {
+                        match resolver.reconfigure(&config.resolver) {
+                            Ok(()) => {
+                                tracing::info!("resolver reconfigured");
+                                running.clone_from(&config.resolver);
+                            }
+                            Err(e) => tracing::error!(
+                                error = %e,
+                                "the new resolver section cannot be set up; the running one stays"
+                            ),
+                        }
+                    }
                     return Some(config);
                 }
                 Err(errors) => {

@@ -15,6 +15,8 @@
 //! - [`state`]: the per-target state machine (UP, DEGRADED, PROBING, MAINTENANCE, DOWN);
 //! - [`maintenance`]: declared maintenance windows;
 //! - [`backoff`]: jittered exponential backoff with success-rate feedback;
+//! - [`resolve`]: the engine's one DNS resolver, shared by every probe: last good answers on
+//!   resolver trouble (`dns_stale_for`), and resolver outages taken as the engine's own fault;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
 //! - [`self_health`]: the engine's awareness of its own slowness (Lifeguard's local health
 //!   multiplier), which widens timeouts and defers timeout verdicts while it is starved;
@@ -47,6 +49,7 @@
 //!     maintenance: Vec::new(),
 //!     circuit_breaker: None,
 //!     skip_active_after: None,
+//!     dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
 //! }])?;
 //! let healthy = engine.readiness().ready;
 //! cancel.cancel();
@@ -72,6 +75,7 @@ pub mod outlier;
 pub mod passive;
 pub mod probe;
 pub mod recovery;
+pub mod resolve;
 pub mod retry;
 pub mod scheduler;
 pub mod self_health;

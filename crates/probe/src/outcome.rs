@@ -211,6 +211,53 @@ pub struct Remarks {
     /// A reused connection failed before any byte of the reply arrived (the keep-alive race),
     /// and the request was sent again on a fresh connection.
     pub stale_connection_retried: bool,
+    /// The resolver failed with trouble (a timeout, SERVFAIL, no server reachable) rather than
+    /// an answer. When the check went on with the name's last good answer, the verdict is about
+    /// the target; when there was none young enough, the check failed as `dns`, and the engine
+    /// defers that failure while the resolver itself is out (see [`crate::resolve`]).
+    pub dns_trouble: Option<DnsTrouble>,
+}
+
+/// Resolver trouble met while looking up one name: see [`Remarks::dns_trouble`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsTrouble {
+    /// The name looked up.
+    pub name: Arc<str>,
+    /// What the resolver said, e.g. "request timed out".
+    pub error: String,
+    /// The age of the last good answer the check used instead; `None` when there was no answer
+    /// younger than the target's `dns_stale_for`, and the check failed.
+    pub stale_answer_age: Option<Duration>,
+}
+
+impl DnsTrouble {
+    /// Whether the check went on with a stale answer.
+    pub fn used_stale_answer(&self) -> bool {
+        self.stale_answer_age.is_some()
+    }
+}
+
+impl fmt::Display for DnsTrouble {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.stale_answer_age {
+            Some(age) => {
+                // Whole seconds: the milliseconds of an age say nothing to a reader.
+                let age = Duration::from_secs(age.as_secs());
+                write!(
+                    f,
+                    "resolving {} failed ({}); used its last good answer, {} old",
+                    self.name,
+                    self.error,
+                    humantime::format_duration(age)
+                )
+            }
+            None => write!(
+                f,
+                "resolving {} failed ({}); no recent answer to fall back on",
+                self.name, self.error
+            ),
+        }
+    }
 }
 
 impl Remarks {
@@ -221,9 +268,13 @@ impl Remarks {
 
     /// The remarks in words, for the API and logs; `None` when there are none.
     pub fn describe(&self) -> Option<String> {
-        let mut parts = Vec::new();
+        let mut parts: Vec<String> = Vec::new();
         if self.stale_connection_retried {
-            parts.push("a reused connection closed before the reply; retried on a fresh one");
+            parts
+                .push("a reused connection closed before the reply; retried on a fresh one".into());
+        }
+        if let Some(trouble) = &self.dns_trouble {
+            parts.push(trouble.to_string());
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
@@ -361,6 +412,36 @@ mod tests {
             names
                 .iter()
                 .all(|n| n.chars().all(|c| c.is_ascii_lowercase()))
+        );
+    }
+
+    #[test]
+    fn dns_trouble_is_described_with_the_answers_age() {
+        let mut remarks = Remarks::default();
+        assert_eq!(remarks.describe(), None);
+        remarks.dns_trouble = Some(DnsTrouble {
+            name: "db.internal".into(),
+            error: "request timed out".into(),
+            stale_answer_age: Some(Duration::from_millis(42_700)),
+        });
+        assert_eq!(
+            remarks.describe().as_deref(),
+            Some(
+                "resolving db.internal failed (request timed out); used its last good answer, \
+                 42s old"
+            )
+        );
+        remarks.stale_connection_retried = true;
+        remarks.dns_trouble = Some(DnsTrouble {
+            stale_answer_age: None,
+            ..remarks.dns_trouble.clone().unwrap()
+        });
+        assert_eq!(
+            remarks.describe().as_deref(),
+            Some(
+                "a reused connection closed before the reply; retried on a fresh one; resolving \
+                 db.internal failed (request timed out); no recent answer to fall back on"
+            )
         );
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::http::HttpSpec;
 use crate::outcome::CheckResult;
+use crate::resolve::Names;
 use crate::target::ProbeSpec;
 
 /// A health check against one target.
@@ -22,11 +23,15 @@ pub trait Probe: Send + Sync + 'static {
     async fn check(&self, timeout: Duration) -> CheckResult;
 }
 
-/// Builds the probe a spec describes.
-pub fn build(spec: &ProbeSpec) -> Arc<dyn Probe> {
+/// Builds the probe a spec describes, resolving its names through `names` (the engine's shared
+/// resolver, with the target's `dns_stale_for`).
+pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
     match spec {
-        ProbeSpec::Tcp(tcp) => Arc::new(crate::tcp::TcpProbe::new(tcp.clone())),
-        ProbeSpec::Http(http) => Arc::new(crate::http::HttpProbe::new(HttpSpec::clone(http))),
+        ProbeSpec::Tcp(tcp) => Arc::new(crate::tcp::TcpProbe::new(tcp.clone(), names.clone())),
+        ProbeSpec::Http(http) => Arc::new(crate::http::HttpProbe::new(
+            HttpSpec::clone(http),
+            names.clone(),
+        )),
         ProbeSpec::Custom(custom) => custom.probe().clone(),
     }
 }

@@ -97,7 +97,8 @@ impl fmt::Debug for TargetId {
 /// Where to connect: a literal socket address, or a host name resolved at probe time.
 ///
 /// Names are resolved on every probe (with the probe's deadline) rather than once at load, so a
-/// DNS change is followed without a reload, and a DNS failure is a probe failure (`dns`).
+/// DNS change is followed without a reload, and a name that does not resolve is a probe failure
+/// (`dns`). Resolver trouble is not: see [`crate::resolve`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Address {
     /// An IPv4 or IPv6 address with port, e.g. `127.0.0.1:80` or `[::1]:80`.
@@ -577,9 +578,17 @@ pub struct TargetSpec {
     /// Envoy's no-traffic interval inverted: a target that real calls prove healthy every second
     /// gains nothing from a synthetic request, while one without traffic is still probed.
     pub skip_active_after: Option<NonZeroU32>,
+    /// How long the last good answer for the target's host name may stand in when the resolver
+    /// has trouble (a timeout, SERVFAIL; never a name that does not exist); zero turns stale
+    /// answers off. See [`crate::resolve`].
+    pub dns_stale_for: Duration,
 }
 
 impl TargetSpec {
+    /// The default `dns_stale_for`: long enough to ride out a resolver restart or a short
+    /// outage, short enough that a moved target is not probed at its old address for long.
+    pub const DEFAULT_DNS_STALE_FOR: Duration = Duration::from_secs(5 * 60);
+
     /// A target with the default schedule, thresholds and flap policy and no maintenance
     /// windows; set the public fields to change them.
     pub fn new(id: TargetId, probe: ProbeSpec) -> Self {
@@ -592,6 +601,7 @@ impl TargetSpec {
             maintenance: Vec::new(),
             circuit_breaker: None,
             skip_active_after: None,
+            dns_stale_for: Self::DEFAULT_DNS_STALE_FOR,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! ports for a minute each and eventually fail connects with `EADDRNOTAVAIL`.
 //!
 //! The whole check (resolve, connect, send, read) shares one deadline; each phase reports its own
-//! failure reason and detail when it is the one that runs out.
+//! failure reason and detail when it is the one that runs out. Names go through the engine's
+//! resolver ([`crate::resolve`]), which may answer with a stale address on resolver trouble.
 
 use std::io;
 use std::net::SocketAddr;
@@ -18,8 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
-use crate::outcome::{CheckResult, Failure, FailureReason};
+use crate::outcome::{CheckResult, Failure, FailureReason, Remarks};
 use crate::probe::Probe;
+use crate::resolve::{LookupError, Names};
 use crate::target::{Address, CloseMode, TcpSpec};
 
 /// The most reply bytes read while looking for `expect`; a larger reply fails as `body`.
@@ -29,16 +31,17 @@ pub const MAX_REPLY: usize = 64 * 1024;
 #[derive(Clone, Debug)]
 pub struct TcpProbe {
     spec: TcpSpec,
+    names: Names,
 }
 
 impl TcpProbe {
-    /// A probe for `spec`.
-    pub fn new(spec: TcpSpec) -> Self {
-        Self { spec }
+    /// A probe for `spec`, resolving a host name through `names`.
+    pub fn new(spec: TcpSpec, names: Names) -> Self {
+        Self { spec, names }
     }
 
-    async fn run(&self, deadline: Instant) -> Result<(), Failure> {
-        let addrs = self.resolve(deadline).await?;
+    async fn run(&self, deadline: Instant, remarks: &mut Remarks) -> Result<(), Failure> {
+        let addrs = self.resolve(deadline, remarks).await?;
         let mut stream = self.connect_any(&addrs, deadline).await?;
         let result = self.converse(&mut stream, deadline).await;
         if self.spec.close == CloseMode::Graceful {
@@ -48,33 +51,29 @@ impl TcpProbe {
         result
     }
 
-    async fn resolve(&self, deadline: Instant) -> Result<Vec<SocketAddr>, Failure> {
+    async fn resolve(
+        &self,
+        deadline: Instant,
+        remarks: &mut Remarks,
+    ) -> Result<Vec<SocketAddr>, Failure> {
         match &self.spec.address {
             Address::Socket(addr) => Ok(vec![*addr]),
-            Address::Host { host, port } => {
-                let lookup = tokio::net::lookup_host((host.as_str(), *port));
-                match timeout_at(deadline, lookup).await {
-                    Err(_) => Err(Failure::new(
-                        FailureReason::Dns,
-                        format_args!("resolving {host} timed out"),
-                    )),
-                    Ok(Err(err)) => Err(Failure::new(
-                        FailureReason::Dns,
-                        format_args!("resolving {host}: {err}"),
-                    )),
-                    Ok(Ok(addrs)) => {
-                        let addrs: Vec<_> = addrs.collect();
-                        if addrs.is_empty() {
-                            Err(Failure::new(
-                                FailureReason::Dns,
-                                format_args!("{host} has no addresses"),
-                            ))
-                        } else {
-                            Ok(addrs)
-                        }
-                    }
+            Address::Host { host, port } => match self.names.lookup(host, deadline).await {
+                Ok(resolved) => {
+                    remarks.dns_trouble = resolved.stale;
+                    Ok(resolved
+                        .addrs
+                        .iter()
+                        .map(|ip| SocketAddr::new(*ip, *port))
+                        .collect())
                 }
-            }
+                Err(e) => {
+                    if let LookupError::Trouble(trouble) = &e {
+                        remarks.dns_trouble = Some(trouble.clone());
+                    }
+                    Err(Failure::new(FailureReason::Dns, e))
+                }
+            },
         }
     }
 
@@ -188,6 +187,12 @@ fn start_connect(addr: SocketAddr, close: CloseMode, nodelay: bool) -> io::Resul
 #[async_trait::async_trait]
 impl Probe for TcpProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
-        self.run(Instant::now() + timeout).await.into()
+        let mut remarks = Remarks::default();
+        let mut result: CheckResult = self
+            .run(Instant::now() + timeout, &mut remarks)
+            .await
+            .into();
+        result.remarks = remarks;
+        result
     }
 }

@@ -16,6 +16,7 @@
 //!   degrade_after: 2   # consecutive degraded results to go UP -> DEGRADED; default: rise
 //!   recover_after: 2   # consecutive good results to go DEGRADED -> UP; default: rise
 //!   flap: { transitions: 6, window: 5m, min_stable: 2m }   # `false`: off; unset: FlapPolicy::default()
+//!   dns_stale_for: 5m  # last good DNS answer used on resolver trouble; 0s: off
 //!   circuit_breaker: { failure_rate: 0.5, window: 60s }    # passive health (the `passive`
 //!   skip_active_after: 20                                  # submodule): these two for targets,
 //!   outlier: { consecutive_5xx: 5 }                        # these three for groups, which
@@ -59,7 +60,8 @@
 //! Dependencies (`depends_on`, `kind: group`) and the top-level `scoring` and `readiness`
 //! sections are described in the `graph` submodule; passive health (a target's `circuit_breaker`
 //! and `skip_active_after`, a group's `outlier`, `recovery` and `slow_start`) in the `passive`
-//! submodule; the `topology` section (targets from etcd) in the `topology` submodule.
+//! submodule; the `topology` section (targets from etcd) in the `topology` submodule; the
+//! `resolver` section (the DNS servers the engine asks) in the `resolver` submodule.
 //! [`parse_entry`] reads one target declaration kept outside the files.
 //!
 //! JSON paths are the subset documented in [`probe::http::json_path`]: `$`, `.name`,
@@ -86,6 +88,7 @@ mod graph;
 mod http;
 mod node;
 mod passive;
+mod resolver;
 mod topology;
 
 use std::collections::{BTreeMap, HashMap};
@@ -123,6 +126,9 @@ pub struct Config {
     pub files: Vec<PathBuf>,
     /// Where more targets come from: etcd, when the `topology` section says so.
     pub etcd: Option<probe_etcd::SourceConfig>,
+    /// The engine's resolver, as the `resolver` section says (the host's configuration
+    /// without one).
+    pub resolver: probe::resolve::ResolverConfig,
 }
 
 /// One configuration problem, located so that an editor or a person can jump to it.
@@ -357,6 +363,8 @@ struct RawDocument {
     _readiness: Option<IgnoredAny>,
     #[serde(rename = "topology")]
     _topology: Option<IgnoredAny>,
+    #[serde(rename = "resolver")]
+    _resolver: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule, threshold and passive-health
@@ -377,6 +385,7 @@ macro_rules! schedule_section {
             degrade_after: Option<Sp<u32>>,
             recover_after: Option<Sp<u32>>,
             flap: Option<Sp<BoolOr<RawFlap>>>,
+            dns_stale_for: Option<Sp<String>>,
             circuit_breaker: Option<Sp<passive::RawBreaker>>,
             skip_active_after: Option<Sp<u32>>,
             outlier: Option<Sp<passive::RawOutlier>>,
@@ -397,6 +406,7 @@ macro_rules! schedule_section {
                     degrade_after: self.degrade_after.as_ref(),
                     recover_after: self.recover_after.as_ref(),
                     flap: self.flap.as_ref(),
+                    dns_stale_for: self.dns_stale_for.as_ref(),
                 }
             }
 
@@ -480,6 +490,7 @@ struct RawSchedule<'a> {
     degrade_after: Option<&'a Sp<u32>>,
     recover_after: Option<&'a Sp<u32>>,
     flap: Option<&'a Sp<BoolOr<RawFlap>>>,
+    dns_stale_for: Option<&'a Sp<String>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -551,6 +562,8 @@ struct Sched {
     recover: Slot<NonZeroU32>,
     /// `Set { value: None }` for `flap: false`.
     flap: Slot<Option<FlapPolicy>>,
+    /// Zero turns stale DNS answers off.
+    dns_stale_for: Slot<Duration>,
 }
 
 impl Sched {
@@ -578,6 +591,7 @@ impl Sched {
             degrade: count(raw.degrade_after, "degrade_after", diags),
             recover: count(raw.recover_after, "recover_after", diags),
             flap: flap(raw.flap, diags),
+            dns_stale_for: duration(raw.dns_stale_for, "dns_stale_for", false, diags),
         }
     }
 
@@ -596,6 +610,7 @@ impl Sched {
             degrade: self.degrade.or(defaults.degrade),
             recover: self.recover.or(defaults.recover),
             flap: self.flap.or(defaults.flap),
+            dns_stale_for: self.dns_stale_for.or(defaults.dns_stale_for),
         }
     }
 
@@ -611,6 +626,7 @@ impl Sched {
             || self.degrade.is_invalid()
             || self.recover.is_invalid()
             || self.flap.is_invalid()
+            || self.dns_stale_for.is_invalid()
     }
 
     /// Builds the schedule, thresholds and flap policy, reporting a cross-field error at the key
@@ -665,6 +681,10 @@ impl Sched {
             schedule,
             thresholds,
             flap: self.flap.value().unwrap_or(Some(FlapPolicy::default())),
+            dns_stale_for: self
+                .dns_stale_for
+                .value()
+                .unwrap_or(TargetSpec::DEFAULT_DNS_STALE_FOR),
         })
     }
 }
@@ -681,6 +701,7 @@ struct Health {
     schedule: Schedule,
     thresholds: Thresholds,
     flap: Option<FlapPolicy>,
+    dns_stale_for: Duration,
 }
 
 /// `flap: false`, `flap: true` (the built-in policy) or `flap: {...}` (built-in values for the
@@ -1092,6 +1113,7 @@ fn parse_target(
                 maintenance,
                 circuit_breaker: passive.circuit_breaker,
                 skip_active_after: passive.skip_active_after,
+                dns_stale_for: health.dns_stale_for,
                 ..TargetSpec::new(id.clone(), probe)
             })
         }
@@ -1158,6 +1180,7 @@ struct FileOutcome {
     readiness: Option<Section<graph::ParsedReadiness>>,
     /// The `topology` section: `Some(None)` when it has no source.
     topology: Option<Section<Option<probe_etcd::SourceConfig>>>,
+    resolver: Option<Section<probe::resolve::ResolverConfig>>,
 }
 
 impl FileOutcome {
@@ -1262,12 +1285,17 @@ fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         key: key("topology"),
         value: topology::parse(node, text, source, &mut diags),
     });
+    let resolver = section("resolver").map(|node| Section {
+        key: key("resolver"),
+        value: resolver::parse(node, text, &mut diags),
+    });
     FileOutcome {
         diags,
         targets,
         scoring,
         readiness,
         topology,
+        resolver,
     }
 }
 
@@ -1330,6 +1358,15 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
         &mut late,
     )
     .and_then(|(_, etcd)| etcd.flatten());
+    let resolver = once(
+        &files,
+        &mut outcomes,
+        "resolver",
+        |o| o.resolver.take(),
+        &mut late,
+    )
+    .and_then(|(_, resolver)| resolver)
+    .unwrap_or_default();
 
     let declared: Vec<(usize, graph::DeclaredNode)> = outcomes
         .iter_mut()
@@ -1401,6 +1438,7 @@ fn finish(files: Vec<PathBuf>, mut outcomes: Vec<FileOutcome>) -> Result<Config,
         },
         files,
         etcd,
+        resolver,
     })
 }
 

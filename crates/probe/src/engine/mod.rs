@@ -41,9 +41,10 @@ use crate::backoff::SuccessWindow;
 use crate::breaker::{BreakerConfig, CircuitBreaker, Snapshot};
 use crate::graph::{Graph, GraphReadiness};
 use crate::maintenance::MaintenanceWindow;
-use crate::outcome::{CheckResult, Failure, FailureReason, Outcome, Signal, Verdict};
+use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::outlier::MemberStatus;
 use crate::probe::{self, Probe};
+use crate::resolve::{Names, Resolver};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::self_health::{SelfHealth, SelfHealthConfig};
 use crate::state::{Cause, HealthState, Pending, Quality, StateMachine, Transition};
@@ -108,15 +109,17 @@ pub struct TargetStatus {
     pub pending: Option<Pending>,
     /// The latest run, if any.
     pub last: Option<Outcome>,
-    /// What the latest run worked around to reach its verdict
-    /// ([`Remarks`](crate::outcome::Remarks)), in words.
-    pub last_note: Option<String>,
     /// The latest failure with its detail, kept after later successes for diagnosis.
     pub last_failure: Option<Failure>,
     /// Why the latest run was degraded; empty when it was not.
     pub degraded_reasons: Vec<String>,
     /// The business signals of the latest run.
     pub signals: Vec<Signal>,
+    /// What the latest run worked around to reach its verdict ([`Remarks::describe`]), e.g. a
+    /// stale DNS answer used while the resolver failed.
+    ///
+    /// [`Remarks::describe`]: crate::outcome::Remarks::describe
+    pub note: Option<String>,
     /// The maintenance in force, if any.
     pub maintenance: Option<MaintenanceInfo>,
     /// Passing results in a row.
@@ -294,14 +297,27 @@ struct Shared {
     /// Results kept per target.
     history: usize,
     self_health: Option<Arc<SelfHealth>>,
+    /// The one resolver every probe looks its names up through.
+    resolver: Arc<Resolver>,
 }
 
 impl Engine {
-    /// Starts an engine with no targets on the current tokio runtime.
+    /// Starts an engine with no targets on the current tokio runtime, resolving names with the
+    /// host's configuration ([`Resolver::system`]).
     ///
     /// Cancelling `cancel` stops probing; [`Engine::stopped`] then resolves when in-flight probes
     /// have finished.
     pub fn start(config: EngineConfig, cancel: CancellationToken) -> Self {
+        Self::start_with_resolver(config, Arc::new(Resolver::system()), cancel)
+    }
+
+    /// [`Engine::start`], with names resolved through `resolver`, shared by every probe (and
+    /// by the embedder, who may keep a clone to read its health).
+    pub fn start_with_resolver(
+        config: EngineConfig,
+        resolver: Arc<Resolver>,
+        cancel: CancellationToken,
+    ) -> Self {
         let verdict = Arc::default();
         let engine = Self {
             targets: Arc::default(),
@@ -312,6 +328,7 @@ impl Engine {
                 events: broadcast::channel(EVENT_BACKLOG).0,
                 history: config.history,
                 self_health: config.self_health.map(|c| Arc::new(SelfHealth::new(c))),
+                resolver,
             }),
             verdict,
             scheduler: Scheduler::start(config.scheduler, cancel.clone()),
@@ -642,6 +659,12 @@ impl Engine {
         self.shared.self_health.as_ref().map(|h| h.multiplier())
     }
 
+    /// The resolver the probes share: its health ([`Resolver::health`]) says whether it is out,
+    /// and [`Resolver::reconfigure`] points it elsewhere.
+    pub fn resolver(&self) -> &Arc<Resolver> {
+        &self.shared.resolver
+    }
+
     /// The scheduler, for its live figures (workers, probes in flight).
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
@@ -671,6 +694,7 @@ struct Policy {
     maintenance: Vec<MaintenanceWindow>,
     circuit_breaker: Option<BreakerConfig>,
     skip_active_after: Option<NonZeroU32>,
+    dns_stale_for: Duration,
 }
 
 impl Policy {
@@ -685,6 +709,7 @@ impl Policy {
             maintenance,
             circuit_breaker,
             skip_active_after,
+            dns_stale_for,
         } = spec;
         let policy = Self {
             schedule,
@@ -693,6 +718,7 @@ impl Policy {
             maintenance,
             circuit_breaker,
             skip_active_after,
+            dns_stale_for,
         };
         (id, probe, policy)
     }
@@ -764,7 +790,7 @@ struct Details {
     degraded_reasons: Vec<String>,
     /// The business signals of the latest run.
     signals: Vec<Signal>,
-    /// The latest run's remarks, in words.
+    /// What the latest run worked around, in words.
     note: Option<String>,
 }
 
@@ -820,7 +846,10 @@ impl Target {
         let up = metrics::gauge!("probe_target_up", "target" => label.clone());
         up.set(0.0);
         Self {
-            probe: probe::build(&probe_spec),
+            probe: probe::build(
+                &probe_spec,
+                &Names::new(shared.resolver.clone(), policy.dns_stale_for),
+            ),
             status: Mutex::new(Status {
                 machine: StateMachine::new(policy.thresholds, policy.flap),
                 window: SuccessWindow::default(),
@@ -882,12 +911,12 @@ impl Target {
             flapping: status.machine.is_flapping(),
             pending: status.machine.pending(),
             last: status.last,
-            last_note: details.and_then(|d| d.note.clone()),
             last_failure: details.and_then(|d| d.last_failure.clone()),
             degraded_reasons: details
                 .map(|d| d.degraded_reasons.clone())
                 .unwrap_or_default(),
             signals: details.map(|d| d.signals.clone()).unwrap_or_default(),
+            note: details.and_then(|d| d.note.clone()),
             maintenance: status.maintenance.as_ref().map(|m| m.info.clone()),
             consecutive_successes: status.machine.consecutive_successes(),
             consecutive_failures: status.machine.consecutive_failures(),
@@ -967,8 +996,9 @@ impl Target {
     }
 
     /// Records one run: status, totals, metrics, events and logs, all in one place. A `deferred`
-    /// run (a timeout while the engine itself ran late) is recorded and shown but moves neither
-    /// the state machine nor the score. Returns the step to the next run.
+    /// run (a timeout while the engine itself ran late, or resolver trouble while the resolver
+    /// is out) is recorded and shown but moves neither the state machine nor the score. Returns
+    /// the step to the next run.
     fn record(&self, result: CheckResult, latency: Duration, deferred: bool) -> Duration {
         let wall = SystemTime::now();
         let now = Instant::now();
@@ -1028,6 +1058,18 @@ impl Target {
                 "probe_failures_total",
                 "target" => self.id.as_str().to_owned(),
                 "reason" => failure.reason.as_str()
+            )
+            .increment(1);
+        }
+        if result
+            .remarks
+            .dns_trouble
+            .as_ref()
+            .is_some_and(DnsTrouble::used_stale_answer)
+        {
+            metrics::counter!(
+                "probe_dns_stale_answers_total",
+                "target" => self.id.as_str().to_owned()
             )
             .increment(1);
         }
@@ -1143,8 +1185,24 @@ impl Job for Target {
             && result
                 .failure()
                 .is_some_and(|f| f.reason == FailureReason::Timeout);
+        // Resolver trouble while the resolver is out (or may be) is the engine's fault too (see
+        // `crate::resolve`): a name it could not answer says nothing about the target.
+        let deferred =
+            deferred || (dns_trouble_failure(&result) && self.shared.resolver.outage_possible());
         self.record(result, took, deferred)
     }
+}
+
+/// Whether `result` failed as `dns` because of resolver trouble, not an answer.
+fn dns_trouble_failure(result: &CheckResult) -> bool {
+    result
+        .failure()
+        .is_some_and(|f| f.reason == FailureReason::Dns)
+        && result
+            .remarks
+            .dns_trouble
+            .as_ref()
+            .is_some_and(|t| !t.used_stale_answer())
 }
 
 /// How long past its timeout a probe may run before the engine gives up on it.
@@ -1200,7 +1258,20 @@ pub fn describe_metrics() {
     );
     describe_counter!(
         "probe_verdicts_deferred_total",
-        "Probe timeouts not counted towards DOWN because the engine itself ran late."
+        "Probe failures not counted towards DOWN because the engine itself ran late, or its \
+         resolver was out."
+    );
+    describe_gauge!(
+        "probe_resolver_up",
+        "Whether the engine's resolver works (1) or is out (0): trouble for most recent names."
+    );
+    describe_counter!(
+        "probe_resolver_outages_total",
+        "Outages of the engine's resolver: DNS failures are not counted against targets meanwhile."
+    );
+    describe_counter!(
+        "probe_dns_stale_answers_total",
+        "Probe runs that used a name's last good answer because the resolver had trouble."
     );
     passive::describe_metrics();
 }

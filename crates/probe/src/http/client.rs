@@ -10,32 +10,36 @@
 //! TLS is rustls with the pure-Rust `ring` provider, configured here and handed to reqwest, so
 //! the library installs no process-wide crypto provider that an embedder might want to choose.
 //!
-//! Name resolution goes through [`Resolver`], a thin wrapper of the system resolver whose errors
-//! have their own type: reqwest's default resolver reports failures as plain I/O errors, which
-//! could not be told apart from a connection failure.
+//! Name resolution goes through the engine's resolver (see `dns`), whose errors have their own
+//! type: reqwest's default resolver reports failures as plain I/O errors, which could not be told
+//! apart from a connection failure.
 
 use std::error::Error as StdError;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+use super::dns::{DnsError, ProbeDns, Reqwest};
 use super::spec::{HttpSpec, TlsTrust};
 use crate::outcome::{Failure, FailureReason};
 
 /// Sent as `User-Agent`, so that probes are recognisable in the target's access logs.
 pub(super) const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
 
-/// Builds the pooled client a spec needs, whose connector counts the connections it opens in
-/// `opened` (see [`Opened`]). Fails only on TLS set-up problems (no usable trust store).
-pub(super) fn build(tls: rustls::ClientConfig, opened: Opened) -> Result<reqwest::Client, Failure> {
+/// Builds the pooled client a spec needs, resolving through `dns`, whose connector counts the
+/// connections it opens in `opened` (see [`Opened`]). Fails only on TLS set-up problems (no
+/// usable trust store).
+pub(super) fn build(
+    tls: rustls::ClientConfig,
+    opened: Opened,
+    dns: Arc<ProbeDns>,
+) -> Result<reqwest::Client, Failure> {
     reqwest::Client::builder()
         .connector_layer(opened)
         .tls_backend_preconfigured(tls)
@@ -45,7 +49,7 @@ pub(super) fn build(tls: rustls::ClientConfig, opened: Opened) -> Result<reqwest
         // Redirects are followed by `exchange`, the same way for both transports.
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(USER_AGENT)
-        .dns_resolver(Arc::new(Resolver))
+        .dns_resolver(Arc::new(Reqwest(dns)))
         // The check's deadline bounds every wait; TCP keepalive probes and a user timeout would
         // only add four system calls to every new connection.
         .tcp_keepalive(None)
@@ -262,45 +266,6 @@ impl ServerCertVerifier for SkipVerify {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// A name that did not resolve.
-#[derive(Debug, thiserror::Error)]
-#[error("resolving {host}: {detail}")]
-pub(super) struct DnsError {
-    host: String,
-    detail: String,
-}
-
-/// Resolves `host` with the system resolver (`getaddrinfo` on tokio's blocking pool).
-pub(super) async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, DnsError> {
-    let dns_error = |detail: String| DnsError {
-        host: host.to_owned(),
-        detail,
-    };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| dns_error(e.to_string()))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(dns_error("no addresses".into()));
-    }
-    Ok(addrs)
-}
-
-/// The system resolver for reqwest, with typed errors.
-struct Resolver;
-
-impl Resolve for Resolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            match resolve(&host, 0).await {
-                Ok(addrs) => Ok(Box::new(addrs.into_iter()) as Addrs),
-                Err(e) => Err(e.into()),
-            }
-        })
     }
 }
 

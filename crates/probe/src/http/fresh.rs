@@ -36,6 +36,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::client;
+use super::dns::ProbeDns;
 use super::exchange::{Chunks, Hop, Limits, Received, Request, read_body, redirect, timed_out};
 use super::spec::HttpSpec;
 use crate::outcome::{Failure, FailureReason};
@@ -44,14 +45,17 @@ use crate::outcome::{Failure, FailureReason};
 pub(super) struct Fresh {
     /// `None` when no TLS connection can happen (a plain-HTTP URL and no redirects).
     tls: Option<TlsConnector>,
+    dns: Arc<ProbeDns>,
 }
 
 impl Fresh {
-    /// A transport for `spec` with the rustls configuration `tls` (see `client::spec_tls`).
-    pub(super) fn new(spec: &HttpSpec, tls: &rustls::ClientConfig) -> Self {
+    /// A transport for `spec` with the rustls configuration `tls` (see `client::spec_tls`),
+    /// resolving through `dns`.
+    pub(super) fn new(spec: &HttpSpec, tls: &rustls::ClientConfig, dns: Arc<ProbeDns>) -> Self {
         let tls_needed = spec.url.is_https() || spec.follow_redirects;
         Self {
             tls: tls_needed.then(|| TlsConnector::from(Arc::new(tls.clone()))),
+            dns,
         }
     }
 
@@ -112,9 +116,10 @@ impl Fresh {
                 vec![SocketAddr::from((ip, port))],
             ),
             Some(url::Host::Domain(host)) => {
-                let addrs = client::resolve(host, port)
-                    .await
-                    .map_err(|e| Failure::new(FailureReason::Dns, format_args!("connect: {e}")))?;
+                let addrs =
+                    self.dns.resolve(host, port).await.map_err(|e| {
+                        Failure::new(FailureReason::Dns, format_args!("connect: {e}"))
+                    })?;
                 let name = ServerName::try_from(host.to_owned()).map_err(|e| {
                     Failure::new(FailureReason::Tls, format_args!("connect: {host}: {e}"))
                 })?;

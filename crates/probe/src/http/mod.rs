@@ -30,6 +30,7 @@
 
 mod client;
 pub mod conditions;
+mod dns;
 mod exchange;
 mod fresh;
 pub mod headers;
@@ -67,19 +68,22 @@ pub struct HttpProbe {
     transport: Result<Transport, Failure>,
     /// Whether some condition reads the body.
     keep_body: bool,
+    /// The resolver, with this probe's slot for what a lookup worked around.
+    dns: std::sync::Arc<dns::ProbeDns>,
 }
 
 impl HttpProbe {
     /// A probe for `spec`, with its own client and connection pool (or, with
-    /// `fresh_connection`, its own connection per check).
-    pub fn new(spec: HttpSpec) -> Self {
+    /// `fresh_connection`, its own connection per check), resolving names through `names`.
+    pub fn new(spec: HttpSpec, names: crate::resolve::Names) -> Self {
+        let dns = dns::ProbeDns::new(names);
         let transport = client::spec_tls(&spec).and_then(|tls| {
-            let fresh = fresh::Fresh::new(&spec, &tls);
+            let fresh = fresh::Fresh::new(&spec, &tls, dns.clone());
             if spec.fresh_connection {
                 return Ok(Transport::Fresh(fresh));
             }
             let opened = client::Opened::default();
-            let client = client::build(tls, opened.clone())?;
+            let client = client::build(tls, opened.clone(), dns.clone())?;
             Ok(Transport::Pooled(Pooled {
                 client,
                 opened,
@@ -90,6 +94,7 @@ impl HttpProbe {
             transport,
             keep_body: spec.needs_body(),
             spec,
+            dns,
         }
     }
 
@@ -174,6 +179,9 @@ impl fmt::Debug for HttpProbe {
 #[async_trait::async_trait]
 impl Probe for HttpProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
-        self.run(timeout).await
+        self.dns.begin(Instant::now() + timeout);
+        let mut result = self.run(timeout).await;
+        result.remarks.dns_trouble = self.dns.finish();
+        result
     }
 }

@@ -1,0 +1,101 @@
+//! The daemon's resolver end to end: the `resolver` section pointed at a real dnsmasq on a
+//! loopback port, which then stops answering. Stale answers show in `last.note` and the
+//! metrics; the outage in the log, `/health` and the metrics; no target goes DOWN.
+
+mod support;
+
+#[path = "../../../tests/support/dns.rs"]
+mod dns;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Daemon, WAIT};
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_resolver_is_the_engines_fault_not_the_targets() {
+    let names = ["a.test", "b.test", "c.test"];
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let server = dns::DnsServer::start(&names.map(|n| (n, loopback)));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = format!(
+        "resolver:\n  servers: [\"{}\"]\n  timeout: 100ms\n  attempts: 1\n\
+         defaults:\n  interval: 300ms\n  timeout: 200ms\n  rise: 1\n  fall: 2\n  \
+         dns_stale_for: 1s\ntargets:\n",
+        server.addr
+    );
+    for name in names {
+        let id = name.replace(".test", "");
+        yaml.push_str(&format!(
+            "  - {{id: {id}, tcp: {{address: \"{name}:{port}\"}}}}\n"
+        ));
+    }
+    std::fs::write(dir.path().join("targets.yaml"), yaml).unwrap();
+    let mut daemon = Daemon::start(dir.path());
+    daemon
+        .wait_states(&[("a", "UP"), ("b", "UP"), ("c", "UP")])
+        .await;
+
+    server.pause();
+    // First the last good answers stand in, and the API says so.
+    let deadline = Instant::now() + WAIT;
+    let note = loop {
+        let a: Value = daemon.get("/v1/targets/a").await.json().await.unwrap();
+        if let Some(note) = a["last"]["note"].as_str() {
+            assert_eq!(a["state"], "UP", "{a}");
+            break note.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no note: {a}");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    };
+    assert!(
+        note.starts_with("resolving a.test failed (") && note.contains("last good answer"),
+        "{note}"
+    );
+    // Every name fails: an outage, logged once.
+    let started = daemon.wait_log(
+        "the resolver is failing for most names: DNS failures are not counted against targets",
+    );
+    assert_eq!(started["names"], 3, "{started}");
+    // Past dns_stale_for (1s), checks fail as `dns`, but no target goes DOWN.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for t in daemon.targets().await {
+        assert_eq!(t["state"], "UP", "{t}");
+        assert_eq!(t["last"]["reason"], "dns", "{t}");
+    }
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    let check = &health["checks"]["resolver:dns"][0];
+    assert_eq!(check["status"], "warn", "{health}");
+    assert!(
+        check["output"]
+            .as_str()
+            .unwrap()
+            .contains("3 of 3 recent names failed"),
+        "{check}"
+    );
+    let metrics = daemon.get("/metrics").await.text().await.unwrap();
+    for needle in [
+        "probe_resolver_up 0",
+        "probe_resolver_outages_total 1",
+        "probe_dns_stale_answers_total{target=\"a\"}",
+        "probe_verdicts_deferred_total{target=\"a\"}",
+        "probe_failures_total{target=\"a\",reason=\"dns\"}",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "missing {needle:?} in:\n{metrics}"
+        );
+    }
+    support::promtool_check(&metrics);
+
+    server.resume();
+    daemon.wait_log("the resolver answers again");
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    assert_eq!(health["checks"]["resolver:dns"][0]["status"], "pass");
+    assert_eq!(health["status"], "pass", "{health}");
+}
