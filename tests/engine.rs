@@ -113,17 +113,15 @@ async fn hysteresis_needs_exactly_fall_failures_and_rise_successes() {
         states.push(engine.status(&id("db")).unwrap().state);
     }
     use HealthState::*;
-    // UP falls back to PROBING at the first failure and reaches DOWN at the third; DOWN goes to
-    // PROBING at the first success and UP at the second.
+    // UP stays UP while its failures are confirmed and is DOWN at the third; DOWN stays DOWN
+    // at the first success and is UP at the second.
     assert_eq!(
         states,
-        [
-            Probing, Probing, Up, Probing, Probing, Down, Down, Probing, Up
-        ],
+        [Probing, Probing, Up, Up, Up, Down, Down, Down, Up],
         "states seen before each run"
     );
     let status = engine.status(&id("db")).unwrap();
-    assert_eq!(status.transitions, 5, "each transition counted once");
+    assert_eq!(status.transitions, 3, "each transition counted once");
     assert_eq!(status.history.len(), script.len());
     assert_eq!(
         status.last_failure.map(|f| f.reason),

@@ -1093,3 +1093,166 @@ async fn secret_checks() {
         shown[0]
     );
 }
+
+/// What the keep-alive server does with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum KeepAlive {
+    /// Answers the first request of a connection, then closes the connection (FIN) on reading
+    /// the next one without answering: the keep-alive race, made certain.
+    CloseAfterFirst,
+    /// The same, closing with a reset.
+    ResetAfterFirst,
+    /// Resets every request, on any connection.
+    ResetAll,
+}
+
+/// A hand-written HTTP/1.1 server that keeps connections alive, to drive the pooled
+/// transport's reuse exactly; counts the connections it accepts.
+struct KeepAliveServer {
+    addr: SocketAddr,
+    mode: Arc<AtomicU8>,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KeepAliveServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl KeepAliveServer {
+    async fn start(mode: KeepAlive) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mode = Arc::new(AtomicU8::new(mode as u8));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (shared_mode, counter) = (mode.clone(), accepted.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(Self::serve(stream, shared_mode.clone()));
+            }
+        });
+        Self {
+            addr,
+            mode,
+            accepted,
+            task,
+        }
+    }
+
+    async fn serve(mut stream: TcpStream, mode: Arc<AtomicU8>) {
+        use tokio::io::AsyncWriteExt;
+        for n in 0.. {
+            if !Self::read_request(&mut stream).await {
+                return;
+            }
+            let mode = mode.load(Ordering::SeqCst);
+            if n == 0 && mode != KeepAlive::ResetAll as u8 {
+                let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                if stream.write_all(reply).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if mode != KeepAlive::CloseAfterFirst as u8 {
+                let _ = stream.set_zero_linger();
+            }
+            return;
+        }
+    }
+
+    /// Reads one request (head and `content-length` body); false when the peer went away.
+    async fn read_request(stream: &mut TcpStream) -> bool {
+        let mut seen = Vec::new();
+        let mut buf = [0; 4096];
+        loop {
+            let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
+            if let Some(end) = head_end {
+                let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if seen.len() >= end + 4 + length {
+                    return true;
+                }
+            }
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    fn set(&self, mode: KeepAlive) {
+        self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn spec(&self) -> HttpSpec {
+        HttpSpec::get(format!("http://{}/ready", self.addr).parse().unwrap())
+    }
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_closed_by_the_server_is_retried_on_a_fresh_one() {
+    for mode in [KeepAlive::CloseAfterFirst, KeepAlive::ResetAfterFirst] {
+        let server = KeepAliveServer::start(mode).await;
+        let probe = HttpProbe::new(server.spec());
+        let first = probe.check(TIMEOUT).await;
+        assert_eq!(first.verdict, Verdict::Up, "{mode:?}");
+        assert!(first.remarks.is_empty(), "{mode:?}: {:?}", first.remarks);
+        // The second check reuses the connection, which the server closes on reading it.
+        let second = probe.check(TIMEOUT).await;
+        assert_eq!(second.verdict, Verdict::Up, "{mode:?}");
+        assert!(second.remarks.stale_connection_retried, "{mode:?}");
+        assert!(second.remarks.describe().unwrap().contains("fresh"));
+        assert_eq!(
+            server.accepted(),
+            2,
+            "{mode:?}: one retry on a new connection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_fails_every_request_still_fails() {
+    // Fresh connections are not retried: a failure there is the server's.
+    let server = KeepAliveServer::start(KeepAlive::ResetAll).await;
+    let result = check(server.spec()).await;
+    assert_eq!(failure(&result).reason, FailureReason::Reset);
+    assert!(!result.remarks.stale_connection_retried);
+    assert_eq!(server.accepted(), 1);
+
+    // A reused connection is retried once; the fresh attempt's failure is the verdict.
+    let server = KeepAliveServer::start(KeepAlive::CloseAfterFirst).await;
+    let probe = HttpProbe::new(server.spec());
+    assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
+    server.set(KeepAlive::ResetAll);
+    let result = probe.check(TIMEOUT).await;
+    assert_eq!(failure(&result).reason, FailureReason::Reset);
+    assert!(result.remarks.stale_connection_retried);
+    assert_eq!(server.accepted(), 2, "exactly one retry");
+}
+
+#[tokio::test]
+async fn a_request_that_is_not_idempotent_is_never_sent_twice() {
+    let server = KeepAliveServer::start(KeepAlive::CloseAfterFirst).await;
+    let mut spec = server.spec();
+    spec.method = probe::http::Method::POST;
+    spec.body = Some("{}".into());
+    let probe = HttpProbe::new(spec);
+    assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
+    let result = probe.check(TIMEOUT).await;
+    assert_eq!(failure(&result).reason, FailureReason::Reset);
+    assert!(!result.remarks.stale_connection_retried);
+    assert_eq!(server.accepted(), 1, "no second connection for a POST");
+}

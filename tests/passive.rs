@@ -438,3 +438,89 @@ async fn pools_must_be_groups_and_leaving_a_pool_readmits() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// Waits on the engine's clock until `name` has failed `n` times in a row.
+async fn failures(engine: &Engine, name: &str, n: u32) {
+    while engine.status(&id(name)).unwrap().consecutive_failures < n {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How many of 300 picks from the pool go to `name`.
+fn picks_of(engine: &Engine, name: &str) -> usize {
+    (0..300)
+        .filter(|_| {
+            let lease = engine.pick(&id("api"), &[]).unwrap();
+            let hit = lease.id().as_str() == name;
+            lease.finish(&Call::http(200, Duration::from_millis(1)));
+            hit
+        })
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_being_confirmed_is_not_a_verdict() {
+    let (engine, cancel) = start();
+    let mut events = engine.subscribe();
+    let switches = switches();
+    let mut topology = pool(&switches, |t| TargetSpec {
+        thresholds: Thresholds::new(NonZeroU32::new(2).unwrap(), NonZeroU32::new(3).unwrap()),
+        ..t
+    });
+    // `a` is critical to the pool, so a DOWN `a` marks it.
+    topology.nodes[0].depends_on[0].critical = true;
+    engine.apply(topology).unwrap();
+    all_up(&engine, &mut events).await;
+
+    let graph_state = |engine: &Engine| engine.with_graph(|g| g.status(&id("a")).unwrap().state);
+    let dependency_down =
+        |engine: &Engine| engine.with_graph(|g| g.status(&id("api")).unwrap().dependency_down);
+    switches[0].down.store(true, Ordering::SeqCst);
+    for n in 1..=2 {
+        failures(&engine, "a", n).await;
+        let status = engine.status(&id("a")).unwrap();
+        assert_eq!(status.state, HealthState::Up, "after {n} failures");
+        let pending = status.pending.expect("a pending change");
+        assert_eq!(
+            (pending.toward, pending.count, pending.of),
+            (HealthState::Down, n, 3)
+        );
+        assert!(engine.readiness().ready, "ready after {n} failures");
+        assert_eq!(graph_state(&engine), Some(HealthState::Up));
+        assert!(!dependency_down(&engine));
+        assert!(picks_of(&engine, "a") > 0, "picked after {n} failures");
+    }
+
+    // The third failure is the verdict, everywhere at once.
+    failures(&engine, "a", 3).await;
+    let status = engine.status(&id("a")).unwrap();
+    assert_eq!((status.state, status.pending), (HealthState::Down, None));
+    let readiness = engine.readiness();
+    assert!(!readiness.ready);
+    assert!(readiness.reason.unwrap().contains('a'));
+    assert_eq!(graph_state(&engine), Some(HealthState::Down));
+    assert!(dependency_down(&engine));
+    assert_eq!(picks_of(&engine, "a"), 0);
+    let event = wait_for(&mut events, "a", HealthState::Down).await;
+    assert_eq!((event.from, event.cause), (HealthState::Up, Cause::Results));
+
+    // On the way back, a DOWN target collecting passes stays DOWN until `rise`.
+    switches[0].down.store(false, Ordering::SeqCst);
+    while engine.status(&id("a")).unwrap().consecutive_successes < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = engine.status(&id("a")).unwrap();
+    assert_eq!(status.state, HealthState::Down);
+    let pending = status.pending.expect("a pending change");
+    assert_eq!(
+        (pending.toward, pending.count, pending.of),
+        (HealthState::Up, 1, 2)
+    );
+    assert!(!engine.readiness().ready);
+    assert_eq!(picks_of(&engine, "a"), 0);
+    let event = wait_for(&mut events, "a", HealthState::Up).await;
+    assert_eq!(event.from, HealthState::Down);
+    assert!(engine.readiness().ready);
+    cancel.cancel();
+    engine.stopped().await;
+}

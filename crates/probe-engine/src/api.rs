@@ -52,7 +52,7 @@ use probe::outcome::{Outcome, Signal};
 use probe::outlier::MemberStatus;
 use probe::passive::{Call, CallOutcome};
 use probe::recovery::RecoveryPhase;
-use probe::state::HealthState;
+use probe::state::{HealthState, Pending};
 use probe::target::TargetId;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -570,7 +570,9 @@ struct TargetView {
     state: &'static str,
     healthy: bool,
     flapping: bool,
-    last: Option<OutcomeView>,
+    /// A change of verdict being confirmed; `null` when the results agree with the state.
+    pending: Option<PendingView>,
+    last: Option<LastView>,
     last_failure: Option<FailureView>,
     degraded_reasons: Vec<String>,
     signals: Vec<SignalView>,
@@ -591,6 +593,24 @@ struct TargetView {
     ejection: Option<EjectionView>,
     /// Its circuit breaker; `null` without one.
     circuit: Option<CircuitView>,
+}
+
+/// A confirmation in progress, as HAProxy shows "UP 1/3".
+#[derive(Serialize)]
+struct PendingView {
+    toward: &'static str,
+    count: u32,
+    of: u32,
+}
+
+impl From<Pending> for PendingView {
+    fn from(p: Pending) -> Self {
+        Self {
+            toward: p.toward.as_str(),
+            count: p.count,
+            of: p.of,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -751,6 +771,14 @@ struct OutcomeView {
     at: String,
 }
 
+/// The latest run: its outcome, and what the check worked around to reach it.
+#[derive(Serialize)]
+struct LastView {
+    #[serde(flatten)]
+    outcome: OutcomeView,
+    note: Option<String>,
+}
+
 #[derive(Serialize)]
 struct FailureView {
     reason: &'static str,
@@ -808,7 +836,11 @@ impl From<&TargetStatus> for TargetView {
             state: s.state.as_str(),
             healthy: s.healthy(),
             flapping: s.flapping,
-            last: s.last.as_ref().map(OutcomeView::from),
+            pending: s.pending.map(PendingView::from),
+            last: s.last.as_ref().map(|o| LastView {
+                outcome: OutcomeView::from(o),
+                note: s.last_note.clone(),
+            }),
             last_failure: s.last_failure.as_ref().map(|f| FailureView {
                 reason: f.reason.as_str(),
                 detail: f.detail.clone(),
@@ -947,7 +979,9 @@ fn health_report(state: &ApiState) -> Response {
             check["time"] = json!(rfc3339(last.at()));
         }
         let output = match (s.state, &s.last_failure, &s.maintenance) {
-            (HealthState::Up, ..) => None,
+            (HealthState::Up, ..) => s
+                .pending
+                .map(|p| format!("{} of {} results toward {}", p.count, p.of, p.toward)),
             (HealthState::Down, Some(f), _) => Some(format!("{}: {}", f.reason, f.detail)),
             (HealthState::Degraded, ..) => {
                 Some(format!("degraded: {}", s.degraded_reasons.join("; ")))

@@ -362,21 +362,9 @@ async fn events_stream_each_transition_in_order() {
     let mut buffer = String::new();
 
     let listener = std::net::TcpListener::bind(port).unwrap();
-    expect_transitions(
-        &mut stream,
-        &mut buffer,
-        "svc",
-        &[("DOWN", "PROBING"), ("PROBING", "UP")],
-    )
-    .await;
+    expect_transitions(&mut stream, &mut buffer, "svc", &[("DOWN", "UP")]).await;
     drop(listener);
-    expect_transitions(
-        &mut stream,
-        &mut buffer,
-        "svc",
-        &[("UP", "PROBING"), ("PROBING", "DOWN")],
-    )
-    .await;
+    expect_transitions(&mut stream, &mut buffer, "svc", &[("UP", "DOWN")]).await;
     // An open event stream does not hold up a stop.
     daemon.signal("-TERM");
     assert!(daemon.wait_exit().success());
@@ -471,13 +459,7 @@ async fn events_follow_a_service_through_every_state() {
     assert_eq!(down["last"]["reason"], "status");
 
     mode.store(0, Ordering::SeqCst);
-    expect_transitions(
-        &mut stream,
-        &mut buffer,
-        id,
-        &[("DOWN", "PROBING"), ("PROBING", "UP")],
-    )
-    .await;
+    expect_transitions(&mut stream, &mut buffer, id, &[("DOWN", "UP")]).await;
 }
 
 /// Waits for the next readiness flip in the log and checks its direction.
@@ -941,4 +923,65 @@ targets:
         assert!(reply["error"].is_string(), "{reply}");
     }
     drop((one, two));
+}
+
+/// A failure being confirmed keeps the verdict for every reader of the API: `/readyz` stays 200,
+/// `/health` passes, and the target shows how far the confirmation has come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_in_progress_keeps_the_verdict_in_the_api() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // 40 failures at the fast interval (100 ms) take about 4 s to confirm.
+    std::fs::write(
+        dir.path().join("targets.yaml"),
+        format!(
+            "targets:\n  - id: svc\n    interval: 200ms\n    timeout: 50ms\n    rise: 1\n    \
+             fall: 40\n    tcp: {{ address: \"{addr}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("svc", "UP")]).await;
+    drop(listener);
+
+    let deadline = Instant::now() + WAIT;
+    let target = loop {
+        let target: Value = daemon.get("/v1/targets/svc").await.json().await.unwrap();
+        if target["consecutive_failures"].as_u64() >= Some(2) {
+            break target;
+        }
+        assert!(Instant::now() < deadline, "no failure seen: {target}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(target["state"], "UP", "{target}");
+    assert_eq!(target["healthy"], true);
+    assert_eq!(target["pending"]["toward"], "DOWN", "{target}");
+    assert_eq!(target["pending"]["of"], 40);
+    let count = target["pending"]["count"].as_u64().unwrap();
+    assert!((2..40).contains(&count), "{target}");
+    assert_eq!(daemon.get("/readyz").await.status(), 200);
+    let health: Value = daemon.get("/health").await.json().await.unwrap();
+    let check = &health["checks"]["svc:responseTime"][0];
+    assert_eq!(check["status"], "pass", "{health}");
+    assert!(
+        check["output"]
+            .as_str()
+            .unwrap()
+            .contains("of 40 results toward DOWN"),
+        "{health}"
+    );
+
+    // The fortieth failure is the verdict.
+    loop {
+        let line = daemon.wait_log("target state changed");
+        if line["target_id"] == "svc" && line["from"] == "UP" {
+            assert_eq!(line["to"], "DOWN", "{line}");
+            break;
+        }
+    }
+    let target: Value = daemon.get("/v1/targets/svc").await.json().await.unwrap();
+    assert_eq!(target["state"], "DOWN");
+    assert_eq!(target["pending"], Value::Null);
+    assert_eq!(daemon.get("/readyz").await.status(), 503);
 }

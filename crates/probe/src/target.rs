@@ -539,8 +539,8 @@ pub struct FlapPolicy {
 }
 
 impl Default for FlapPolicy {
-    /// More than 6 changes in 5 minutes is flapping (three blips, each UP → PROBING → UP);
-    /// 2 stable minutes end it.
+    /// More than 6 changes of verdict in 5 minutes is flapping (three confirmed outages, each
+    /// UP → DOWN → UP); 2 stable minutes end it.
     fn default() -> Self {
         Self {
             transitions: 6,

@@ -46,7 +46,7 @@ use crate::outlier::MemberStatus;
 use crate::probe::{self, Probe};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::self_health::{SelfHealth, SelfHealthConfig};
-use crate::state::{Cause, HealthState, Quality, StateMachine, Transition};
+use crate::state::{Cause, HealthState, Pending, Quality, StateMachine, Transition};
 use crate::sync::{lock, read, write};
 use crate::target::{FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
 
@@ -103,8 +103,14 @@ pub struct TargetStatus {
     pub state: HealthState,
     /// Whether the target is held in PROBING for flapping.
     pub flapping: bool,
+    /// A change of verdict being confirmed (toward DOWN after a failure of an UP target, say);
+    /// the state is the verdict in force until it completes.
+    pub pending: Option<Pending>,
     /// The latest run, if any.
     pub last: Option<Outcome>,
+    /// What the latest run worked around to reach its verdict
+    /// ([`Remarks`](crate::outcome::Remarks)), in words.
+    pub last_note: Option<String>,
     /// The latest failure with its detail, kept after later successes for diagnosis.
     pub last_failure: Option<Failure>,
     /// Why the latest run was degraded; empty when it was not.
@@ -758,6 +764,8 @@ struct Details {
     degraded_reasons: Vec<String>,
     /// The business signals of the latest run.
     signals: Vec<Signal>,
+    /// The latest run's remarks, in words.
+    note: Option<String>,
 }
 
 impl Details {
@@ -768,7 +776,11 @@ impl Details {
             Verdict::Up | Verdict::Failed(_) => &[],
         };
         let failure = result.failure();
-        if details.is_none() && failure.is_none() && reasons.is_empty() && result.signals.is_empty()
+        if details.is_none()
+            && failure.is_none()
+            && reasons.is_empty()
+            && result.signals.is_empty()
+            && result.remarks.is_empty()
         {
             return;
         }
@@ -779,6 +791,7 @@ impl Details {
         details.degraded_reasons.clear();
         details.degraded_reasons.extend_from_slice(reasons);
         details.signals.clone_from(&result.signals);
+        details.note = result.remarks.describe();
     }
 }
 
@@ -867,7 +880,9 @@ impl Target {
             id: self.id.clone(),
             state: status.machine.state(),
             flapping: status.machine.is_flapping(),
+            pending: status.machine.pending(),
             last: status.last,
+            last_note: details.and_then(|d| d.note.clone()),
             last_failure: details.and_then(|d| d.last_failure.clone()),
             degraded_reasons: details
                 .map(|d| d.degraded_reasons.clone())
@@ -994,6 +1009,13 @@ impl Target {
         };
         self.success.set(if outcome.ok() { 1.0 } else { 0.0 });
         self.duration.record(latency);
+        if result.remarks.stale_connection_retried {
+            metrics::counter!(
+                "probe_http_stale_connection_retries_total",
+                "target" => self.id.as_str().to_owned()
+            )
+            .increment(1);
+        }
         if deferred {
             metrics::counter!(
                 "probe_verdicts_deferred_total",

@@ -16,7 +16,9 @@
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rustls::client::WebPkiServerVerifier;
@@ -31,14 +33,11 @@ use crate::outcome::{Failure, FailureReason};
 /// Sent as `User-Agent`, so that probes are recognisable in the target's access logs.
 pub(super) const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
 
-/// Builds the pooled client a spec needs. Fails only on TLS set-up problems (no usable trust
-/// store).
-pub(super) fn build(spec: &HttpSpec) -> Result<reqwest::Client, Failure> {
-    // A plain-HTTP probe that follows no redirect never makes a TLS connection: it does not need
-    // the system trust store (which may be missing on a minimal host).
-    let tls_needed = spec.url.is_https() || spec.follow_redirects;
-    let tls = tls_config(if tls_needed { Some(&spec.tls) } else { None })?;
+/// Builds the pooled client a spec needs, whose connector counts the connections it opens in
+/// `opened` (see [`Opened`]). Fails only on TLS set-up problems (no usable trust store).
+pub(super) fn build(tls: rustls::ClientConfig, opened: Opened) -> Result<reqwest::Client, Failure> {
     reqwest::Client::builder()
+        .connector_layer(opened)
         .tls_backend_preconfigured(tls)
         .no_proxy()
         .retry(reqwest::retry::never())
@@ -64,6 +63,89 @@ pub(super) fn build(spec: &HttpSpec) -> Result<reqwest::Client, Failure> {
 
 fn tls_failure(detail: impl std::fmt::Display) -> Failure {
     Failure::new(FailureReason::Tls, detail)
+}
+
+/// The rustls configuration a spec needs. A plain-HTTP probe that follows no redirect never
+/// makes a TLS connection: it does not need the system trust store (which may be missing on a
+/// minimal host), and gets a configuration that trusts nothing.
+pub(super) fn spec_tls(spec: &HttpSpec) -> Result<rustls::ClientConfig, Failure> {
+    let tls_needed = spec.url.is_https() || spec.follow_redirects;
+    tls_config(if tls_needed { Some(&spec.tls) } else { None })
+}
+
+/// Counts the connections a pooled client opens, so that a failed request can tell whether it
+/// ran on a kept-alive connection (none opened meanwhile) or on a new one. reqwest does not say
+/// which, and only a reused connection can have been closed by the server an instant earlier.
+/// A probe's client serves one check at a time, so the count before and after a request speaks
+/// of that request alone.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Opened(Arc<AtomicU64>);
+
+impl Opened {
+    /// Connections opened so far.
+    pub(super) fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl<S> tower_layer::Layer<S> for Opened {
+    type Service = Counting<S>;
+
+    fn layer(&self, inner: S) -> Counting<S> {
+        Counting {
+            inner,
+            opened: self.clone(),
+        }
+    }
+}
+
+/// The connector wrapped by [`Opened`].
+#[derive(Clone, Debug)]
+pub(super) struct Counting<S> {
+    inner: S,
+    opened: Opened,
+}
+
+impl<S: tower_service::Service<R>, R> tower_service::Service<R> for Counting<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        self.opened.0.fetch_add(1, Ordering::Relaxed);
+        self.inner.call(request)
+    }
+}
+
+/// Whether a request failed the way a kept-alive connection closed by the server fails: reset,
+/// broken or ended before the reply (hyper's "connection closed before message completed"), or
+/// cancelled because the connection was going away. A timeout, a refusal or a TLS error is not
+/// that race.
+pub(super) fn closed_under_us(err: &reqwest::Error) -> bool {
+    use std::io::ErrorKind as K;
+    if err.is_connect() || err.is_timeout() {
+        return false;
+    }
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+            );
+        }
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used.

@@ -16,14 +16,22 @@ use tokio::time::{Instant, timeout_at};
 
 use super::spec::HttpSpec;
 use super::{MAX_BODY, client, fresh};
-use crate::outcome::{Failure, FailureReason};
+use crate::outcome::{Failure, FailureReason, Remarks};
 
 /// How a probe reaches its target.
 pub(super) enum Transport {
     /// A reqwest client whose pool keeps the connection alive between checks.
-    Pooled(reqwest::Client),
+    Pooled(Pooled),
     /// A new connection per check (`fresh_connection`), see [`fresh`].
     Fresh(fresh::Fresh),
+}
+
+/// The pooled transport: reqwest's client, the count of connections it opened, and a one-shot
+/// transport for the retry after a kept-alive connection failed.
+pub(super) struct Pooled {
+    pub client: reqwest::Client,
+    pub opened: client::Opened,
+    pub fresh: fresh::Fresh,
 }
 
 /// A reply as a transport delivers it. The body (or why it could not be read) comes after the
@@ -70,6 +78,7 @@ impl Transport {
         &self,
         spec: &HttpSpec,
         limits: Limits,
+        remarks: &mut Remarks,
     ) -> Result<Received, Failure> {
         let mut url = spec.url.as_url().clone();
         let mut method = spec.method.clone();
@@ -84,7 +93,7 @@ impl Transport {
                 body: body.clone(),
             };
             let hop = match self {
-                Self::Pooled(client) => pooled(client, request, limits).await?,
+                Self::Pooled(pooled) => pooled.hop(request, limits, remarks).await?,
                 Self::Fresh(fresh) => fresh.hop(request, limits).await?,
             };
             let (status, next) = match hop {
@@ -140,40 +149,59 @@ pub(super) fn redirect(
     Ok(Some(next))
 }
 
-/// One request through the pooled client.
-async fn pooled(
-    client: &reqwest::Client,
-    request: Request<'_>,
-    limits: Limits,
-) -> Result<Hop, Failure> {
-    let mut outgoing = reqwest::Request::new(request.method.clone(), request.url.clone());
-    if let Some(headers) = request.headers {
-        outgoing.headers_mut().clone_from(headers);
+impl Pooled {
+    /// One request through the pooled client.
+    ///
+    /// The keep-alive race: a server may close an idle connection (its idle timeout, its
+    /// request limit) just as the probe sends on it, and the request fails before any byte of
+    /// the reply, although the server is fine. Browsers, Go's `http.Transport` and hyper's own
+    /// pool send such a request again, and so does this: once, at once, on a fresh connection
+    /// and within the same deadline, for idempotent methods only (a POST may have been acted
+    /// on). Only the fresh attempt's failure counts. A failure on a connection opened for this
+    /// request is never retried: it is the server's.
+    async fn hop(
+        &self,
+        request: Request<'_>,
+        limits: Limits,
+        remarks: &mut Remarks,
+    ) -> Result<Hop, Failure> {
+        let mut outgoing = reqwest::Request::new(request.method.clone(), request.url.clone());
+        if let Some(headers) = request.headers {
+            outgoing.headers_mut().clone_from(headers);
+        }
+        if let Some(body) = &request.body {
+            *outgoing.body_mut() = Some(body.clone().into());
+        }
+        let opened = self.opened.count();
+        let mut response = match timeout_at(limits.deadline, self.client.execute(outgoing)).await {
+            Err(_) => return Err(timed_out("no response within", limits.timeout)),
+            Ok(Err(err)) => {
+                let reused = self.opened.count() == opened;
+                if reused && request.method.is_idempotent() && client::closed_under_us(&err) {
+                    remarks.stale_connection_retried = true;
+                    return self.fresh.hop(request, limits).await;
+                }
+                return Err(client::classify(&err, "request"));
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        // Taken rather than cloned: reading the body needs the response mutably.
+        let headers = std::mem::take(response.headers_mut());
+        if let Some(next) = redirect(limits.follow_redirects, request.url, status, &headers)? {
+            return Ok(Hop::Redirect(status, next));
+        }
+        let reading = read_body(&mut response, limits.keep_body);
+        let body = match timeout_at(limits.deadline, reading).await {
+            Err(_) => Err(timed_out("body not complete within", limits.timeout)),
+            Ok(body) => body,
+        };
+        Ok(Hop::Done(Received {
+            status,
+            headers,
+            body,
+        }))
     }
-    if let Some(body) = request.body {
-        *outgoing.body_mut() = Some(body.into());
-    }
-    let mut response = match timeout_at(limits.deadline, client.execute(outgoing)).await {
-        Err(_) => return Err(timed_out("no response within", limits.timeout)),
-        Ok(Err(err)) => return Err(client::classify(&err, "request")),
-        Ok(Ok(response)) => response,
-    };
-    let status = response.status();
-    // Taken rather than cloned: reading the body needs the response mutably.
-    let headers = std::mem::take(response.headers_mut());
-    if let Some(next) = redirect(limits.follow_redirects, request.url, status, &headers)? {
-        return Ok(Hop::Redirect(status, next));
-    }
-    let reading = read_body(&mut response, limits.keep_body);
-    let body = match timeout_at(limits.deadline, reading).await {
-        Err(_) => Err(timed_out("body not complete within", limits.timeout)),
-        Ok(body) => body,
-    };
-    Ok(Hop::Done(Received {
-        status,
-        headers,
-        body,
-    }))
 }
 
 impl Request<'_> {

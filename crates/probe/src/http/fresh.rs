@@ -47,16 +47,12 @@ pub(super) struct Fresh {
 }
 
 impl Fresh {
-    /// Fails only on TLS set-up problems, as the pooled client does.
-    pub(super) fn new(spec: &HttpSpec) -> Result<Self, Failure> {
+    /// A transport for `spec` with the rustls configuration `tls` (see `client::spec_tls`).
+    pub(super) fn new(spec: &HttpSpec, tls: &rustls::ClientConfig) -> Self {
         let tls_needed = spec.url.is_https() || spec.follow_redirects;
-        let tls = if tls_needed {
-            let config = client::tls_config(Some(&spec.tls))?;
-            Some(TlsConnector::from(Arc::new(config)))
-        } else {
-            None
-        };
-        Ok(Self { tls })
+        Self {
+            tls: tls_needed.then(|| TlsConnector::from(Arc::new(tls.clone()))),
+        }
     }
 
     /// One request on one new connection.

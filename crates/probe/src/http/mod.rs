@@ -54,7 +54,7 @@ pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
 use crate::outcome::{CheckResult, Failure, Remarks, Verdict};
 use crate::probe::Probe;
 use conditions::Reply;
-use exchange::{Limits, Transport};
+use exchange::{Limits, Pooled, Transport};
 
 /// The most body bytes read from a reply.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -73,11 +73,19 @@ impl HttpProbe {
     /// A probe for `spec`, with its own client and connection pool (or, with
     /// `fresh_connection`, its own connection per check).
     pub fn new(spec: HttpSpec) -> Self {
-        let transport = if spec.fresh_connection {
-            fresh::Fresh::new(&spec).map(Transport::Fresh)
-        } else {
-            client::build(&spec).map(Transport::Pooled)
-        };
+        let transport = client::spec_tls(&spec).and_then(|tls| {
+            let fresh = fresh::Fresh::new(&spec, &tls);
+            if spec.fresh_connection {
+                return Ok(Transport::Fresh(fresh));
+            }
+            let opened = client::Opened::default();
+            let client = client::build(tls, opened.clone())?;
+            Ok(Transport::Pooled(Pooled {
+                client,
+                opened,
+                fresh,
+            }))
+        });
         Self {
             transport,
             keep_body: spec.needs_body(),
@@ -102,13 +110,19 @@ impl HttpProbe {
             deadline: started + timeout,
             timeout,
         };
-        let received = match transport.exchange(&self.spec, limits).await {
+        let mut remarks = Remarks::default();
+        let received = match transport.exchange(&self.spec, limits, &mut remarks).await {
             Ok(received) => received,
-            Err(failure) => return CheckResult::failed(failure),
+            Err(failure) => {
+                return CheckResult {
+                    remarks,
+                    ..CheckResult::failed(failure)
+                };
+            }
         };
         let latency = started.elapsed();
         let (status, headers) = (received.status, &received.headers);
-        match received.body {
+        let mut result = match received.body {
             Ok(body) => self.judge(&Reply::new(status, headers, &body, latency)),
             // Signals still apply: status and headers were received.
             Err(failure) => CheckResult {
@@ -116,7 +130,9 @@ impl HttpProbe {
                 signals: self.signals(&Reply::new(status, headers, &[], latency)),
                 remarks: Remarks::default(),
             },
-        }
+        };
+        result.remarks = remarks;
+        result
     }
 
     fn judge(&self, reply: &Reply<'_>) -> CheckResult {
