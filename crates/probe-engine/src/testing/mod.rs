@@ -12,6 +12,10 @@
 //! [`netns_or_skip!`](crate::netns_or_skip) makes a test say `SKIPPED: <why>` and return (under
 //! `CI`, where the suite must run in full, a skip fails the test instead).
 //!
+//! [`LossModel`] is the binomial model those tests and the loss benchmark (`examples/loss.rs`)
+//! hold their counts against: false DOWNs, time without readiness, flapping and detection
+//! bounds under independent probe failures.
+//!
 //! # Using it from another crate's tests
 //! ```toml
 //! [dev-dependencies]
@@ -29,6 +33,8 @@
 //! # }
 //! ```
 
+mod model;
 mod netns;
 
+pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError, skipped};
