@@ -138,18 +138,20 @@ async fn no_drift_over_a_hundred_intervals() {
     let jitter = 0.2;
     // Slow probes must not push the schedule: 300 ms latency per run.
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(300));
-    engine
-        .apply(vec![target("t", probe, interval, jitter, 1, 1)])
-        .unwrap();
-    let first = starts.recv().await.unwrap();
+    let spec = |jitter| target("t", probe.clone(), interval, jitter, 1, 1);
+    // Without jitter the first run starts on the target's grid point; restarted with jitter,
+    // the target keeps its grid.
+    engine.apply(vec![spec(0.0)]).unwrap();
+    let grid = starts.recv().await.unwrap();
+    engine.apply(vec![spec(jitter)]).unwrap();
+    let window = interval.mul_f64(jitter);
     for k in 1..=100u32 {
         let at = starts.recv().await.unwrap();
-        let grid = first + interval * k;
-        let window = interval.mul_f64(jitter);
+        let point = grid + interval * k;
         assert!(
-            at + window > grid && at < grid + window,
-            "run {k} at {:?} after the first; grid says {:?} +- {window:?}",
-            at - first,
+            at >= point && at < point + window,
+            "run {k} at {:?} after the grid's first point; it says {:?} + [0, {window:?})",
+            at - grid,
             interval * k
         );
     }
@@ -885,4 +887,81 @@ async fn timeouts_while_the_engine_runs_late_do_not_take_targets_down() {
     .await;
     assert_eq!(state, HealthState::Down);
     assert_eq!(multiplier, None);
+}
+
+/// The gaps between the starts of runs `0..=n`.
+async fn gaps(starts: &mut mpsc::UnboundedReceiver<Instant>, n: usize) -> Vec<Duration> {
+    let mut last = starts.recv().await.unwrap();
+    let mut gaps = Vec::new();
+    for _ in 0..n {
+        let at = starts.recv().await.unwrap();
+        gaps.push(at - last);
+        last = at;
+    }
+    gaps
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_verdict_re_runs_at_fast_interval_and_down_backs_off_to_backoff_max() {
+    let (engine, cancel) = start(8);
+    // Up (two passes), five failures, two passes.
+    let script = [
+        true, true, false, false, false, false, false, false, true, true,
+    ];
+    let (probe, mut starts) = Scripted::new(&script, Duration::from_millis(1));
+    // 1 s interval, fast interval 500 ms, backoff up to 4 s (the default 4 x interval), no
+    // jitter on either.
+    engine
+        .apply(vec![target("db", probe, Duration::from_secs(1), 0.0, 2, 3)])
+        .unwrap();
+    let ms = |ms: u64| Duration::from_millis(ms);
+    let seen = gaps(&mut starts, script.len()).await;
+    assert_eq!(
+        seen,
+        [
+            ms(500),  // PROBING, 1 of 2 passes: fast
+            ms(1000), // UP: the interval
+            ms(500),  // UP, 1 of 3 failures pending: fast
+            ms(500),  // 2 of 3
+            // DOWN: backoff attempt 0 with 2 of the last 5 results good: 1 s x (1 + 2 x 0.6)
+            ms(2200),
+            ms(4000), // attempt 1 would be 4.67 s: capped at backoff.max
+            ms(4000),
+            ms(4000),
+            ms(500),  // DOWN, 1 of 2 passes pending: fast
+            ms(1000), // UP again: the interval
+        ]
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_only_ever_starts_a_run_late() {
+    let (engine, cancel) = start(8);
+    let interval = Duration::from_secs(1);
+    let (probe, mut starts) = Scripted::new(&[], Duration::ZERO);
+    let spec = |jitter| target("t", probe.clone(), interval, jitter, 1, 1);
+    // Without jitter, runs start on the target's grid point.
+    engine.apply(vec![spec(0.0)]).unwrap();
+    let grid = starts.recv().await.unwrap();
+    // The same target with jitter 0.3 (restarted on the same grid) starts each run within 300
+    // ms after a grid point, never before one.
+    engine.apply(vec![spec(0.3)]).unwrap();
+    let mut latest = Duration::ZERO;
+    for _ in 0..200 {
+        let at = starts.recv().await.unwrap();
+        let late = Duration::from_nanos(((at - grid).as_nanos() % interval.as_nanos()) as u64);
+        assert!(
+            late < interval.mul_f64(0.3),
+            "a run {late:?} after its grid point"
+        );
+        latest = latest.max(late);
+    }
+    assert!(
+        latest > Duration::from_millis(200),
+        "jitter never applied: {latest:?}"
+    );
+    cancel.cancel();
+    engine.stopped().await;
 }

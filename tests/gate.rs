@@ -166,12 +166,15 @@ fn no_request_is_admitted_after_a_drain_returns() {
         let gate = Gate::new(GateConfig::default());
         gate.startup_complete();
         let admitted = Arc::new(AtomicU64::new(0));
+        let attempts = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..3)
             .map(|_| {
                 let (gate, admitted, stop) = (gate.clone(), admitted.clone(), stop.clone());
+                let attempts = attempts.clone();
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
+                        attempts.fetch_add(1, Ordering::SeqCst);
                         if let Some(admission) = gate.admit() {
                             admitted.fetch_add(1, Ordering::SeqCst);
                             std::hint::black_box(&admission);
@@ -185,8 +188,11 @@ fn no_request_is_admitted_after_a_drain_returns() {
         }
         let report = runtime.block_on(gate.drain(Duration::from_secs(10)));
         let at_drain = admitted.load(Ordering::SeqCst);
-        // Give the workers time to try again, then stop them.
-        std::thread::sleep(Duration::from_millis(2));
+        // Let the workers try again many times after the drain, then stop them.
+        let tried = attempts.load(Ordering::SeqCst);
+        while attempts.load(Ordering::SeqCst) < tried + 300 {
+            std::thread::yield_now();
+        }
         stop.store(true, Ordering::Relaxed);
         for worker in workers {
             worker.join().unwrap();

@@ -114,10 +114,9 @@ async fn full_accept_queue_times_out_within_the_deadline() {
     let took = started.elapsed();
     assert_eq!(err.reason, FailureReason::Timeout, "{err}");
     assert!(took >= TIMEOUT, "gave up early: {took:?}");
-    assert!(
-        took < TIMEOUT + Duration::from_millis(100),
-        "overran: {took:?}"
-    );
+    // The probe's own deadline ends the wait, not the kernel's connect timeout (minutes): a
+    // bound generous enough for a loaded machine still tells the two apart.
+    assert!(took < TIMEOUT + Duration::from_secs(2), "overran: {took:?}");
 }
 
 #[tokio::test]

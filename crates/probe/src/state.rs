@@ -745,6 +745,8 @@ mod tests {
             Cause::Settled,
             Cause::MaintenanceStarted,
             Cause::MaintenanceEnded,
+            Cause::Ejected,
+            Cause::Readmitted,
         ];
         for from in states {
             for to in states {
@@ -758,6 +760,21 @@ mod tests {
                     if from == Maintenance {
                         assert_eq!(to, Probing, "maintenance never ends straight in a verdict");
                     }
+                    if cause == Cause::Results {
+                        assert_ne!(to, Probing, "results never take a verdict away");
+                    }
+                    if cause == Cause::Ejected {
+                        assert_eq!(to, Down, "an ejection is DOWN");
+                    }
+                    if cause == Cause::Readmitted {
+                        assert_eq!((from, to), (Down, Probing), "readmitted is DOWN -> PROBING");
+                    }
+                    if to == Probing && from != Maintenance {
+                        assert!(
+                            matches!(cause, Cause::Flapping | Cause::Readmitted),
+                            "only flapping or a readmission takes a verdict away: {from} ({cause:?})"
+                        );
+                    }
                 }
             }
         }
@@ -768,6 +785,8 @@ mod tests {
         Result(Quality),
         StartMaintenance,
         EndMaintenance,
+        Eject,
+        Readmit,
     }
 
     fn op() -> impl Strategy<Value = (Op, u64)> {
@@ -777,6 +796,8 @@ mod tests {
             10 => Just(Op::Result(F)),
             1 => Just(Op::StartMaintenance),
             1 => Just(Op::EndMaintenance),
+            1 => Just(Op::Eject),
+            1 => Just(Op::Readmit),
         ];
         (op, 0u64..40)
     }
@@ -807,7 +828,15 @@ mod tests {
                     Op::Result(q) => m.observe(q, now),
                     Op::StartMaintenance => m.start_maintenance(),
                     Op::EndMaintenance => m.end_maintenance(),
+                    Op::Eject => m.eject(),
+                    Op::Readmit => m.readmit(),
                 };
+                if matches!(op, Op::Result(_)) && m.is_ejected() {
+                    prop_assert!(
+                        matches!(m.state(), Down | Maintenance),
+                        "an ejected target left DOWN on a result: {:?}", m.state()
+                    );
+                }
                 let Some(t) = t else {
                     prop_assert_eq!(m.state(), before);
                     continue;
@@ -818,9 +847,11 @@ mod tests {
                 match (op, t.cause) {
                     (Op::StartMaintenance, c) => prop_assert_eq!(c, Cause::MaintenanceStarted),
                     (Op::EndMaintenance, c) => prop_assert_eq!(c, Cause::MaintenanceEnded),
+                    (Op::Eject, c) => prop_assert_eq!((c, t.to), (Cause::Ejected, Down)),
+                    (Op::Readmit, c) => prop_assert_eq!((c, t.from, t.to), (Cause::Readmitted, Down, Probing)),
                     (Op::Result(_), c) => {
                         prop_assert_ne!(before, Maintenance, "results moved a target in maintenance");
-                        prop_assert!(matches!(c, Cause::Results | Cause::Flapping | Cause::Settled));
+                        prop_assert!(matches!(c, Cause::Results | Cause::Flapping | Cause::Settled | Cause::Ejected));
                     }
                 }
                 if matches!(t.cause, Cause::Results | Cause::Settled) {
