@@ -8,5 +8,7 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod persist;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod topology;
 pub mod watch;

@@ -1,0 +1,40 @@
+//! Fixtures for tests (feature `test-support`): real network faults in network namespaces.
+//!
+//! Loopback cannot lose a packet on purpose, and a listener that stops accepting is not a host
+//! that vanished, so the tests of what the engine does under packet loss, blackholes and
+//! partitions run against listeners in a network namespace of their own ([`Netns`]), reached
+//! from the root namespace over a veth pair, with the faults written as nftables rules inside
+//! that namespace. Everything it creates lives in that namespace and on that veth pair, and is
+//! removed when the [`Netns`] is dropped (also when the test panics).
+//!
+//! It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), `ip` (iproute2) and `nft` (nftables;
+//! `scripts/setup` installs it). Without them [`Netns::new`] returns [`NetnsError::Skip`], and
+//! [`netns_or_skip!`](crate::netns_or_skip) makes a test say `SKIPPED: <why>` and return (under
+//! `CI`, where the suite must run in full, a skip fails the test instead).
+//!
+//! [`LossModel`] is the binomial model those tests and the loss benchmark (`examples/loss.rs`)
+//! hold their counts against: false DOWNs, time without readiness, flapping and detection
+//! bounds under independent probe failures.
+//!
+//! # Using it from another crate's tests
+//! ```toml
+//! [dev-dependencies]
+//! probe-engine = { workspace = true, features = ["test-support"] }
+//! ```
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use probe_engine::testing::AcceptServer;
+//! let netns = probe_engine::netns_or_skip!();
+//! let server = AcceptServer::start(netns.tcp_listener().unwrap()).unwrap();
+//! netns.loss_syn(3).unwrap(); // 3% of the SYNs into the namespace are dropped
+//! // ... probe server.addr() from the root namespace ...
+//! netns.blackhole_port(server.addr().port()).unwrap(); // connects now time out
+//! # }
+//! ```
+
+mod model;
+mod netns;
+
+pub use model::{LossModel, poisson_tail, poisson_upper};
+pub use netns::{AcceptServer, Netns, NetnsError, skipped};
