@@ -173,17 +173,16 @@
 
 #[path = "support/mod.rs"]
 mod support;
-use support::RunCounter;
+use support::{Collector, RunCounter};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use probe::engine::Event;
 use probe::outcome::FailureReason;
 use probe::state::HealthState;
 use probe::target::{
@@ -193,7 +192,7 @@ use probe::{Engine, EngineConfig};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -1301,143 +1300,6 @@ async fn wait_all_up(
             );
         }
     }
-}
-
-/// Every state change of one engine, as received from [`Engine::subscribe`].
-struct Collector {
-    events: Arc<Mutex<Vec<Event>>>,
-    lagged: Arc<AtomicU64>,
-    /// How many events were collected so far: waiters wake on its changes instead of polling.
-    count: watch::Receiver<usize>,
-    stop: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Collector {
-    fn start(engine: &Engine) -> Self {
-        let mut rx = engine.subscribe();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let lagged = Arc::new(AtomicU64::new(0));
-        let (count_tx, count) = watch::channel(0);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (events, lagged, stop) = (events.clone(), lagged.clone(), stop.clone());
-            async move {
-                let record = |received| match received {
-                    Ok(event) => {
-                        let mut events = lock(&events);
-                        events.push(event);
-                        count_tx.send_replace(events.len());
-                        true
-                    }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        lagged.fetch_add(n, Ordering::Relaxed);
-                        true
-                    }
-                    Err(broadcast::error::RecvError::Closed) => false,
-                };
-                loop {
-                    let received = tokio::select! {
-                        biased;
-                        r = rx.recv() => r,
-                        () = stop.cancelled() => break,
-                    };
-                    if !record(received) {
-                        return;
-                    }
-                }
-                // Stopped: the engine has stopped too and sends nothing more, so whatever is
-                // still queued is everything that is left.
-                loop {
-                    let received = match rx.try_recv() {
-                        Ok(event) => Ok(event),
-                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                            Err(broadcast::error::RecvError::Lagged(n))
-                        }
-                        Err(_) => return,
-                    };
-                    record(received);
-                }
-            }
-        });
-        Self {
-            events,
-            lagged,
-            count,
-            stop,
-            task: Some(task),
-        }
-    }
-
-    /// Stops collecting once every event already sent has been received; call it after
-    /// [`Engine::stopped`], so that nothing more can be sent.
-    async fn stop(&mut self) -> anyhow::Result<()> {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            task.await.context("the event collector panicked")?;
-        }
-        Ok(())
-    }
-
-    /// A receiver of the event count, to wait for new events with [`Self::next_change`].
-    fn changes(&self) -> watch::Receiver<usize> {
-        self.count.clone()
-    }
-
-    /// Waits for more events or until `deadline`; false at the deadline (or if collecting ended).
-    async fn next_change(
-        changes: &mut watch::Receiver<usize>,
-        deadline: tokio::time::Instant,
-    ) -> bool {
-        tokio::select! {
-            changed = changes.changed() => changed.is_ok(),
-            () = tokio::time::sleep_until(deadline) => false,
-        }
-    }
-
-    /// How many distinct targets have entered `state` at least once.
-    fn targets_reaching(&self, state: HealthState) -> usize {
-        lock(&self.events)
-            .iter()
-            .filter(|e| e.to == state)
-            .map(|e| &e.target)
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-    }
-
-    fn lagged(&self) -> u64 {
-        self.lagged.load(Ordering::Relaxed)
-    }
-
-    fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
-        lock(&self.events).iter().filter(|e| f(e)).count()
-    }
-
-    /// Each target's first DOWN at or after `since`.
-    fn first_down_after(
-        &self,
-        since: SystemTime,
-    ) -> std::collections::HashMap<TargetId, SystemTime> {
-        let mut downs = std::collections::HashMap::new();
-        for e in lock(&self.events).iter() {
-            if e.to == HealthState::Down && e.at >= since {
-                downs.entry(e.target.clone()).or_insert(e.at);
-            }
-        }
-        downs
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 // ---------------------------------------------------------------------------------------------

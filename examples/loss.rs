@@ -66,13 +66,13 @@
 
 #[path = "support/mod.rs"]
 mod support;
-use support::RunCounter;
+use support::{Collector, RunCounter};
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
@@ -84,7 +84,6 @@ use probe::target::{
 };
 use probe::{Engine, EngineConfig};
 use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
-use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "usage: loss [--duration-s S] [--losses P,P,...] [--targets N] \
@@ -630,132 +629,3 @@ impl Recorder for CountingRecorder {
 
 // ---------------------------------------------------------------------------------------------
 // Events
-
-/// Every state change of one engine, as received from [`Engine::subscribe`].
-struct Collector {
-    events: Arc<Mutex<Vec<Event>>>,
-    lagged: Arc<AtomicU64>,
-    /// How many events were collected so far: waiters wake on its changes instead of polling.
-    count: watch::Receiver<usize>,
-    stop: CancellationToken,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Collector {
-    fn start(engine: &Engine) -> Self {
-        let mut rx = engine.subscribe();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let lagged = Arc::new(AtomicU64::new(0));
-        let (count_tx, count) = watch::channel(0);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (events, lagged, stop) = (events.clone(), lagged.clone(), stop.clone());
-            async move {
-                loop {
-                    let received = tokio::select! {
-                        r = rx.recv() => r,
-                        () = stop.cancelled() => return,
-                    };
-                    match received {
-                        Ok(event) => {
-                            let mut events = lock(&events);
-                            events.push(event);
-                            count_tx.send_replace(events.len());
-                        }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            lagged.fetch_add(n, Ordering::Relaxed);
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    }
-                }
-            }
-        });
-        Self {
-            events,
-            lagged,
-            count,
-            stop,
-            task: Some(task),
-        }
-    }
-
-    async fn stop(&mut self) -> anyhow::Result<()> {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            task.await.context("the event collector panicked")?;
-        }
-        Ok(())
-    }
-
-    fn changes(&self) -> watch::Receiver<usize> {
-        self.count.clone()
-    }
-
-    /// Waits for more events or until `deadline`; false at the deadline (or if collecting ended).
-    async fn next_change(
-        changes: &mut watch::Receiver<usize>,
-        deadline: tokio::time::Instant,
-    ) -> bool {
-        tokio::select! {
-            changed = changes.changed() => changed.is_ok(),
-            () = tokio::time::sleep_until(deadline) => false,
-        }
-    }
-
-    fn lagged(&self) -> u64 {
-        self.lagged.load(Ordering::Relaxed)
-    }
-
-    fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
-        lock(&self.events).iter().filter(|e| f(e)).count()
-    }
-
-    fn matching(&self, f: impl Fn(&Event) -> bool) -> Vec<Event> {
-        lock(&self.events)
-            .iter()
-            .filter(|e| f(e))
-            .cloned()
-            .collect()
-    }
-
-    /// Each target's first DOWN at or after `since`.
-    fn first_down_after(&self, since: SystemTime) -> HashMap<TargetId, SystemTime> {
-        let mut downs = HashMap::new();
-        for e in lock(&self.events).iter() {
-            if e.to == HealthState::Down && e.at >= since {
-                downs.entry(e.target.clone()).or_insert(e.at);
-            }
-        }
-        downs
-    }
-
-    /// How long, in seconds, each DOWN entered within `[from, to)` lasted (until the target's
-    /// next UP or DEGRADED), for those that ended.
-    fn outages(&self, from: SystemTime, to: SystemTime) -> Vec<f64> {
-        let events = lock(&self.events);
-        let mut open: HashMap<&TargetId, SystemTime> = HashMap::new();
-        let mut outages = Vec::new();
-        for e in events.iter() {
-            if e.to == HealthState::Down && e.at >= from && e.at < to {
-                open.insert(&e.target, e.at);
-            } else if e.to.is_healthy()
-                && let Some(began) = open.remove(&e.target)
-            {
-                outages.push(e.at.duration_since(began).unwrap_or_default().as_secs_f64());
-            }
-        }
-        outages
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}

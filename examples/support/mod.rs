@@ -1,12 +1,23 @@
-//! What the load harnesses share: flag parsing, exit codes, and CPU and memory accounting from
-//! `/proc`.
+//! What the load harnesses share: flag parsing, exit codes, CPU and memory accounting from
+//! `/proc`, and a collector of an engine's state changes.
 //!
 //! Included by each harness with `#[path]`; each uses a subset.
 #![allow(dead_code)]
 
+use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::Context;
+use probe::Engine;
+use probe::engine::Event;
+use probe::state::HealthState;
+use probe::target::TargetId;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The command line's `--flag value` pairs, in order. `-h` or `--help` prints `usage` and exits;
 /// a flag without its value is an error that shows `usage`.
@@ -289,4 +300,165 @@ pub fn secs(flag: &str, value: &str) -> anyhow::Result<std::time::Duration> {
     let secs: f64 = self::flag(flag, value)?;
     std::time::Duration::try_from_secs_f64(secs)
         .with_context(|| format!("{flag} {value:?} is not a number of seconds"))
+}
+
+/// Every state change of one engine, as received from [`Engine::subscribe`].
+pub struct Collector {
+    events: Arc<Mutex<Vec<Event>>>,
+    lagged: Arc<AtomicU64>,
+    /// How many events were collected so far: waiters wake on its changes instead of polling.
+    count: watch::Receiver<usize>,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Collector {
+    pub fn start(engine: &Engine) -> Self {
+        let mut rx = engine.subscribe();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let lagged = Arc::new(AtomicU64::new(0));
+        let (count_tx, count) = watch::channel(0);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (events, lagged, stop) = (events.clone(), lagged.clone(), stop.clone());
+            async move {
+                let record = |received| match received {
+                    Ok(event) => {
+                        let mut events = lock(&events);
+                        events.push(event);
+                        count_tx.send_replace(events.len());
+                        true
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        lagged.fetch_add(n, Ordering::Relaxed);
+                        true
+                    }
+                    Err(broadcast::error::RecvError::Closed) => false,
+                };
+                loop {
+                    let received = tokio::select! {
+                        biased;
+                        r = rx.recv() => r,
+                        () = stop.cancelled() => break,
+                    };
+                    if !record(received) {
+                        return;
+                    }
+                }
+                // Stopped: the engine has stopped too and sends nothing more, so whatever is
+                // still queued is everything that is left.
+                loop {
+                    let received = match rx.try_recv() {
+                        Ok(event) => Ok(event),
+                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                            Err(broadcast::error::RecvError::Lagged(n))
+                        }
+                        Err(_) => return,
+                    };
+                    record(received);
+                }
+            }
+        });
+        Self {
+            events,
+            lagged,
+            count,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// Stops collecting once every event already sent has been received; call it after
+    /// [`Engine::stopped`], so that nothing more can be sent.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.await.context("the event collector panicked")?;
+        }
+        Ok(())
+    }
+
+    /// A receiver of the event count, to wait for new events with [`Self::next_change`].
+    pub fn changes(&self) -> watch::Receiver<usize> {
+        self.count.clone()
+    }
+
+    /// Waits for more events or until `deadline`; false at the deadline (or if collecting ended).
+    pub async fn next_change(
+        changes: &mut watch::Receiver<usize>,
+        deadline: tokio::time::Instant,
+    ) -> bool {
+        tokio::select! {
+            changed = changes.changed() => changed.is_ok(),
+            () = tokio::time::sleep_until(deadline) => false,
+        }
+    }
+
+    /// How many distinct targets have entered `state` at least once.
+    pub fn targets_reaching(&self, state: HealthState) -> usize {
+        lock(&self.events)
+            .iter()
+            .filter(|e| e.to == state)
+            .map(|e| &e.target)
+            .collect::<HashSet<_>>()
+            .len()
+    }
+
+    pub fn lagged(&self) -> u64 {
+        self.lagged.load(Ordering::Relaxed)
+    }
+
+    pub fn count(&self, f: impl Fn(&Event) -> bool) -> usize {
+        lock(&self.events).iter().filter(|e| f(e)).count()
+    }
+
+    pub fn matching(&self, f: impl Fn(&Event) -> bool) -> Vec<Event> {
+        lock(&self.events)
+            .iter()
+            .filter(|e| f(e))
+            .cloned()
+            .collect()
+    }
+
+    /// Each target's first DOWN at or after `since`.
+    pub fn first_down_after(&self, since: SystemTime) -> HashMap<TargetId, SystemTime> {
+        let mut downs = HashMap::new();
+        for e in lock(&self.events).iter() {
+            if e.to == HealthState::Down && e.at >= since {
+                downs.entry(e.target.clone()).or_insert(e.at);
+            }
+        }
+        downs
+    }
+
+    /// How long, in seconds, each DOWN entered within `[from, to)` lasted (until the target's
+    /// next UP or DEGRADED), for those that ended.
+    pub fn outages(&self, from: SystemTime, to: SystemTime) -> Vec<f64> {
+        let events = lock(&self.events);
+        let mut open: HashMap<&TargetId, SystemTime> = HashMap::new();
+        let mut outages = Vec::new();
+        for e in events.iter() {
+            if e.to == HealthState::Down && e.at >= from && e.at < to {
+                open.insert(&e.target, e.at);
+            } else if e.to.is_healthy()
+                && let Some(began) = open.remove(&e.target)
+            {
+                outages.push(e.at.duration_since(began).unwrap_or_default().as_secs_f64());
+            }
+        }
+        outages
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Locks `m`, also after a panic of another holder (a harness reports what it has).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
