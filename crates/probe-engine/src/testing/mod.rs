@@ -1,4 +1,5 @@
-//! Fixtures for tests (feature `test-support`): real network faults in network namespaces.
+//! Fixtures for tests (feature `test-support`): real network faults in network namespaces, and
+//! how a test says it was skipped.
 //!
 //! Loopback cannot lose a packet on purpose, and a listener that stops accepting is not a host
 //! that vanished, so the tests of what the engine does under packet loss, blackholes and
@@ -37,4 +38,26 @@ mod model;
 mod netns;
 
 pub use model::{LossModel, poisson_tail, poisson_upper};
-pub use netns::{AcceptServer, Netns, NetnsError, skipped};
+pub use netns::{AcceptServer, Netns, NetnsError};
+
+use std::io::Write as _;
+
+/// Says that the calling test cannot run here, and why, as a `SKIPPED: <why>` line written
+/// straight to the process's standard error: the test harness captures what a passing test
+/// prints, and a skip must show (`scripts/test` counts these lines in its summary).
+pub fn skipped(why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
+/// [`skipped`], for a test whose needs `scripts/setup` installs: under `CI` (which runs that
+/// set-up as root) a skip would mean the test silently stopped running, so it fails instead.
+///
+/// # Panics
+/// When `CI` is set.
+pub fn skipped_outside_ci(why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run this test (scripts/setup installs what it needs), but: {why}"
+    );
+    skipped(why);
+}
