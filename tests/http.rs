@@ -1280,3 +1280,33 @@ async fn a_request_that_is_not_idempotent_is_never_sent_twice() {
     assert!(!result.remarks.stale_connection_retried);
     assert_eq!(server.accepted(), 1, "no second connection for a POST");
 }
+
+/// A reply that is not HTTP at all is neither a reset nor a timeout: it fails as `io`, on both
+/// transports.
+#[tokio::test]
+async fn a_reply_that_is_not_http_fails_as_io() {
+    use tokio::io::AsyncWriteExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut request = [0; 4096];
+                let _ = stream.read(&mut request).await;
+                let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n").await;
+            });
+        }
+    });
+    let spec = HttpSpec::get(format!("http://{addr}/ready").parse().unwrap());
+    for spec in both(spec) {
+        let result = check(spec.clone()).await;
+        assert_eq!(
+            failure(&result).reason,
+            FailureReason::Io,
+            "{}: {result:?}",
+            mode(&spec)
+        );
+    }
+    server.abort();
+}

@@ -270,3 +270,28 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     }
     assert_eq!(time_wait_towards(addr.port()), PROBES);
 }
+
+/// A router's "no route to host" (ICMP host unreachable, sent here by nftables inside a network
+/// namespace) fails as `unreachable`, not as a timeout or a refusal.
+#[tokio::test]
+async fn an_unreachable_host_fails_as_unreachable() {
+    let netns = probe_engine::netns_or_skip!();
+    let listener = netns.tcp_listener().unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Reachable first: the fault, not the set-up, makes the difference.
+    TcpProbe::new(spec(addr), probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap();
+    netns
+        .nft(&format!(
+            "add rule inet faults blackhole tcp dport {} reject with icmpx type host-unreachable\n",
+            addr.port()
+        ))
+        .unwrap();
+    let err = TcpProbe::new(spec(addr), probe::resolve::Names::system())
+        .check(TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, FailureReason::Unreachable, "{err}");
+}
