@@ -967,3 +967,96 @@ async fn jitter_only_ever_starts_a_run_late() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// How a [`Lagging`] probe answers while the clock jumps under it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Lag {
+    /// Passes, on time.
+    None,
+    /// The clock jumps 200 ms, then a timeout.
+    Timeout,
+    /// The clock jumps 200 ms, then a refusal.
+    Refused,
+}
+
+/// A probe whose runs can be starved, recording the timeout each run was given and the
+/// engine's multiplier when it started.
+struct Lagging {
+    mode: std::sync::atomic::AtomicU8,
+    engine: std::sync::OnceLock<Engine>,
+    runs: Mutex<Vec<(Duration, u32)>>,
+    starts: mpsc::UnboundedSender<()>,
+}
+
+#[async_trait::async_trait]
+impl Probe for Lagging {
+    async fn check(&self, timeout: Duration) -> CheckResult {
+        let multiplier = self.engine.get().and_then(Engine::self_health).unwrap_or(0);
+        self.runs.lock().unwrap().push((timeout, multiplier));
+        let _ = self.starts.send(());
+        let reason = match self.mode.load(Ordering::SeqCst) {
+            m if m == Lag::Timeout as u8 => FailureReason::Timeout,
+            m if m == Lag::Refused as u8 => FailureReason::Refused,
+            _ => return CheckResult::up(),
+        };
+        tokio::time::advance(Duration::from_millis(200)).await;
+        CheckResult::failed(Failure::new(reason, "lagging"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_starved_engine_widens_timeouts_and_still_counts_refusals() {
+    let (engine, cancel) = start(8);
+    let (starts, mut started) = mpsc::unbounded_channel();
+    let probe = Arc::new(Lagging {
+        mode: std::sync::atomic::AtomicU8::new(Lag::None as u8),
+        engine: std::sync::OnceLock::new(),
+        runs: Mutex::new(Vec::new()),
+        starts,
+    });
+    let _ = probe.engine.set(engine.clone());
+    // A 1 s interval and a 100 ms timeout: room to widen it by 1 + multiplier.
+    let timeout = Duration::from_millis(100);
+    let interval = Duration::from_secs(1);
+    let spec = TargetSpec {
+        schedule: Schedule::try_new(interval, timeout, 0.0, None, None, Some(0.0)).unwrap(),
+        ..target("db", probe.clone(), interval, 0.0, 1, 1)
+    };
+    engine.apply(vec![spec]).unwrap();
+    started.recv().await.unwrap();
+    assert_eq!(
+        *probe.runs.lock().unwrap(),
+        [(timeout, 0)],
+        "on time: as configured"
+    );
+
+    // Starved: the timeouts are deferred (the target stays UP), and each run gets
+    // timeout x (1 + the multiplier at its start), up to the interval.
+    probe.mode.store(Lag::Timeout as u8, Ordering::SeqCst);
+    for _ in 0..6 {
+        started.recv().await.unwrap();
+    }
+    assert_eq!(engine.status(&id("db")).unwrap().state, HealthState::Up);
+    let runs = probe.runs.lock().unwrap().clone();
+    assert!(runs.iter().any(|(_, m)| *m > 0), "never starved: {runs:?}");
+    for (given, multiplier) in &runs {
+        let widened = (timeout * (1 + multiplier)).min(interval);
+        assert_eq!(*given, widened, "multiplier {multiplier}: {runs:?}");
+    }
+
+    // A refusal is a definite answer: it counts, starved or not.
+    probe.mode.store(Lag::Refused as u8, Ordering::SeqCst);
+    started.recv().await.unwrap();
+    started.recv().await.unwrap();
+    let status = engine.status(&id("db")).unwrap();
+    let (_, multiplier) = *probe.runs.lock().unwrap().last().unwrap();
+    assert!(multiplier >= 1, "not starved when refused");
+    assert_eq!(status.state, HealthState::Down);
+    assert_eq!(
+        status.last_failure.map(|f| f.reason),
+        Some(FailureReason::Refused)
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
