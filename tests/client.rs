@@ -14,8 +14,9 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::any;
+use probe::breaker::BreakerConfig;
 use probe::client::{BalanceLayer, BoxError};
-use probe::engine::{Engine, EngineConfig, PoolPolicy, Topology};
+use probe::engine::{CircuitCommand, Engine, EngineConfig, PickError, PoolPolicy, Topology};
 use probe::graph::{Dependency, NodeKind, NodeSpec};
 use probe::http::HttpSpec;
 use probe::outlier::{OutlierConfig, OutlierSettings};
@@ -105,13 +106,24 @@ fn http_client() -> Http {
 /// The probe interval of the tests that do not race probes against requests.
 const FAST: Duration = Duration::from_millis(500);
 
+/// The usual pool: 1 s ejections.
+const EJECTS: Ejects = Ejects::After3For(Duration::from_secs(1));
+
 fn id(s: &str) -> TargetId {
     TargetId::new(s).unwrap()
 }
 
-/// Members probed every `interval`, DOWN after `fall` 3 failures; the pool ejects after 3
-/// gateway failures, for 1 s, then 1 s of cool-down and 2 passes, and ramps over 2 s.
-fn topology(addrs: &[SocketAddr], interval: Duration) -> Topology {
+/// How the pool ejects: after 3 gateway failures, for `base_ejection` (the default 1 s; longer
+/// for a test that must not see a member come back), or never.
+#[derive(Clone, Copy)]
+enum Ejects {
+    After3For(Duration),
+    Never,
+}
+
+/// Members probed every `interval`, DOWN after `fall` 3 failures; the pool ejects as `ejects`
+/// says, then 1 s of cool-down and 2 passes, and ramps over 2 s.
+fn topology(addrs: &[SocketAddr], interval: Duration, ejects: Ejects) -> Topology {
     let names: Vec<String> = (0..addrs.len()).map(|i| format!("m{i}")).collect();
     Topology {
         targets: names
@@ -142,10 +154,19 @@ fn topology(addrs: &[SocketAddr], interval: Duration) -> Topology {
         pools: BTreeMap::from([(
             id("upstream"),
             PoolPolicy {
-                outlier: OutlierConfig::try_new(OutlierSettings {
-                    base_ejection: Duration::from_secs(1),
-                    max_ejection_percent: 50,
-                    ..OutlierSettings::default()
+                outlier: OutlierConfig::try_new(match ejects {
+                    Ejects::After3For(base_ejection) => OutlierSettings {
+                        base_ejection,
+                        max_ejection: base_ejection.max(OutlierSettings::default().max_ejection),
+                        max_ejection_percent: 50,
+                        ..OutlierSettings::default()
+                    },
+                    Ejects::Never => OutlierSettings {
+                        consecutive_5xx: None,
+                        consecutive_gateway_failures: None,
+                        min_success_rate: None,
+                        ..OutlierSettings::default()
+                    },
                 })
                 .unwrap(),
                 recovery: RecoveryConfig::try_new(RecoverySettings {
@@ -168,7 +189,17 @@ fn topology(addrs: &[SocketAddr], interval: Duration) -> Topology {
 async fn setup(
     n: usize,
     interval: Duration,
+    ejects: Ejects,
     cancel: &CancellationToken,
+) -> (Engine, Vec<Arc<Backend>>, Vec<SocketAddr>) {
+    setup_with(n, cancel, |addrs| topology(addrs, interval, ejects)).await
+}
+
+/// [`setup`] with the topology `topology` makes of the backends' addresses.
+async fn setup_with(
+    n: usize,
+    cancel: &CancellationToken,
+    topology: impl FnOnce(&[SocketAddr]) -> Topology,
 ) -> (Engine, Vec<Arc<Backend>>, Vec<SocketAddr>) {
     let mut backends = Vec::new();
     let mut addrs = Vec::new();
@@ -179,7 +210,7 @@ async fn setup(
     }
     let engine = Engine::start(EngineConfig::default(), cancel.child_token());
     let mut events = engine.subscribe();
-    engine.apply(topology(&addrs, interval)).unwrap();
+    engine.apply(topology(&addrs)).unwrap();
     let mut up = 0;
     while up < n {
         if events.recv().await.unwrap().to == HealthState::Up {
@@ -208,7 +239,7 @@ async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back(
     let cancel = CancellationToken::new();
     // Probes every 2 s: `fall` takes 2 s or more once the backend fails, an age next to the
     // handful of requests that eject it, even on a loaded machine.
-    let (engine, backends, _) = setup(3, Duration::from_secs(2), &cancel).await;
+    let (engine, backends, _) = setup(3, Duration::from_secs(2), EJECTS, &cancel).await;
     let mut client =
         BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), None).layer(http_client());
 
@@ -272,7 +303,15 @@ async fn a_backend_returning_503_is_ejected_before_probes_notice_and_ramps_back(
 #[tokio::test]
 async fn the_layer_spares_its_client_most_failures() {
     let cancel = CancellationToken::new();
-    let (engine, backends, addrs) = setup(3, FAST, &cancel).await;
+    // The failing member stays out for the whole test once ejected, however slowly the 300
+    // requests go: what is counted is the ejection, not the race with its return.
+    let (engine, backends, addrs) = setup(
+        3,
+        FAST,
+        Ejects::After3For(Duration::from_secs(600)),
+        &cancel,
+    )
+    .await;
     backends[1].failing.store(true, Ordering::SeqCst);
     const REQUESTS: usize = 300;
 
@@ -335,7 +374,7 @@ fn budget() -> Option<RetryBudget> {
 #[tokio::test]
 async fn a_get_to_a_dying_member_succeeds_through_another() {
     let cancel = CancellationToken::new();
-    let (engine, backends, _) = setup(2, FAST, &cancel).await;
+    let (engine, backends, _) = setup(2, FAST, EJECTS, &cancel).await;
     backends[0].failing.store(true, Ordering::SeqCst);
     let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
         .layer(http_client());
@@ -352,7 +391,7 @@ async fn a_get_to_a_dying_member_succeeds_through_another() {
 #[tokio::test]
 async fn a_post_without_idempotency_key_is_never_retried() {
     let cancel = CancellationToken::new();
-    let (engine, backends, _) = setup(2, FAST, &cancel).await;
+    let (engine, backends, _) = setup(2, FAST, EJECTS, &cancel).await;
     backends[0].failing.store(true, Ordering::SeqCst);
     let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
         .layer(http_client());
@@ -387,5 +426,111 @@ async fn a_post_without_idempotency_key_is_never_retried() {
         assert_eq!(status(&mut client, keyed()).await.unwrap(), 200);
         assert!(Instant::now() < deadline, "the dying member never drawn");
     }
+    cancel.cancel();
+}
+
+/// The requests the backends received, besides health checks.
+fn received(backends: &[Arc<Backend>]) -> usize {
+    backends
+        .iter()
+        .map(|b| b.received.load(Ordering::SeqCst))
+        .sum()
+}
+
+#[tokio::test]
+async fn with_every_circuit_open_the_layer_fails_fast_without_a_request() {
+    let cancel = CancellationToken::new();
+    // Members with circuit breakers, which the test opens.
+    let (engine, backends, _) = setup_with(2, &cancel, |addrs| {
+        let mut topology = topology(addrs, FAST, EJECTS);
+        for target in &mut topology.targets {
+            target.circuit_breaker = Some(BreakerConfig::default());
+        }
+        topology
+    })
+    .await;
+    for member in ["m0", "m1"] {
+        engine
+            .command_circuit(&id(member), CircuitCommand::ForceOpen)
+            .unwrap();
+    }
+    let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
+        .layer(http_client());
+    let error = status(&mut client, get()).await.unwrap_err();
+    let Some(PickError::Unavailable { rejected, .. }) = error.downcast_ref::<PickError>() else {
+        panic!("not a fail-fast: {error}");
+    };
+    assert_eq!(*rejected, 2, "{error}");
+    assert_eq!(received(&backends), 0, "no request reached a member");
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_failed_get_is_retried_exactly_once() {
+    let cancel = CancellationToken::new();
+    let (engine, backends, _) = setup(2, FAST, Ejects::Never, &cancel).await;
+    for backend in &backends {
+        backend.failing.store(true, Ordering::SeqCst);
+    }
+    let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
+        .layer(http_client());
+    assert_eq!(status(&mut client, get()).await.unwrap(), 503);
+    let each: Vec<_> = backends
+        .iter()
+        .map(|b| b.received.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(
+        each,
+        [1, 1],
+        "the first try and one retry on the other member"
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn head_and_options_are_retried_like_get() {
+    let cancel = CancellationToken::new();
+    // Never ejected: the failing member keeps being drawn, and each of its failures retried.
+    let (engine, backends, _) = setup(2, FAST, Ejects::Never, &cancel).await;
+    backends[0].failing.store(true, Ordering::SeqCst);
+    let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), budget())
+        .layer(http_client());
+    for method in [http::Method::HEAD, http::Method::OPTIONS] {
+        let before = backends[0].received.load(Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Until the failing member has been drawn (and retried) at least twice.
+        while backends[0].received.load(Ordering::SeqCst) < before + 2 {
+            let request = http::Request::builder()
+                .method(method.clone())
+                .uri("http://upstream/orders")
+                .body(String::new())
+                .unwrap();
+            assert_eq!(status(&mut client, request).await.unwrap(), 200, "{method}");
+            assert!(
+                Instant::now() < deadline,
+                "{method}: the failing member never drawn"
+            );
+        }
+    }
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn retries_stop_when_the_budget_runs_out() {
+    const REQUESTS: usize = 50;
+    let cancel = CancellationToken::new();
+    let (engine, backends, _) = setup(2, FAST, Ejects::Never, &cancel).await;
+    for backend in &backends {
+        backend.failing.store(true, Ordering::SeqCst);
+    }
+    // One retry per ten requests and no floor, over a window longer than the test.
+    let budget = RetryBudget::try_new(Duration::from_secs(600), 0.1, 0, Instant::now()).unwrap();
+    let mut client = BalanceLayer::with_retry_budget(engine.clone(), id("upstream"), Some(budget))
+        .layer(http_client());
+    for _ in 0..REQUESTS {
+        assert_eq!(status(&mut client, get()).await.unwrap(), 503);
+    }
+    // Every request failed and asked for a retry; the budget granted one per ten requests.
+    assert_eq!(received(&backends), REQUESTS + REQUESTS / 10);
     cancel.cancel();
 }
