@@ -18,7 +18,7 @@ use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::outlier::{OutlierConfig, OutlierSettings};
 use probe::passive::{Call, CallOutcome};
 use probe::probe::Probe;
-use probe::recovery::{RecoveryConfig, RecoverySettings};
+use probe::recovery::{RecoveryConfig, RecoveryPhase, RecoverySettings};
 use probe::scheduler::SchedulerConfig;
 use probe::slow_start::SlowStartConfig;
 use probe::state::{Cause, HealthState};
@@ -521,6 +521,98 @@ async fn a_failure_being_confirmed_is_not_a_verdict() {
     let event = wait_for(&mut events, "a", HealthState::Up).await;
     assert_eq!(event.from, HealthState::Down);
     assert!(engine.readiness().ready);
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+/// Polls the engine's clock (every 10 ms) until `name`'s recovery phase is `want`; returns
+/// the phase.
+async fn phase(engine: &Engine, name: &str, want: &str) -> RecoveryPhase {
+    loop {
+        let phase = engine.status(&id(name)).unwrap().pool.unwrap().phase;
+        if phase.as_str() == want {
+            return phase;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// When a phase ends.
+fn until(phase: RecoveryPhase) -> tokio::time::Instant {
+    match phase {
+        RecoveryPhase::Ejected { until } | RecoveryPhase::CoolingDown { until } => until,
+        other => panic!("no end to {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relapse_on_probation_doubles_the_cooldown() {
+    let (engine, cancel) = start();
+    let mut events = engine.subscribe();
+    let switches = switches();
+    engine.apply(pool(&switches, |t| t)).unwrap();
+    all_up(&engine, &mut events).await;
+    for _ in 0..3 {
+        engine.report(&id("b"), &bad_gateway()).unwrap();
+    }
+    switches[1].down.store(true, Ordering::SeqCst);
+    let ejected_until = until(engine.status(&id("b")).unwrap().pool.unwrap().phase);
+    // After its 30 s ejection, the first cool-down: 10 s.
+    let first = until(phase(&engine, "b", "cooling_down").await);
+    assert_eq!(first - ejected_until, Duration::from_secs(10));
+    // On probation its probe fails: back to a cool-down twice as long, from the relapse.
+    phase(&engine, "b", "probation").await;
+    let second = until(phase(&engine, "b", "cooling_down").await);
+    let left = second - tokio::time::Instant::now();
+    assert!(
+        left > Duration::from_millis(19_980) && left <= Duration::from_secs(20),
+        "{left:?}"
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_ejection_holds_until_an_operator_clears_it() {
+    let (engine, cancel) = start();
+    let mut events = engine.subscribe();
+    let switches = switches();
+    let mut topology = pool(&switches, |t| t);
+    // The first ejection without a stable spell is permanent.
+    topology.pools.get_mut(&id("api")).unwrap().recovery =
+        RecoveryConfig::try_new(RecoverySettings {
+            permanent_after: NonZeroU32::new(1),
+            ..RecoverySettings::default()
+        })
+        .unwrap();
+    engine.apply(topology).unwrap();
+    all_up(&engine, &mut events).await;
+    for _ in 0..3 {
+        engine.report(&id("b"), &bad_gateway()).unwrap();
+    }
+    let member = engine.status(&id("b")).unwrap().pool.unwrap();
+    assert!(
+        matches!(member.phase, RecoveryPhase::Permanent(_)),
+        "{:?}",
+        member.phase
+    );
+    // Its probes pass, and an hour later it is still out.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let status = engine.status(&id("b")).unwrap();
+    assert_eq!(status.state, HealthState::Down);
+    let member = status.pool.unwrap();
+    assert!(member.ejected && member.weight == 0.0, "{member:?}");
+    assert!(matches!(member.phase, RecoveryPhase::Permanent(_)));
+
+    // Cleared: back through PROBING, then UP, and ramped from the slow start's 0.1.
+    engine.clear_ejection(&id("b")).unwrap();
+    assert_eq!(engine.status(&id("b")).unwrap().state, HealthState::Probing);
+    wait_for(&mut events, "b", HealthState::Up).await;
+    let member = engine.status(&id("b")).unwrap().pool.unwrap();
+    assert!(!member.ejected);
+    assert!(member.weight < 0.2, "{member:?}");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(weight(&engine, "b"), 1.0);
     cancel.cancel();
     engine.stopped().await;
 }
