@@ -1218,9 +1218,21 @@ fn target_keys_override_defaults_field_by_field() {
 fn built_in_defaults_when_nothing_is_set() {
     let config = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
     let target = &config.topology.targets[0];
-    assert_eq!(target.schedule, Schedule::default());
-    assert_eq!(target.schedule.interval(), Schedule::DEFAULT_INTERVAL);
-    assert_eq!(target.thresholds, Thresholds::default());
+    // The README's documented defaults, written out: not the library's own constants, which
+    // are what is under test.
+    let schedule = &target.schedule;
+    assert_eq!(schedule.interval(), Duration::from_secs(5));
+    assert_eq!(schedule.timeout(), Duration::from_secs(1));
+    assert_eq!(schedule.jitter(), 0.1);
+    assert_eq!(schedule.fast_interval(), Duration::from_millis(2500));
+    assert_eq!(schedule.backoff().max(), Duration::from_secs(20));
+    assert_eq!(schedule.backoff().jitter(), 0.5);
+    let t = &target.thresholds;
+    assert_eq!(
+        (t.rise.get(), t.fall.get(), t.degrade.get(), t.recover.get()),
+        (2, 3, 2, 2)
+    );
+    assert_eq!(target.dns_stale_for, Duration::from_secs(300));
     assert_eq!(
         tcp(&config, 0),
         &TcpSpec::connect("a:1".parse().expect("address"))
@@ -1767,10 +1779,16 @@ fn thresholds_flap_and_maintenance_are_mapped() {
     assert_eq!(c.flap, Some(FlapPolicy::default()));
     assert_eq!(c.thresholds.degrade, n(4));
 
-    // Nothing set: the library's defaults.
+    // Nothing set: the README's defaults (6 changes in 5 minutes, 2 stable minutes).
     let plain = parse_ok("targets:\n  - id: a\n    tcp: {address: \"a:1\"}\n");
-    assert_eq!(plain.topology.targets[0].flap, Some(FlapPolicy::default()));
-    assert_eq!(plain.topology.targets[0].thresholds, Thresholds::default());
+    assert_eq!(
+        plain.topology.targets[0].flap,
+        Some(FlapPolicy {
+            transitions: 6,
+            window: Duration::from_secs(300),
+            min_stable: Duration::from_secs(120),
+        })
+    );
 }
 
 #[test]
