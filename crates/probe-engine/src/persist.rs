@@ -226,6 +226,51 @@ mod tests {
         assert!(!dir.path().join("state/maintenance.json.tmp").exists());
     }
 
+    /// A reader never sees a half-written file: while saves of a short and a long file
+    /// alternate, every load parses and is one of the two. (Written in place, a save would be
+    /// seen truncated or half-written.) A temporary file left by a save that died half-way
+    /// changes nothing either.
+    #[test]
+    fn a_reader_never_sees_a_half_written_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(StateStore::open(dir.path()).unwrap());
+        std::fs::write(dir.path().join("maintenance.json.tmp"), "{half a wri").unwrap();
+        let entries = |n: usize| -> Vec<(TargetId, MaintenanceInfo)> {
+            (0..n)
+                .map(|i| {
+                    let info = MaintenanceInfo {
+                        reason: "x".repeat(500),
+                        source: MaintenanceSource::Operator,
+                        until: SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000),
+                    };
+                    (TargetId::new(&format!("t{i}")).unwrap(), info)
+                })
+                .collect()
+        };
+        let (short, long) = (entries(1), entries(40));
+        store.save(&short).unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (store, done) = (store.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut loads = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let loaded = store.load().expect("a load saw a half-written file");
+                    assert!(matches!(loaded.len(), 1 | 40), "{} entries", loaded.len());
+                    loads += 1;
+                }
+                loads
+            })
+        };
+        for i in 0..200 {
+            store.save(if i % 2 == 0 { &long } else { &short }).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let loads = reader.join().unwrap();
+        assert!(loads > 0);
+        assert_eq!(store.load().unwrap().len(), 1);
+    }
+
     #[test]
     fn a_corrupt_file_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
