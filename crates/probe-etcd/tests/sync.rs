@@ -188,10 +188,34 @@ async fn reads_a_large_prefix_in_pages_and_skips_non_utf8_names() {
 
     let mut config = config(&etcd);
     config.page_size = NonZeroU32::new(3).unwrap();
+    let ranges = range_calls(&etcd).await;
     let mut run = Running::spawn(Source::new(config).unwrap());
     let snapshot = run.content(&expected).await;
+    // Eight keys (one of them not a name) in pages of three: three range calls, as etcd counts.
+    assert_eq!(range_calls(&etcd).await - ranges, 3, "pages read");
     assert_eq!(snapshot.revision, etcd_revision(&mut client).await);
     run.stop().await;
+}
+
+/// The range calls etcd has answered, from its own metrics (`/metrics` on the client port).
+async fn range_calls(etcd: &TestEtcd) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = etcd.endpoint().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    body.lines()
+        .filter(|l| {
+            l.starts_with("grpc_server_handled_total{")
+                && l.contains(r#"grpc_code="OK""#)
+                && l.contains(r#"grpc_method="Range""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[tokio::test]
