@@ -537,9 +537,10 @@ targets:
     db_mode.store(2, Ordering::SeqCst);
     let flip = expect_readiness(&mut daemon, false);
     let took = failed_at.elapsed();
-    // The log line travels through a pipe and a thread: allow it 500 ms.
+    // The log line travels through a pipe and a thread, on a machine that may be loaded: the
+    // bound says the failure caused the flip, not how fast it was (the benchmarks measure that).
     assert!(
-        took <= interval + timeout + Duration::from_millis(500),
+        took <= interval + timeout + Duration::from_secs(3),
         "not ready only after {took:?}"
     );
     assert_eq!(

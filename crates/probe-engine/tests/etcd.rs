@@ -16,8 +16,10 @@ use support::{Daemon, WAIT};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-/// The bound on a key change reaching `/v1/targets`.
-const WITHIN: Duration = Duration::from_secs(1);
+/// How soon a key change reaches `/v1/targets`: well under the 30 s resync, so the watch (not
+/// a periodic re-read) delivered it, and generous for a loaded machine (how fast it is, the
+/// benchmarks measure).
+const WITHIN: Duration = Duration::from_secs(10);
 
 fn key(id: &str) -> String {
     format!("{DEFAULT_PREFIX}{id}")

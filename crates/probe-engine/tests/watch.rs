@@ -23,6 +23,10 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 /// The bound on waiting for a trigger that must come.
 const WAIT: Duration = Duration::from_secs(10);
 
+/// How long a test waits to show that no trigger comes: five debounce periods, so that a
+/// trigger the watcher wrongly sends is still seen when a loaded machine delays it.
+const QUIET: Duration = Duration::from_millis(1000);
+
 /// A running watcher, cancelled when dropped.
 struct Watching {
     triggers: mpsc::Receiver<()>,
@@ -85,9 +89,9 @@ impl Watching {
     async fn stop(mut self) {
         self.cancel.cancel();
         let task = self.task.take().expect("a running task");
-        let result = timeout(Duration::from_secs(1), task)
+        let result = timeout(Duration::from_secs(5), task)
             .await
-            .expect("the watcher returns within 1s of cancellation")
+            .expect("the watcher returns soon after its cancellation")
             .expect("the watcher task does not panic");
         assert!(result.is_ok(), "{result:?}");
     }
@@ -178,10 +182,7 @@ async fn configmap_symlink_swap_triggers() {
     assert_eq!(fs::read_to_string(&config).unwrap(), "version: ..2026_b\n");
     fs::remove_dir_all(dir.path().join("..2026_a")).unwrap();
     watching
-        .expect_quiet(
-            Duration::from_millis(300),
-            "removing ..2026_a, no longer used",
-        )
+        .expect_quiet(QUIET, "removing ..2026_a, no longer used")
         .await;
 
     configmap_swap(dir.path(), "..2026_c");
@@ -210,7 +211,7 @@ async fn swapping_any_symlink_in_the_config_path_triggers() {
     write(&dir.path().join("v1").join("app.yaml"), "v1 again");
     fs::rename(dir.path().join("v1"), dir.path().join("v1.old")).unwrap();
     watching
-        .expect_quiet(Duration::from_millis(300), "renaming v1, no longer used")
+        .expect_quiet(QUIET, "renaming v1, no longer used")
         .await;
     fs::rename(dir.path().join("v2"), dir.path().join("v2.old")).unwrap();
     watching.expect_trigger("renaming v2, in use").await;
@@ -236,7 +237,7 @@ async fn a_burst_of_writes_triggers_once_after_the_debounce() {
         "the trigger came {waited:?} after the last write, before the {DEBOUNCE:?} debounce"
     );
     watching
-        .expect_quiet(DEBOUNCE * 2, "the burst's one trigger")
+        .expect_quiet(QUIET, "the burst's one trigger")
         .await;
     watching.stop().await;
 }
@@ -254,9 +255,7 @@ async fn single_file_ignores_other_files_in_its_directory() {
     write(&dir.path().join("x.yaml.tmp"), "x: 2\n");
     fs::remove_file(dir.path().join("x.yaml.tmp")).unwrap();
     fs::create_dir(dir.path().join("sub")).unwrap();
-    watching
-        .expect_quiet(Duration::from_millis(300), "changing other files")
-        .await;
+    watching.expect_quiet(QUIET, "changing other files").await;
 
     // The watch is alive: the config itself still triggers.
     write(&config, "x: 3\n");
@@ -275,9 +274,7 @@ async fn reading_the_config_does_not_trigger() {
     for entry in fs::read_dir(dir.path()).unwrap() {
         fs::read_to_string(entry.unwrap().path()).unwrap();
     }
-    watching
-        .expect_quiet(Duration::from_millis(300), "reading the config")
-        .await;
+    watching.expect_quiet(QUIET, "reading the config").await;
     watching.stop().await;
 }
 
@@ -291,7 +288,7 @@ async fn cancellation_returns_promptly() {
     let missing = dir.path().join("missing/x.yaml");
     let mut retrying = Watching::spawn(&missing, DEBOUNCE);
     retrying
-        .expect_quiet(Duration::from_millis(300), "watching a missing directory")
+        .expect_quiet(QUIET, "watching a missing directory")
         .await;
     retrying.stop().await;
 }
@@ -312,7 +309,7 @@ async fn the_watcher_ends_when_nobody_listens() {
     ));
     drop(rx);
     for task in [task, alone] {
-        let result = timeout(Duration::from_secs(1), task)
+        let result = timeout(Duration::from_secs(5), task)
             .await
             .expect("returns within 1s")
             .expect("does not panic");
@@ -326,7 +323,7 @@ async fn a_missing_directory_is_watched_once_it_appears() {
     let conf = dir.path().join("conf.d");
     let mut watching = Watching::spawn(&conf.join("a.yaml"), DEBOUNCE);
     watching
-        .expect_quiet(Duration::from_millis(300), "watching a missing directory")
+        .expect_quiet(QUIET, "watching a missing directory")
         .await;
 
     fs::create_dir(&conf).unwrap();
@@ -358,7 +355,7 @@ async fn a_replaced_directory_is_watched_again() {
 
     write(&dir.path().join("conf.d.old/a.yaml"), "a: old\n");
     watching
-        .expect_quiet(Duration::from_millis(300), "writing in the old directory")
+        .expect_quiet(QUIET, "writing in the old directory")
         .await;
     write(&conf.join("a.yaml"), "a: 3\n");
     watching
