@@ -26,9 +26,9 @@
 //! **Startup** completes once the listener is bound and the engine has its targets, without
 //! waiting for their first verdicts: readiness already waits for those, and a startup check
 //! that waited on dependencies would have the orchestrator restart an instance for a database
-//! outage, which a restart does not fix (seed 000: a dependency failure fails readiness only).
+//! outage, which a restart does not fix (a dependency failure fails readiness only).
 //!
-//! **On `SIGTERM` or `SIGINT`** it runs [`probe::gate::shutdown`] (seed 003's order):
+//! **On `SIGTERM` or `SIGINT`** it runs [`probe::gate::shutdown`], in this order:
 //! 1. `/readyz` turns 503 at once while requests are still served, for `--drain-delay`, so that
 //!    load balancers stop sending before anything is refused;
 //! 2. the gate stops admitting (503 + `Connection: close`) and waits up to `--grace` for the

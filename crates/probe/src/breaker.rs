@@ -2,7 +2,7 @@
 //!
 //! Why a breaker on top of the probes: active probes notice a failing dependency only after
 //! `interval x fall`, and meanwhile every caller queues behind its timeouts, which is how one slow
-//! dependency takes down the services above it (seed 002). A breaker judges the real calls
+//! dependency takes down the services above it. A breaker judges the real calls
 //! ([`Call`]) instead: once too many of the recent ones fail or are slow, it fails the next calls
 //! fast, which both frees the callers and gives the target room to recover.
 //!
@@ -91,7 +91,8 @@ pub enum Window {
 }
 
 impl Default for Window {
-    /// The last 60 seconds (seed 002).
+    /// The last 60 seconds: long enough to judge a handful of calls a second, short enough to
+    /// forget a past incident within a minute.
     fn default() -> Self {
         Self::Time(BreakerConfig::DEFAULT_WINDOW)
     }
@@ -162,19 +163,21 @@ pub struct BreakerConfig {
 }
 
 impl BreakerConfig {
-    /// Default window: the last 60 s (seed 002).
+    /// Default window: the last 60 s (see [`Window::default`]).
     pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
-    /// Default failure rate threshold (seed 002, resilience4j).
+    /// Default failure rate threshold: half the calls failing (resilience4j's default).
     pub const DEFAULT_FAILURE_RATE_THRESHOLD: f64 = 0.5;
-    /// Default slow call duration: the upstream timeout of the project's examples (seed 004
-    /// puts upstream timeouts at 1-2 s); resilience4j's 60 s would never fire before them.
+    /// Default slow call duration: the usual upstream timeout of 1-2 s; resilience4j's 60 s
+    /// would never fire before the callers' own timeouts.
     pub const DEFAULT_SLOW_CALL_DURATION: Duration = Duration::from_secs(2);
     /// Default slow call rate threshold (resilience4j): only a window of nothing but slow calls
     /// opens the circuit, so slowness alone rarely does unless the threshold is lowered.
     pub const DEFAULT_SLOW_CALL_RATE_THRESHOLD: f64 = 1.0;
-    /// Default minimum number of calls before the window is judged (seed 002, resilience4j).
+    /// Default minimum number of calls before the window is judged (resilience4j's default):
+    /// fewer are too few for a rate to mean anything.
     pub const DEFAULT_MINIMUM_CALLS: u32 = 20;
-    /// Default time a circuit stays open the first time (seed 002).
+    /// Default time a circuit stays open the first time: a minute gives a failing target room to
+    /// recover without keeping a recovered one out for long.
     pub const DEFAULT_OPEN_FOR: Duration = Duration::from_secs(60);
     /// Default cap on the doubled open time.
     pub const DEFAULT_MAX_OPEN_FOR: Duration = Duration::from_secs(600);

@@ -3,7 +3,7 @@
 //!
 //! Why a budget and not a retry count: with "retry once" every failing request becomes two, so
 //! an overloaded dependency sees twice the load exactly when it can least take it, and a chain of
-//! services multiplies that at each hop (seed 004's retry storm). A budget allows retries only
+//! services multiplies that at each hop (a retry storm). A budget allows retries only
 //! as a fraction of recent requests (10% by default, plus a small floor so a quiet client can
 //! still retry), so the extra load is bounded whatever fails.
 //!

@@ -185,7 +185,7 @@ impl From<&Verdict> for Quality {
     }
 }
 
-/// How many recent results feed the backoff's success-rate feedback (seed 002 uses 10).
+/// How many recent results feed the backoff's success-rate feedback (a short memory: the feedback follows the recent trend, not the target's history).
 const FEEDBACK_WINDOW: u8 = 10;
 
 /// [`FlapPolicy`] as a machine keeps it: durations in milliseconds, so that it sits inline in

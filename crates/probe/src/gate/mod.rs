@@ -1,7 +1,8 @@
 //! The readiness gate: whether an instance takes traffic, and a drain that stops it cleanly.
 //!
 //! An instance that is alive is not necessarily one that should take traffic, and a stop must go
-//! in the right order (seeds 000 and 003). A [`Gate`] is what a service puts in front of its work:
+//! in the right order: stop being ready, let the load balancers notice, then stop admitting and
+//! finish what was admitted. A [`Gate`] is what a service puts in front of its work:
 //! - it moves Starting -> Serving -> Draining -> Stopped, and only forward;
 //! - [`Gate::admit`] lets a request in while Serving and hands back an [`Admission`] guard;
 //!   dropping the guard (on completion, cancellation or panic) releases it;
@@ -16,7 +17,8 @@
 //! the count, and the fast path is lock-free (no mutex, one CAS to admit, one subtraction to
 //! release).
 //!
-//! The gate also answers the three orchestrator questions, kept apart as seed 000 asks
+//! The gate also answers the three orchestrator questions, kept apart because an
+//! orchestrator acts differently on each (it restarts on liveness, routes on readiness)
 //! ([`Gate::liveness`], [`Gate::readiness`], [`Gate::startup`]): liveness fails only when
 //! Stopped or when a registered [`Heartbeat`] is stuck, never because of a dependency; readiness
 //! needs Serving, startup complete and the attached [`Readiness`] source (the engine's verdict);

@@ -2,7 +2,7 @@
 //!
 //! A service is only as healthy as what it calls. Nodes are either *probed* (a target whose
 //! results are fed in) or *groups* (a name for a set of dependencies, e.g. "checkout"). Scores
-//! follow seed 002's model:
+//! are computed as follows:
 //! - a probed node keeps a sliding window of its last [`GraphConfig::window`] results; its
 //!   *success ratio* is `(good + degraded_credit * degraded) / len`. Results recorded while the
 //!   node is in MAINTENANCE are left out, so planned work does not lower anyone's score;
