@@ -86,3 +86,9 @@ pub mod target;
 pub mod tcp;
 
 pub use engine::{Engine, EngineConfig};
+
+/// The README's Rust examples, compiled and run as this crate's doctests, so the README cannot
+/// drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
