@@ -190,6 +190,13 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
         "blackhole DOWN p99 within +50 ms of fall x interval + timeout",
     ),
     (
+        "keepalive",
+        "failed",
+        Op::AtMost,
+        0.0,
+        "0 failed probes against nginx's keep-alive race",
+    ),
+    (
         "drain",
         "failed_with_delay",
         Op::AtMost,

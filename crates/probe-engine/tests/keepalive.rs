@@ -6,94 +6,11 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{Daemon, WAIT};
+use probe_engine::testing::{KeepAlive, Nginx, NginxError};
+use support::Daemon;
 use tokio::time::Instant;
-
-/// nginx on 127.0.0.1 with its whole prefix in a temporary directory.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-impl Nginx {
-    /// Starts nginx with `keepalive_timeout 1s` and `keepalive_requests 20`; `None` (with the
-    /// reason printed) when nginx is not installed outside CI.
-    async fn start() -> Option<Self> {
-        let Ok(binary) = which("nginx") else {
-            probe_engine::testing::skipped_outside_ci(
-                "the keep-alive test: nginx is not installed (scripts/setup installs nginx-light)",
-            );
-            return None;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let addr = support::closed_port();
-        let prefix = dir.path().display();
-        let conf = format!(
-            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {prefix}/nginx.pid;\n\
-             error_log {prefix}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {prefix}/body;\n  \
-             proxy_temp_path {prefix}/proxy;\n  fastcgi_temp_path {prefix}/fastcgi;\n  \
-             uwsgi_temp_path {prefix}/uwsgi;\n  scgi_temp_path {prefix}/scgi;\n  \
-             keepalive_timeout 1s;\n  keepalive_requests 20;\n  \
-             server {{ listen {addr}; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n"
-        );
-        let conf_path = dir.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start nginx");
-        let mut nginx = Self { child, addr, dir };
-        nginx.wait_listening().await;
-        Some(nginx)
-    }
-
-    /// Waits until nginx accepts connections (or fails with its error log).
-    async fn wait_listening(&mut self) {
-        let deadline = Instant::now() + WAIT;
-        while tokio::net::TcpStream::connect(self.addr).await.is_err() {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("nginx exited with {status}: {}", self.error_log());
-            }
-            assert!(Instant::now() < deadline, "nginx never listened");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn which(name: &str) -> Result<PathBuf, ()> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-        .ok_or(())
-}
 
 /// The sum of every series of `name` in a Prometheus text exposition.
 fn total(metrics: &str, name: &str) -> f64 {
@@ -109,8 +26,19 @@ fn total(metrics: &str, name: &str) -> f64 {
 async fn nginx_closing_kept_alive_connections_fails_no_probe() {
     const TARGETS: usize = 100;
     const RUN: Duration = Duration::from_secs(60);
-    let Some(nginx) = Nginx::start().await else {
-        return;
+    let keep_alive = KeepAlive {
+        timeout: Duration::from_secs(1),
+        requests: 20,
+    };
+    let nginx = match Nginx::start(keep_alive) {
+        Ok(nginx) => nginx,
+        Err(NginxError::Missing) => {
+            probe_engine::testing::skipped_outside_ci(
+                "the keep-alive test: nginx is not installed (scripts/setup installs nginx-light)",
+            );
+            return;
+        }
+        Err(e) => panic!("{e}"),
     };
     let dir = tempfile::tempdir().unwrap();
     let mut yaml = String::from(
@@ -119,7 +47,7 @@ async fn nginx_closing_kept_alive_connections_fails_no_probe() {
     for i in 0..TARGETS {
         yaml.push_str(&format!(
             "  - id: web-{i}\n    http: {{ url: \"http://{}/health\" }}\n",
-            nginx.addr
+            nginx.addr()
         ));
     }
     std::fs::write(dir.path().join("targets.yaml"), yaml).unwrap();

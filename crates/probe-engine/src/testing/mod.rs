@@ -1,5 +1,5 @@
-//! Fixtures for tests (feature `test-support`): real network faults in network namespaces, and
-//! how a test says it was skipped.
+//! Fixtures for tests (feature `test-support`): real network faults in network namespaces, a
+//! real nginx for the keep-alive race ([`Nginx`]), and how a test says it was skipped.
 //!
 //! Loopback cannot lose a packet on purpose, and a listener that stops accepting is not a host
 //! that vanished, so the tests of what the engine does under packet loss, blackholes and
@@ -36,9 +36,11 @@
 
 mod model;
 mod netns;
+mod nginx;
 
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
+pub use nginx::{KeepAlive, Nginx, NginxError};
 
 use std::io::Write as _;
 
