@@ -1260,3 +1260,44 @@ async fn header_values_are_never_shown_in_the_api_or_the_logs() {
         );
     }
 }
+
+/// `/v1/topology` lists every field of the etcd source even when the source cannot start (a
+/// TLS file it cannot read): nothing synced, the reason, and `/health` warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_source_that_cannot_start_shows_every_field_of_the_readme() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing-ca.pem");
+    write(
+        dir.path(),
+        &format!(
+            "topology:\n  etcd:\n    endpoints: [\"https://127.0.0.1:1\"]\n    tls: {{ca_file: \
+             \"{}\"}}\ntargets:\n  - {{id: a, tcp: {{address: \"{}\"}}}}\n",
+            missing.display(),
+            closed_port()
+        ),
+    );
+    let daemon = Daemon::start(dir.path());
+    let topology: views::Topology = typed(&daemon, "/v1/topology").await;
+    let etcd = topology.etcd().unwrap();
+    assert_eq!((etcd.name.as_str(), etcd.state.as_str()), ("etcd", "error"));
+    assert_eq!(etcd.endpoints, ["https://127.0.0.1:1"]);
+    assert_eq!(etcd.prefix, "/probe-engine/targets/");
+    let error = etcd.last_error.unwrap();
+    assert!(
+        error.contains("cannot read the TLS CA certificate"),
+        "{error}"
+    );
+    assert_eq!((etcd.revision, etcd.entries), (None, None));
+    assert!(etcd.stale_since.is_none() && etcd.last_change.is_none() && etcd.last_resync.is_none());
+    let files = topology.files();
+    assert_eq!(
+        (files.state.as_str(), files.last_good_generation),
+        ("synced", 1)
+    );
+    let (_, report) = health(&daemon).await;
+    let check = report.check("topology:etcd");
+    assert_eq!(
+        (check.status.as_str(), check.component_type.as_str()),
+        ("warn", "datastore")
+    );
+}

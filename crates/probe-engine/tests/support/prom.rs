@@ -146,7 +146,7 @@ fn parse_value(text: &str) -> f64 {
 /// `name{k="v",...} value [timestamp]`.
 fn parse_sample(line: &str) -> Sample {
     let name_end = line
-        .find(|c: char| c == '{' || c == ' ')
+        .find(['{', ' '])
         .unwrap_or_else(|| panic!("bad sample line {line:?}"));
     let name = line[..name_end].to_owned();
     let mut labels = BTreeMap::new();

@@ -308,8 +308,11 @@ pub struct EtcdSource {
     pub last_error: Option<String>,
     pub endpoints: Vec<String>,
     pub prefix: String,
-    pub revision: i64,
-    pub entries: u64,
+    /// `null` while the source could not be started.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub revision: Option<i64>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub entries: Option<u64>,
     #[serde(deserialize_with = "Option::deserialize")]
     pub last_change: Option<Time>,
     #[serde(deserialize_with = "Option::deserialize")]
