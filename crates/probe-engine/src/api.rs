@@ -912,9 +912,16 @@ async fn topology(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value>
                 source["last_change"] = json!(sync.last_change.map(rfc3339));
                 source["last_resync"] = json!(sync.last_resync.map(rfc3339));
             }
+            // Not started (its TLS files cannot be read, say): the same fields, with nothing
+            // synced.
             (None, error) => {
                 source["state"] = json!("error");
+                source["stale_since"] = serde_json::Value::Null;
                 source["last_error"] = json!(error);
+                source["revision"] = serde_json::Value::Null;
+                source["entries"] = serde_json::Value::Null;
+                source["last_change"] = serde_json::Value::Null;
+                source["last_resync"] = serde_json::Value::Null;
             }
         }
         sources.push(source);

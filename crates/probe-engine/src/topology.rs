@@ -148,6 +148,10 @@ impl Topology {
             store.restore(&engine);
         }
         let (reload, triggers) = mpsc::channel(1);
+        // The first load is generation 1 and a good load: shown from the start, not only after
+        // the first reload.
+        metrics::gauge!("probe_topology_generation").set(1.0);
+        metrics::gauge!("probe_config_last_reload_successful").set(1.0);
         let shared = Arc::new(Mutex::new(Shared {
             generation: 1,
             last_change: Some(SystemTime::now()),

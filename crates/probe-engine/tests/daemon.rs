@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::views::{self, Topology};
 use support::{BIN, Daemon, WAIT, closed_port, promtool_check, write_targets};
 use tokio::time::Instant;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,59 +43,31 @@ async fn daemon_serves_health_reloads_and_stops() {
     assert!(up["last"]["latency_ms"].as_f64().unwrap() >= 0.0);
     assert!(up["last"]["at"].as_str().unwrap().ends_with('Z'));
 
-    // Errors are JSON with the right status.
-    let bad = daemon.get("/v1/targets/Not-Valid").await;
-    assert_eq!(bad.status(), 400);
-    let body: Value = bad.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().contains("'N'"), "{body}");
-    let missing = daemon.get("/v1/targets/nope").await;
-    assert_eq!(missing.status(), 404);
+    // Every field of the API, /health and /metrics: tests/api.rs.
+
+    // The first load: generation 1, a good load, no reload yet.
+    let topology: Topology = views::strict(&daemon.get("/v1/topology").await.json().await.unwrap());
+    assert_eq!(topology.generation, 1);
+    assert!(topology.last_change.is_some() && topology.rejected.is_empty());
+    assert!(topology.etcd().is_none());
+    let files = topology.files();
     assert_eq!(
-        missing.json::<Value>().await.unwrap()["error"],
-        "no target \"nope\""
+        (files.state.as_str(), files.last_good_generation),
+        ("synced", 1)
     );
-    assert_eq!(daemon.get("/nowhere").await.status(), 404);
-    let post = daemon
-        .http
-        .post(daemon.url("/readyz"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(post.status(), 405);
-    assert!(post.json::<Value>().await.unwrap()["error"].is_string());
-
-    // IETF health+json.
-    let health = daemon.get("/health").await;
-    assert_eq!(health.status(), 503);
-    assert_eq!(health.headers()["content-type"], "application/health+json");
-    let health: Value = health.json().await.unwrap();
-    assert_eq!(health["status"], "fail");
-    let check = &health["checks"]["down:responseTime"][0];
-    assert_eq!(check["componentId"], "down");
-    assert_eq!(check["status"], "fail");
-    assert_eq!(check["observedUnit"], "ms");
-    assert!(check["output"].as_str().unwrap().starts_with("refused"));
-    assert_eq!(health["checks"]["up:responseTime"][0]["status"], "pass");
-
-    // Prometheus metrics.
-    let metrics = daemon.get("/metrics").await.text().await.unwrap();
-    for needle in [
-        "probe_success{target=\"up\"} 1",
-        "probe_success{target=\"down\"} 0",
-        "probe_target_up{target=\"up\"} 1",
-        "probe_failures_total{target=\"down\",reason=\"refused\"}",
-        "probe_state_transitions_total{target=\"down\",from=\"PROBING\",to=\"DOWN\"} 1",
-        "probe_duration_seconds_bucket{target=\"up\",le=\"0.005\"}",
-        "probe_scheduler_lag_seconds_bucket{le=\"0.001\"}",
-        "probe_in_flight",
-        "# HELP probe_success",
-    ] {
-        assert!(
-            metrics.contains(needle),
-            "missing {needle:?} in:\n{metrics}"
-        );
-    }
-    promtool_check(&metrics);
+    assert_eq!(files.path, dir.path().display().to_string());
+    assert_eq!(
+        files.files,
+        [dir.path().join("targets.yaml").display().to_string()]
+    );
+    assert!(files.last_error.is_empty() && files.last_reload.is_some());
+    let metrics = daemon.metrics().await;
+    assert_eq!(metrics.value("probe_topology_generation", &[]), 1.0);
+    assert_eq!(
+        metrics.value("probe_config_last_reload_successful", &[]),
+        1.0
+    );
+    assert_eq!(metrics.sum("probe_config_reloads_total", &[]), 0.0);
 
     // SIGHUP with a broken file: rejected, the old targets keep running with their counters.
     let before: Value = daemon.get("/v1/targets/up").await.json().await.unwrap();
@@ -105,17 +78,31 @@ async fn daemon_serves_health_reloads_and_stops() {
     .unwrap();
     daemon.signal("-HUP");
     daemon.wait_log("config reload rejected; the running config stays in force");
-    let topology: Value = daemon.get("/v1/topology").await.json().await.unwrap();
-    let files = &topology["sources"][0];
-    assert_eq!(files["state"], "error", "{topology}");
+    let topology: Topology = views::strict(&daemon.get("/v1/topology").await.json().await.unwrap());
+    let files = topology.files();
+    assert_eq!(files.state, "error", "{topology:?}");
+    assert_eq!(files.last_error.len(), 1, "{topology:?}");
+    assert!(files.last_error[0].contains("adress"), "{topology:?}");
+    assert_eq!(files.last_good_generation, 1);
+    assert_eq!(topology.generation, 1);
     assert!(
-        files["last_error"][0].as_str().unwrap().contains("adress"),
-        "{topology}"
+        topology.rejected.is_empty(),
+        "a rejected file is not a rejected entry"
     );
-    assert_eq!(files["last_good_generation"], 1);
-    assert_eq!(topology["generation"], 1);
-    let metrics = daemon.get("/metrics").await.text().await.unwrap();
-    assert!(metrics.contains("probe_config_last_reload_successful 0"));
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        metrics.value("probe_config_last_reload_successful", &[]),
+        0.0
+    );
+    assert_eq!(
+        metrics.value("probe_config_reloads_total", &[("result", "failure")]),
+        1.0
+    );
+    assert_eq!(
+        metrics.get("probe_config_reloads_total", &[("result", "success")]),
+        None
+    );
+    assert_eq!(metrics.value("probe_topology_generation", &[]), 1.0);
     let after: Value = daemon.get("/v1/targets/up").await.json().await.unwrap();
     assert_eq!(after["state"], "UP");
     assert_eq!(after["transitions"], before["transitions"]);
@@ -134,10 +121,23 @@ async fn daemon_serves_health_reloads_and_stops() {
     assert_eq!(reloaded["added"], 1);
     assert_eq!(reloaded["removed"], 1);
     assert_eq!(reloaded["unchanged"], 1);
-    let topology: Value = daemon.get("/v1/topology").await.json().await.unwrap();
-    assert_eq!(topology["sources"][0]["state"], "synced", "{topology}");
-    assert_eq!(topology["sources"][0]["last_good_generation"], 2);
-    assert_eq!(topology["generation"], 2);
+    let topology: Topology = views::strict(&daemon.get("/v1/topology").await.json().await.unwrap());
+    let files = topology.files();
+    assert_eq!(files.state, "synced", "{topology:?}");
+    assert!(files.last_error.is_empty());
+    assert_eq!((files.last_good_generation, topology.generation), (2, 2));
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        metrics.value("probe_config_last_reload_successful", &[]),
+        1.0
+    );
+    for (result, count) in [("success", 1.0), ("failure", 1.0)] {
+        assert_eq!(
+            metrics.value("probe_config_reloads_total", &[("result", result)]),
+            count
+        );
+    }
+    assert_eq!(metrics.value("probe_topology_generation", &[]), 2.0);
     assert!(daemon.state_of("down").await.is_none());
     let kept: Value = daemon.get("/v1/targets/up").await.json().await.unwrap();
     assert_eq!(kept["transitions"], before["transitions"]);
@@ -763,13 +763,6 @@ async fn a_reported_failure_re_probes_at_once() {
     drop(listener);
 }
 
-/// The metric line `name{labels} value`'s value.
-fn metric(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passive_failures_eject_a_pool_member_and_operators_override() {
     let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -799,23 +792,10 @@ targets:
     daemon
         .wait_states(&[("api-1", "UP"), ("api-2", "UP")])
         .await;
-    let target = |id: &'static str| {
-        let daemon = &daemon;
-        async move {
-            let t: Value = daemon
-                .get(&format!("/v1/targets/{id}"))
-                .await
-                .json()
-                .await
-                .unwrap();
-            t
-        }
-    };
-    let t = target("api-1").await;
-    assert_eq!(t["weight"], 1.0);
-    assert_eq!(t["ejected"], false);
-    assert_eq!(t["circuit"]["state"], "closed");
-    assert!(target("api-2").await["circuit"].is_null());
+    let t = daemon.detail("api-1").await.target;
+    assert_eq!((t.weight, t.ejected), (Some(1.0), false));
+    assert_eq!(t.circuit.unwrap().state, "closed");
+    assert!(daemon.detail("api-2").await.target.circuit.is_none());
 
     // Three 503s: ejected at once, DOWN though its probe passes.
     for _ in 0..3 {
@@ -829,41 +809,41 @@ targets:
             .await;
         assert_eq!(status, 202, "{body}");
     }
-    let t = target("api-1").await;
-    assert_eq!(t["state"], "DOWN");
-    assert_eq!(t["ejected"], true);
-    assert_eq!(t["weight"], 0.0);
-    assert_eq!(t["ejection"]["phase"], "ejected");
-    assert_eq!(t["ejection"]["reason"], "consecutive_gateway_failures");
-    assert_eq!(t["ejection"]["times_ejected"], 1);
-    assert_eq!(t["circuit"]["calls"], 3);
-    assert_eq!(t["circuit"]["failures"], 3);
-    assert_eq!(t["circuit"]["state"], "closed", "under minimum_calls");
-    let metrics = daemon.get("/metrics").await.text().await.unwrap();
-    let ejections =
-        r#"probe_ejections_total{target="api-1",reason="consecutive_gateway_failures"}"#;
-    assert_eq!(metric(&metrics, ejections), Some(1.0), "{metrics}");
+    let t = daemon.detail("api-1").await.target;
     assert_eq!(
-        metric(&metrics, r#"probe_ejected{target="api-1"}"#),
-        Some(1.0)
+        (t.state.as_str(), t.ejected, t.weight),
+        ("DOWN", true, Some(0.0))
     );
+    let ejection = t.ejection.unwrap();
+    assert_eq!(ejection.phase, "ejected");
     assert_eq!(
-        metric(&metrics, r#"probe_ejected{target="api-2"}"#),
-        Some(0.0)
+        ejection.reason.as_deref(),
+        Some("consecutive_gateway_failures")
     );
+    assert_eq!(ejection.times_ejected, Some(1));
+    // The same calls fed the breaker.
+    let circuit = t.circuit.unwrap();
+    assert_eq!((circuit.calls, circuit.failures), (3, 3));
+    assert_eq!(circuit.state, "closed", "under minimum_calls");
+    let text = daemon.get("/metrics").await.text().await.unwrap();
+    let metrics = support::prom::Metrics::parse(&text);
+    let of = |id| [("target", id)];
     assert_eq!(
-        metric(&metrics, r#"probe_target_weight{target="api-1"}"#),
-        Some(0.0)
+        metrics.value(
+            "probe_ejections_total",
+            &[
+                ("target", "api-1"),
+                ("reason", "consecutive_gateway_failures")
+            ]
+        ),
+        1.0
     );
-    assert_eq!(
-        metric(&metrics, r#"probe_target_weight{target="api-2"}"#),
-        Some(1.0)
-    );
-    assert_eq!(
-        metric(&metrics, r#"probe_circuit_state{target="api-1"}"#),
-        Some(0.0)
-    );
-    promtool_check(&metrics);
+    assert_eq!(metrics.value("probe_ejected", &of("api-1")), 1.0);
+    assert_eq!(metrics.value("probe_ejected", &of("api-2")), 0.0);
+    assert_eq!(metrics.value("probe_target_weight", &of("api-1")), 0.0);
+    assert_eq!(metrics.value("probe_target_weight", &of("api-2")), 1.0);
+    assert_eq!(metrics.value("probe_circuit_state", &of("api-1")), 0.0);
+    promtool_check(&text);
 
     // Operators: force the circuit open, clear the ejection.
     let (status, body) = daemon
@@ -875,7 +855,8 @@ targets:
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["circuit"]["state"], "forced_open");
+    let t = views::TargetDetail::from_value(&body).target;
+    assert_eq!(t.circuit.unwrap().state, "forced_open");
     let (status, body) = daemon
         .send(
             reqwest::Method::DELETE,
@@ -885,8 +866,9 @@ targets:
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["ejected"], false);
-    assert_ne!(body["state"], "DOWN");
+    let t = views::TargetDetail::from_value(&body).target;
+    assert!(!t.ejected && t.ejection.is_none(), "{t:?}");
+    assert_ne!(t.state, "DOWN");
     for (method, path, body, want) in [
         (
             reqwest::Method::POST,

@@ -12,7 +12,8 @@ use probe_etcd::DEFAULT_PREFIX;
 use probe_etcd::etcd_client::{Client, CompactionOptions, PutOptions};
 use probe_etcd::testing::TestEtcd;
 use serde_json::Value;
-use support::{Daemon, WAIT};
+use support::views::{self, Topology};
+use support::{Daemon, WAIT, promtool_check};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -117,13 +118,40 @@ async fn keys_become_targets_and_a_change_touches_only_its_target() {
     let (_l2, up2) = listener().await;
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &etcd, "", up1);
-    put(&mut client, "a", &tcp("a", up1)).await;
+    let first = client.put(key("a"), tcp("a", up1), None).await.unwrap();
     let mut daemon = Daemon::start(dir.path());
     wait_ids(&daemon, &["a", "file-db"]).await;
+    let metrics = daemon
+        .wait_metrics("etcd synced", |m| m.get("probe_etcd_up", &[]) == Some(1.0))
+        .await;
+    let revision = first.header().unwrap().revision() as f64;
+    assert_eq!(metrics.value("probe_etcd_revision", &[]), revision);
+    assert_eq!(metrics.value("probe_etcd_entries", &[]), 1.0);
+    assert_eq!(
+        metrics.value("probe_etcd_resyncs_total", &[("reason", "initial")]),
+        1.0
+    );
+    let snapshots = metrics.value("probe_etcd_snapshots_published_total", &[]);
+    assert!(snapshots >= 1.0);
+    assert_eq!(metrics.sum("probe_etcd_watch_events_total", &[]), 0.0);
 
-    put(&mut client, "b", &tcp("b", up2)).await;
+    let second = client.put(key("b"), tcp("b", up2), None).await.unwrap();
     let took = wait_ids(&daemon, &["a", "b", "file-db"]).await;
     assert!(took <= WITHIN, "a new key took {took:?}");
+    // The watch delivered it: one event, one more snapshot, the revision of the put.
+    let metrics = daemon.metrics().await;
+    assert_eq!(metrics.value("probe_etcd_watch_events_total", &[]), 1.0);
+    assert_eq!(
+        metrics.value("probe_etcd_snapshots_published_total", &[]),
+        snapshots + 1.0
+    );
+    assert_eq!(metrics.value("probe_etcd_entries", &[]), 2.0);
+    assert_eq!(
+        metrics.value("probe_etcd_revision", &[]),
+        second.header().unwrap().revision() as f64
+    );
+    assert_eq!(metrics.types["probe_etcd_up"], "gauge");
+    assert_eq!(metrics.types["probe_etcd_watch_events_total"], "counter");
     daemon
         .wait_states(&[("a", "UP"), ("b", "UP"), ("file-db", "UP")])
         .await;
@@ -172,12 +200,26 @@ async fn keys_become_targets_and_a_change_touches_only_its_target() {
     wait_ids(&daemon, &["b", "file-db", "leased"]).await;
     wait_ids(&daemon, &["b", "file-db"]).await;
 
-    let topology = topology(&daemon).await;
-    let etcd_source = &topology["sources"][1];
-    assert_eq!(etcd_source["name"], "etcd");
-    assert_eq!(etcd_source["state"], "synced");
-    assert!(etcd_source["revision"].as_i64() > Some(0));
-    assert!(topology["generation"].as_u64() > Some(3), "{topology}");
+    let topology: Topology = views::strict(&topology(&daemon).await);
+    let source = topology.etcd().unwrap();
+    assert_eq!(
+        (source.name.as_str(), source.state.as_str()),
+        ("etcd", "synced")
+    );
+    assert_eq!(source.endpoints, [etcd.endpoint()]);
+    assert_eq!(source.prefix, DEFAULT_PREFIX);
+    assert!(source.revision > Some(0));
+    assert_eq!(source.entries, Some(1), "b is left");
+    assert!(source.stale_since.is_none() && source.last_error.is_none());
+    assert!(source.last_change.is_some() && source.last_resync.is_some());
+    assert!(topology.generation > 3, "{topology:?}");
+    assert!(topology.rejected.is_empty());
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        metrics.value("probe_topology_generation", &[]),
+        topology.generation as f64
+    );
+    promtool_check(&daemon.get("/metrics").await.text().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +229,7 @@ async fn bad_values_are_rejected_per_key_and_disturb_nothing() {
     let (_l1, up) = listener().await;
     let dir = tempfile::tempdir().unwrap();
     // The file's group depends on a target that etcd declares.
-    write_config(dir.path(), &etcd, "", up);
+    write_config(dir.path(), &etcd, "    resync: 1s\n", up);
     let mut yaml = std::fs::read_to_string(dir.path().join("probes.yaml")).unwrap();
     yaml.push_str("  - id: svc\n    kind: group\n    depends_on: [{target: api}]\n");
     std::fs::write(dir.path().join("probes.yaml"), yaml).unwrap();
@@ -223,17 +265,12 @@ async fn bad_values_are_rejected_per_key_and_disturb_nothing() {
         t["rejected"].as_array().map(Vec::len) == Some(5)
     })
     .await;
-    let reasons: Vec<(String, String, bool)> = topology["rejected"]
-        .as_array()
-        .unwrap()
+    let topology: Topology = views::strict(&topology);
+    assert!(topology.rejected.iter().all(|r| r.source == "etcd"));
+    let reasons: Vec<(String, String, bool)> = topology
+        .rejected
         .iter()
-        .map(|r| {
-            (
-                r["name"].as_str().unwrap().to_owned(),
-                r["reason"].as_str().unwrap().to_owned(),
-                r["kept_previous"].as_bool().unwrap(),
-            )
-        })
+        .map(|r| (r.name.clone(), r.reason.clone(), r.kept_previous))
         .collect();
     let find = |name: &str| {
         reasons
@@ -264,15 +301,12 @@ async fn bad_values_are_rejected_per_key_and_disturb_nothing() {
         "located: {cycle}"
     );
     assert!(kept, "api keeps its previous value");
-    let origin = topology["rejected"]
-        .as_array()
-        .unwrap()
+    let origin = &topology
+        .rejected
         .iter()
-        .find(|r| r["name"] == "broken")
-        .unwrap()["origin"]
-        .as_str()
+        .find(|r| r.name == "broken")
         .unwrap()
-        .to_owned();
+        .origin;
     assert!(
         origin.starts_with("etcd key /probe-engine/targets/broken (revision "),
         "{origin}"
@@ -283,11 +317,21 @@ async fn bad_values_are_rejected_per_key_and_disturb_nothing() {
     let api_after = target(&daemon, "api").await;
     assert_eq!(api_after["transitions"], api_before["transitions"]);
     assert_eq!(api_after["state"], "UP");
-    let metrics = daemon.get("/metrics").await.text().await.unwrap();
-    assert!(
-        metrics.contains("probe_topology_errors_total{source=\"etcd\"} 5"),
-        "{metrics}"
+    let metrics = daemon.metrics().await;
+    assert_eq!(
+        metrics.value("probe_topology_errors_total", &[("source", "etcd")]),
+        5.0
     );
+    assert_eq!(
+        metrics.label_names("probe_topology_errors_total"),
+        [["source"]]
+    );
+    // `resync: 1s`: periodic full reads, which change nothing.
+    daemon
+        .wait_metrics("a periodic resync", |m| {
+            m.get("probe_etcd_resyncs_total", &[("reason", "periodic")]) >= Some(1.0)
+        })
+        .await;
 
     // Fixing a key clears its rejection.
     put(&mut client, "colour", &tcp("colour", up2)).await;
@@ -313,16 +357,26 @@ async fn an_outage_keeps_the_targets_and_a_compacted_restart_converges() {
         .await;
     assert_eq!(daemon.get("/readyz").await.status(), 200);
 
+    let killed = std::time::SystemTime::now();
     etcd.kill();
     let topology = wait_topology(&daemon, "stale", |t| t["sources"][1]["state"] == "stale").await;
-    assert!(
-        topology["sources"][1]["stale_since"].is_string(),
-        "{topology}"
-    );
-    assert!(
-        topology["sources"][1]["last_error"].is_string(),
-        "{topology}"
-    );
+    let source = views::strict::<Topology>(&topology).etcd().unwrap();
+    assert!(source.stale_since.unwrap().0 >= killed - Duration::from_millis(1));
+    assert!(source.last_error.is_some(), "{source:?}");
+    assert_eq!(source.entries, Some(2), "the last content stays");
+    // The watch ended and the session failed: counted, with their reason and operation.
+    let metrics = daemon.metrics().await;
+    assert_eq!(metrics.value("probe_etcd_up", &[]), 0.0);
+    let failures: Vec<_> = metrics.series("probe_etcd_failures_total").collect();
+    assert!(!failures.is_empty());
+    for f in &failures {
+        assert!(
+            ["connect", "range", "watch"].contains(&f.labels["operation"].as_str()),
+            "{f:?}"
+        );
+    }
+    let restarts: Vec<_> = metrics.series("probe_etcd_watch_restarts_total").collect();
+    assert!(!restarts.is_empty() && restarts.iter().all(|r| r.labels.contains_key("reason")));
     let health: Value = daemon.get("/health").await.json().await.unwrap();
     assert_eq!(
         health["checks"]["topology:etcd"][0]["status"], "warn",
@@ -363,6 +417,11 @@ async fn an_outage_keeps_the_targets_and_a_compacted_restart_converges() {
     wait_topology(&daemon, "synced", |t| t["sources"][1]["state"] == "synced").await;
     let health: Value = daemon.get("/health").await.json().await.unwrap();
     assert_eq!(health["checks"]["topology:etcd"][0]["status"], "pass");
+    // Back: up, after a full read on reconnecting.
+    let metrics = daemon.metrics().await;
+    assert_eq!(metrics.value("probe_etcd_up", &[]), 1.0);
+    assert!(metrics.value("probe_etcd_resyncs_total", &[("reason", "reconnect")]) >= 1.0);
+    assert_eq!(metrics.value("probe_etcd_entries", &[]), 3.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,9 @@
 
 #![allow(dead_code)] // Each test file uses a different part.
 
+pub mod prom;
+pub mod views;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -26,6 +29,8 @@ pub struct Daemon {
     pub logs: mpsc::Receiver<Value>,
     pub addr: SocketAddr,
     pub http: reqwest::Client,
+    /// Every log line [`Daemon::wait_log`] and [`Daemon::all_logs`] have read so far.
+    pub seen: Vec<Value>,
 }
 
 /// A plain HTTP client for the API.
@@ -45,12 +50,18 @@ impl Daemon {
     }
 
     pub fn start_with(config: &Path, extra: &[&str]) -> Self {
+        Self::start_env(config, extra, &[])
+    }
+
+    /// Starts it with these environment variables too (`RUST_LOG` among them overrides `info`).
+    pub fn start_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(BIN)
             .args(["--log-format", "json", "run", "--listen", "127.0.0.1:0"])
             .arg("--config")
             .arg(config)
             .args(extra)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -71,6 +82,7 @@ impl Daemon {
             logs,
             addr: "127.0.0.1:1".parse().unwrap(),
             http: client(),
+            seen: Vec::new(),
         };
         let listening = daemon.wait_log("listening");
         daemon.addr = listening["addr"].as_str().unwrap().parse().unwrap();
@@ -83,10 +95,80 @@ impl Daemon {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.logs.recv_timeout(left) {
-                Ok(line) if line["message"] == message => return line,
-                Ok(_) => {}
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line["message"] == message {
+                        return line;
+                    }
+                }
                 Err(e) => panic!("no log line {message:?}: {e}"),
             }
+        }
+    }
+
+    /// Every log line so far: those already read and those waiting in the channel.
+    pub fn all_logs(&mut self) -> &[Value] {
+        self.seen.extend(self.logs.try_iter());
+        &self.seen
+    }
+
+    /// `/metrics`, parsed.
+    pub async fn metrics(&self) -> prom::Metrics {
+        let response = self.get("/metrics").await;
+        assert_eq!(response.status(), 200);
+        prom::Metrics::parse(&response.text().await.unwrap())
+    }
+
+    /// `/v1/targets`, read strictly.
+    pub async fn list(&self) -> views::TargetList {
+        let response = self.get("/v1/targets").await;
+        assert_eq!(response.status(), 200);
+        views::strict(&response.json().await.unwrap())
+    }
+
+    /// `/v1/targets/{id}`, read strictly.
+    pub async fn detail(&self, id: &str) -> views::TargetDetail {
+        let response = self.get(&format!("/v1/targets/{id}")).await;
+        assert_eq!(response.status(), 200, "{id}");
+        views::TargetDetail::from_value(&response.json().await.unwrap())
+    }
+
+    /// Polls `/v1/targets/{id}` until `ok` holds for it (the API is the only signal).
+    pub async fn wait_target(
+        &self,
+        id: &str,
+        what: &str,
+        ok: impl Fn(&views::Target) -> bool,
+    ) -> views::TargetDetail {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let detail = self.detail(id).await;
+            if ok(&detail.target) {
+                return detail;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} never {what}: {:?}",
+                detail.target
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Polls `/metrics` until `ok` holds for it.
+    pub async fn wait_metrics(
+        &self,
+        what: &str,
+        ok: impl Fn(&prom::Metrics) -> bool,
+    ) -> prom::Metrics {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let metrics = self.metrics().await;
+            if ok(&metrics) {
+                return metrics;
+            }
+            assert!(Instant::now() < deadline, "metrics never {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

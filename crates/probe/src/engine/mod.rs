@@ -526,10 +526,9 @@ impl Engine {
             .cloned()
             .collect();
         for target in breakers {
-            if let Some(breaker) = &target.breaker {
-                let state = lock(breaker).snapshot(now).state;
+            if let Some(circuit) = target.circuit(now) {
                 metrics::gauge!("probe_circuit_state", "target" => target.id.as_str().to_owned())
-                    .set(f64::from(state.code()));
+                    .set(f64::from(circuit.state.code()));
             }
         }
     }
@@ -903,6 +902,7 @@ impl Target {
     }
 
     fn status(&self, with_history: bool) -> TargetStatus {
+        let circuit = self.circuit(Instant::now());
         let status = self.lock();
         let details = status.details.as_deref();
         TargetStatus {
@@ -932,10 +932,7 @@ impl Target {
             score: None,
             dependency_down: false,
             pool: None,
-            circuit: self
-                .breaker
-                .as_ref()
-                .map(|b| lock(b).snapshot(Instant::now())),
+            circuit,
         }
     }
 
@@ -1268,6 +1265,11 @@ pub fn describe_metrics() {
     describe_counter!(
         "probe_resolver_outages_total",
         "Outages of the engine's resolver: DNS failures are not counted against targets meanwhile."
+    );
+    describe_counter!(
+        "probe_http_stale_connection_retries_total",
+        "HTTP probe requests sent again on a fresh connection because a reused kept-alive one \
+         closed before the reply."
     );
     describe_counter!(
         "probe_dns_stale_answers_total",

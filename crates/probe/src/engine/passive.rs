@@ -392,6 +392,20 @@ impl Target {
         skip
     }
 
+    /// Its circuit breaker's state at `now`, once an open circuit whose time has passed has moved
+    /// to half-open (announced): readers of the status and the gauge see the state the next call
+    /// would meet, not the one the last call left.
+    pub(super) fn circuit(&self, now: Instant) -> Option<breaker::Snapshot> {
+        let breaker = self.breaker.as_ref()?;
+        let (moved, snapshot) = {
+            let mut breaker = lock(breaker);
+            let moved = breaker.advance(now);
+            (moved, breaker.snapshot(now))
+        };
+        self.announce_circuit(moved);
+        Some(snapshot)
+    }
+
     /// Logs a circuit transition and sets its gauge.
     pub(super) fn announce_circuit(&self, t: Option<breaker::Transition>) {
         let Some(t) = t else { return };
