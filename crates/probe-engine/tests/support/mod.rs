@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,6 +26,9 @@ pub struct Daemon {
     pub logs: mpsc::Receiver<Value>,
     pub addr: SocketAddr,
     pub http: reqwest::Client,
+    /// Every line the daemon wrote to stderr, as written, whether or not `logs` was read.
+    all_lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A plain HTTP client for the API.
@@ -45,11 +48,21 @@ impl Daemon {
     }
 
     pub fn start_with(config: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["--log-format", "json", "run", "--listen", "127.0.0.1:0"])
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--listen", "127.0.0.1:0"])
             .arg("--config")
             .arg(config)
-            .args(extra)
+            .args(extra);
+        Self::launch(command)
+    }
+
+    /// Starts `command` (the binary with its arguments, working directory and environment) with
+    /// JSON logs at `info`, and waits until it listens.
+    pub fn launch(mut command: Command) -> Self {
+        let mut child = command
+            .arg("--log-format")
+            .arg("json")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -57,13 +70,15 @@ impl Daemon {
             .expect("spawn probe-engine");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, logs) = mpsc::channel();
-        std::thread::spawn(move || {
+        let all_lines = Arc::new(Mutex::new(Vec::new()));
+        let kept = all_lines.clone();
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let value = serde_json::from_str(&line)
                     .unwrap_or_else(|_| panic!("log line is not JSON: {line}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
+                kept.lock().unwrap().push(line);
+                // Nobody reading any more is fine: every line is kept above.
+                let _ = tx.send(value);
             }
         });
         let mut daemon = Self {
@@ -71,6 +86,8 @@ impl Daemon {
             logs,
             addr: "127.0.0.1:1".parse().unwrap(),
             http: client(),
+            all_lines,
+            reader: Some(reader),
         };
         let listening = daemon.wait_log("listening");
         daemon.addr = listening["addr"].as_str().unwrap().parse().unwrap();
@@ -171,6 +188,47 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+
+    /// Whether the process has exited (without waiting).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Every log line written so far, as written, read or not through `logs`.
+    pub fn lines_so_far(&self) -> Vec<String> {
+        self.all_lines.lock().unwrap().clone()
+    }
+
+    /// After the process has exited: every log line it wrote, as written, parsed alongside.
+    pub fn all_lines(&mut self) -> Vec<(String, Value)> {
+        assert!(self.exited(), "the daemon is still running");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader panicked");
+        }
+        self.lines_so_far()
+            .into_iter()
+            .map(|line| {
+                let value = serde_json::from_str(&line).unwrap();
+                (line, value)
+            })
+            .collect()
+    }
+
+    /// The `/metrics` page.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.text().await.unwrap()
+    }
+}
+
+/// The value of the metric line `series value` (`series` is the name with its labels), if any.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 impl Drop for Daemon {
@@ -225,4 +283,182 @@ pub fn promtool_check(metrics: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A TCP server that accepts every connection, reads whatever comes and never answers: a probe
+/// with `send`/`expect` at it hangs until its timeout.
+pub struct SilentServer {
+    pub addr: SocketAddr,
+    /// One message per connection, once its first bytes arrived (a probe in flight).
+    pub payloads: tokio::sync::mpsc::UnboundedReceiver<Instant>,
+}
+
+impl SilentServer {
+    pub async fn start() -> Self {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, payloads) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 256];
+                    let mut told = false;
+                    // Until the peer goes; nothing is ever written back.
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if !told {
+                            told = true;
+                            let _ = tx.send(Instant::now());
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, payloads }
+    }
+
+    /// Waits until a probe has connected and sent its payload.
+    pub async fn probe_in_flight(&mut self) -> Instant {
+        tokio::time::timeout(WAIT, self.payloads.recv())
+            .await
+            .expect("no probe reached the silent server")
+            .unwrap()
+    }
+}
+
+/// A reply read off a raw connection.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header names in lowercase.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A request whose headers and the start of whose body have been sent, and which stays in
+/// flight on the server until [`HeldRequest::finish`] sends the rest of it.
+pub struct HeldRequest {
+    stream: tokio::net::TcpStream,
+    rest: Vec<u8>,
+}
+
+impl HeldRequest {
+    pub async fn start(addr: SocketAddr, method: &str, path: &str, body: &str) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            body.len()
+        );
+        let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(first).await.unwrap();
+        stream.flush().await.unwrap();
+        Self {
+            stream,
+            rest: rest.to_vec(),
+        }
+    }
+
+    /// Sends the rest of the body and reads the reply.
+    pub async fn finish(mut self) -> RawResponse {
+        use tokio::io::AsyncWriteExt;
+        self.stream.write_all(&self.rest).await.unwrap();
+        self.stream.flush().await.unwrap();
+        tokio::time::timeout(WAIT, read_response(&mut self.stream))
+            .await
+            .expect("no reply to the held request")
+            .expect("the held request was cut")
+    }
+
+    /// Waits until the server closes the connection, and returns what it wrote before (nothing,
+    /// for a request cut off).
+    pub async fn wait_closed(mut self) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        tokio::time::timeout(WAIT, async {
+            loop {
+                match self.stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await
+        .expect("the server kept the held request's connection open");
+        got
+    }
+}
+
+/// Reads one HTTP/1.1 response with a `content-length` body; `None` when the connection ends
+/// before it is complete.
+async fn read_response(stream: &mut tokio::net::TcpStream) -> Option<RawResponse> {
+    use tokio::io::AsyncReadExt;
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = data[head_end + 4..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    Some(RawResponse {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// The messages of `lines`, in order.
+pub fn messages(lines: &[(String, Value)]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|(_, v)| v["message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Where `message` first is in `messages`; panics when it is not there.
+pub fn position(messages: &[String], message: &str) -> usize {
+    messages
+        .iter()
+        .position(|m| m == message)
+        .unwrap_or_else(|| panic!("no log line {message:?} in {messages:#?}"))
 }
