@@ -335,8 +335,8 @@ async fn a_second_signal_stops_at_once_with_a_request_in_flight() {
         "the held request was answered"
     );
     let said = messages(&daemon.all_lines());
+    // (The drain may still see the held request go, with its connection, and say it drained.)
     assert!(position(&said, "SIGTERM while stopping: stopping now") < position(&said, "stopped"));
-    assert!(!said.iter().any(|m| m == "shutdown: drained"), "{said:#?}");
 }
 
 /// A pool whose first member has a circuit breaker, so that every change the API offers can

@@ -102,7 +102,14 @@ impl Daemon {
             match self.logs.recv_timeout(left) {
                 Ok(line) if line["message"] == message => return line,
                 Ok(_) => {}
-                Err(e) => panic!("no log line {message:?}: {e}"),
+                Err(e) => {
+                    let lines = self.lines_so_far();
+                    let tail = &lines[lines.len().saturating_sub(20)..];
+                    panic!(
+                        "no log line {message:?}: {e}; the last lines:\n{}",
+                        tail.join("\n")
+                    )
+                }
             }
         }
     }
@@ -192,6 +199,29 @@ impl Daemon {
     /// Whether the process has exited (without waiting).
     pub fn exited(&mut self) -> bool {
         self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Waits until the daemon has logged `message` `nth` times (from 1) since it started, read
+    /// through `logs` or not, and returns that line.
+    pub fn wait_logged(&self, message: &str, nth: usize) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let found = self
+                .lines_so_far()
+                .iter()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .filter(|v| v["message"] == message)
+                .nth(nth - 1);
+            if let Some(line) = found {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line {message:?} #{nth}: {:#?}",
+                self.lines_so_far()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Every log line written so far, as written, read or not through `logs`.
