@@ -62,7 +62,15 @@ pub struct Daemon {
     stop: CancellationToken,
     /// Cancelled at the end of the stop sequence, or to stop at once.
     cancel: CancellationToken,
+    /// Cancelled to stop at once ([`Daemon::stop_now`]): the stop sequence is cut short and open
+    /// API connections are dropped.
+    now: CancellationToken,
 }
+
+/// How long the API's connections get to close once the stop sequence is over: for answers
+/// being written at that moment (a health check, a refusal). Requests still in flight had their
+/// `--shutdown-grace` already; after this their connections are dropped.
+const SERVER_CLOSE: Duration = Duration::from_secs(1);
 
 impl Daemon {
     /// Loads the config, starts the engine, schedules every target and restores saved
@@ -112,6 +120,7 @@ impl Daemon {
             drain_delay: options.drain_delay,
             stop: CancellationToken::new(),
             cancel,
+            now: CancellationToken::new(),
         };
         Ok(daemon)
     }
@@ -140,6 +149,14 @@ impl Daemon {
         self.stop.cancel();
     }
 
+    /// Stops at once: cuts the stop sequence short wherever it is (the drain delay, the drain,
+    /// the wait for probes), cancels the engine and drops the API's connections; then
+    /// [`Daemon::serve`] returns.
+    pub fn stop_now(&self) {
+        self.now.cancel();
+        self.cancel.cancel();
+    }
+
     /// Whether the stop sequence has begun.
     pub fn stopping(&self) -> bool {
         self.stop.is_cancelled()
@@ -151,8 +168,8 @@ impl Daemon {
     }
 
     /// Serves the API on `listener` until the stop sequence ([`Daemon::stop`]) has run, or until
-    /// cancellation (at once). `grace` bounds both the drain of API requests and the wait for
-    /// probes in flight.
+    /// cancellation or [`Daemon::stop_now`] (at once). `grace` bounds both the drain of API
+    /// requests and the wait for probes in flight; requests still in flight after it are cut.
     ///
     /// # Errors
     /// An I/O error of the server.
@@ -175,7 +192,7 @@ impl Daemon {
         });
         self.gate.startup_complete();
         tracing::info!(%addr, "listening");
-        let server = serve_on_own_thread(listener, app, self.cancel.clone())?;
+        let server = serve_on_own_thread(listener, app, self.cancel.clone(), self.now.clone())?;
         let sequence = async {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
@@ -191,12 +208,17 @@ impl Daemon {
                 })],
                 hook_timeout: grace,
             };
-            let report = gate::shutdown(&self.gate, plan).await;
-            if !report.hooks_timed_out.is_empty() {
-                tracing::warn!(
-                    grace = %humantime::format_duration(grace),
-                    "probes still in flight at the deadline"
-                );
+            tokio::select! {
+                report = gate::shutdown(&self.gate, plan) => {
+                    if !report.hooks_timed_out.is_empty() {
+                        tracing::warn!(
+                            grace = %humantime::format_duration(grace),
+                            "probes still in flight at the deadline"
+                        );
+                    }
+                }
+                // A second signal: no more waiting.
+                () = self.now.cancelled() => {}
             }
             // Whatever happened, the server goes now.
             self.cancel.cancel();
@@ -211,8 +233,9 @@ impl Daemon {
     }
 }
 
-/// Serves `app` from a thread of its own, with a single-threaded runtime, until `cancel`; the
-/// future resolves with the server's result.
+/// Serves `app` from a thread of its own, with a single-threaded runtime, until `cancel`, then
+/// closes its connections gracefully for up to [`SERVER_CLOSE`] (at once on `now`) and drops
+/// those still open; the future resolves with the server's result.
 ///
 /// The engine's runtime runs the probes: on it, a health check would queue behind thousands of
 /// them a second, and `/readyz` would be slow exactly when the machine is busy, which is when a
@@ -222,6 +245,7 @@ fn serve_on_own_thread(
     listener: TcpListener,
     app: axum::Router,
     cancel: CancellationToken,
+    now: CancellationToken,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
     let listener = listener.into_std()?;
     let (done, served) = tokio::sync::oneshot::channel();
@@ -234,14 +258,26 @@ fn serve_on_own_thread(
                 .and_then(|runtime| {
                     runtime.block_on(async {
                         let listener = TcpListener::from_std(listener)?;
-                        axum::serve(
+                        let server = axum::serve(
                             listener,
                             app.into_make_service_with_connect_info::<SocketAddr>(),
                         )
-                        .with_graceful_shutdown(cancel.cancelled_owned())
-                        .await
+                        .with_graceful_shutdown(cancel.clone().cancelled_owned());
+                        let closing = async {
+                            cancel.cancelled().await;
+                            tokio::time::sleep(SERVER_CLOSE).await;
+                        };
+                        tokio::select! {
+                            served = server => served,
+                            () = closing => {
+                                tracing::warn!("API requests still in flight at the stop: cut");
+                                Ok(())
+                            }
+                            () = now.cancelled() => Ok(()),
+                        }
                     })
                 });
+            // The runtime is gone, and with it every connection still open.
             // The daemon may be gone already: nobody to tell.
             let _ = done.send(result);
         })?;

@@ -219,8 +219,8 @@ async fn run(
                 daemon.reload();
             }
             // The first signal stops gracefully; a second one stops at once.
-            _ = terminate.recv() => stop(&daemon, &cancel, "SIGTERM"),
-            _ = interrupt.recv() => stop(&daemon, &cancel, "SIGINT"),
+            _ = terminate.recv() => stop(&daemon, "SIGTERM"),
+            _ = interrupt.recv() => stop(&daemon, "SIGINT"),
         }
     }
     tracing::info!("stopped");
@@ -228,10 +228,10 @@ async fn run(
 }
 
 /// Starts the stop sequence, or ends it at once when it is running already.
-fn stop(daemon: &Daemon, cancel: &CancellationToken, signal: &str) {
+fn stop(daemon: &Daemon, signal: &str) {
     if daemon.stopping() {
         tracing::info!("{signal} while stopping: stopping now");
-        cancel.cancel();
+        daemon.stop_now();
     } else {
         tracing::info!("{signal}: stopping: not ready, draining, then exiting");
         daemon.stop();

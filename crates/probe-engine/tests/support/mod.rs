@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -29,8 +29,9 @@ pub struct Daemon {
     pub logs: mpsc::Receiver<Value>,
     pub addr: SocketAddr,
     pub http: reqwest::Client,
-    /// Every log line [`Daemon::wait_log`] and [`Daemon::all_logs`] have read so far.
-    pub seen: Vec<Value>,
+    /// Every line the daemon wrote to stderr, as written, whether or not `logs` was read.
+    all_lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A plain HTTP client for the API.
@@ -50,31 +51,51 @@ impl Daemon {
     }
 
     pub fn start_with(config: &Path, extra: &[&str]) -> Self {
-        Self::start_env(config, extra, &[])
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--listen", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(config)
+            .args(extra);
+        Self::launch(command)
     }
 
     /// Starts it with these environment variables too (`RUST_LOG` among them overrides `info`).
     pub fn start_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["--log-format", "json", "run", "--listen", "127.0.0.1:0"])
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--listen", "127.0.0.1:0"])
             .arg("--config")
             .arg(config)
             .args(extra)
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Self::launch(command)
+    }
+
+    /// Starts `command` (the binary with its arguments, working directory and environment) with
+    /// JSON logs at `info`, and waits until it listens.
+    pub fn launch(mut command: Command) -> Self {
+        if !command.get_envs().any(|(key, _)| key == "RUST_LOG") {
+            command.env("RUST_LOG", "info");
+        }
+        let mut child = command
+            .arg("--log-format")
+            .arg("json")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn probe-engine");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, logs) = mpsc::channel();
-        std::thread::spawn(move || {
+        let all_lines = Arc::new(Mutex::new(Vec::new()));
+        let kept = all_lines.clone();
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let value = serde_json::from_str(&line)
                     .unwrap_or_else(|_| panic!("log line is not JSON: {line}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
+                kept.lock().unwrap().push(line);
+                // Nobody reading any more is fine: every line is kept above.
+                let _ = tx.send(value);
             }
         });
         let mut daemon = Self {
@@ -82,7 +103,8 @@ impl Daemon {
             logs,
             addr: "127.0.0.1:1".parse().unwrap(),
             http: client(),
-            seen: Vec::new(),
+            all_lines,
+            reader: Some(reader),
         };
         let listening = daemon.wait_log("listening");
         daemon.addr = listening["addr"].as_str().unwrap().parse().unwrap();
@@ -95,80 +117,17 @@ impl Daemon {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.logs.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line["message"] == message {
-                        return line;
-                    }
+                Ok(line) if line["message"] == message => return line,
+                Ok(_) => {}
+                Err(e) => {
+                    let lines = self.lines_so_far();
+                    let tail = &lines[lines.len().saturating_sub(20)..];
+                    panic!(
+                        "no log line {message:?}: {e}; the last lines:\n{}",
+                        tail.join("\n")
+                    )
                 }
-                Err(e) => panic!("no log line {message:?}: {e}"),
             }
-        }
-    }
-
-    /// Every log line so far: those already read and those waiting in the channel.
-    pub fn all_logs(&mut self) -> &[Value] {
-        self.seen.extend(self.logs.try_iter());
-        &self.seen
-    }
-
-    /// `/metrics`, parsed.
-    pub async fn metrics(&self) -> prom::Metrics {
-        let response = self.get("/metrics").await;
-        assert_eq!(response.status(), 200);
-        prom::Metrics::parse(&response.text().await.unwrap())
-    }
-
-    /// `/v1/targets`, read strictly.
-    pub async fn list(&self) -> views::TargetList {
-        let response = self.get("/v1/targets").await;
-        assert_eq!(response.status(), 200);
-        views::strict(&response.json().await.unwrap())
-    }
-
-    /// `/v1/targets/{id}`, read strictly.
-    pub async fn detail(&self, id: &str) -> views::TargetDetail {
-        let response = self.get(&format!("/v1/targets/{id}")).await;
-        assert_eq!(response.status(), 200, "{id}");
-        views::TargetDetail::from_value(&response.json().await.unwrap())
-    }
-
-    /// Polls `/v1/targets/{id}` until `ok` holds for it (the API is the only signal).
-    pub async fn wait_target(
-        &self,
-        id: &str,
-        what: &str,
-        ok: impl Fn(&views::Target) -> bool,
-    ) -> views::TargetDetail {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let detail = self.detail(id).await;
-            if ok(&detail.target) {
-                return detail;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{id} never {what}: {:?}",
-                detail.target
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Polls `/metrics` until `ok` holds for it.
-    pub async fn wait_metrics(
-        &self,
-        what: &str,
-        ok: impl Fn(&prom::Metrics) -> bool,
-    ) -> prom::Metrics {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let metrics = self.metrics().await;
-            if ok(&metrics) {
-                return metrics;
-            }
-            assert!(Instant::now() < deadline, "metrics never {what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -253,6 +212,122 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+
+    /// Whether the process has exited (without waiting).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Waits until the daemon has logged `message` `nth` times (from 1) since it started, read
+    /// through `logs` or not, and returns that line.
+    pub fn wait_logged(&self, message: &str, nth: usize) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let found = self
+                .lines_so_far()
+                .iter()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .filter(|v| v["message"] == message)
+                .nth(nth - 1);
+            if let Some(line) = found {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line {message:?} #{nth}: {:#?}",
+                self.lines_so_far()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Every log line written so far, as written, read or not through `logs`.
+    pub fn lines_so_far(&self) -> Vec<String> {
+        self.all_lines.lock().unwrap().clone()
+    }
+
+    /// After the process has exited: every log line it wrote, as written, parsed alongside.
+    pub fn all_lines(&mut self) -> Vec<(String, Value)> {
+        assert!(self.exited(), "the daemon is still running");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader panicked");
+        }
+        self.lines_so_far()
+            .into_iter()
+            .map(|line| {
+                let value = serde_json::from_str(&line).unwrap();
+                (line, value)
+            })
+            .collect()
+    }
+
+    /// Every log line so far, parsed: those already read through `logs` and those not.
+    pub fn all_logs(&self) -> Vec<Value> {
+        self.lines_so_far()
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// `/metrics`, parsed.
+    pub async fn metrics(&self) -> prom::Metrics {
+        let response = self.get("/metrics").await;
+        assert_eq!(response.status(), 200);
+        prom::Metrics::parse(&response.text().await.unwrap())
+    }
+
+    /// `/v1/targets`, read strictly.
+    pub async fn list(&self) -> views::TargetList {
+        let response = self.get("/v1/targets").await;
+        assert_eq!(response.status(), 200);
+        views::strict(&response.json().await.unwrap())
+    }
+
+    /// `/v1/targets/{id}`, read strictly.
+    pub async fn detail(&self, id: &str) -> views::TargetDetail {
+        let response = self.get(&format!("/v1/targets/{id}")).await;
+        assert_eq!(response.status(), 200, "{id}");
+        views::TargetDetail::from_value(&response.json().await.unwrap())
+    }
+
+    /// Polls `/v1/targets/{id}` until `ok` holds for it (the API is the only signal).
+    pub async fn wait_target(
+        &self,
+        id: &str,
+        what: &str,
+        ok: impl Fn(&views::Target) -> bool,
+    ) -> views::TargetDetail {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let detail = self.detail(id).await;
+            if ok(&detail.target) {
+                return detail;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{id} never {what}: {:?}",
+                detail.target
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Polls `/metrics` until `ok` holds for it.
+    pub async fn wait_metrics(
+        &self,
+        what: &str,
+        ok: impl Fn(&prom::Metrics) -> bool,
+    ) -> prom::Metrics {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let metrics = self.metrics().await;
+            if ok(&metrics) {
+                return metrics;
+            }
+            assert!(Instant::now() < deadline, "metrics never {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Daemon {
@@ -305,4 +380,182 @@ pub fn promtool_check(metrics: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A TCP server that accepts every connection, reads whatever comes and never answers: a probe
+/// with `send`/`expect` at it hangs until its timeout.
+pub struct SilentServer {
+    pub addr: SocketAddr,
+    /// One message per connection, once its first bytes arrived (a probe in flight).
+    pub payloads: tokio::sync::mpsc::UnboundedReceiver<Instant>,
+}
+
+impl SilentServer {
+    pub async fn start() -> Self {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, payloads) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 256];
+                    let mut told = false;
+                    // Until the peer goes; nothing is ever written back.
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if !told {
+                            told = true;
+                            let _ = tx.send(Instant::now());
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, payloads }
+    }
+
+    /// Waits until a probe has connected and sent its payload.
+    pub async fn probe_in_flight(&mut self) -> Instant {
+        tokio::time::timeout(WAIT, self.payloads.recv())
+            .await
+            .expect("no probe reached the silent server")
+            .unwrap()
+    }
+}
+
+/// A reply read off a raw connection.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header names in lowercase.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A request whose headers and the start of whose body have been sent, and which stays in
+/// flight on the server until [`HeldRequest::finish`] sends the rest of it.
+pub struct HeldRequest {
+    stream: tokio::net::TcpStream,
+    rest: Vec<u8>,
+}
+
+impl HeldRequest {
+    pub async fn start(addr: SocketAddr, method: &str, path: &str, body: &str) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            body.len()
+        );
+        let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(first).await.unwrap();
+        stream.flush().await.unwrap();
+        Self {
+            stream,
+            rest: rest.to_vec(),
+        }
+    }
+
+    /// Sends the rest of the body and reads the reply.
+    pub async fn finish(mut self) -> RawResponse {
+        use tokio::io::AsyncWriteExt;
+        self.stream.write_all(&self.rest).await.unwrap();
+        self.stream.flush().await.unwrap();
+        tokio::time::timeout(WAIT, read_response(&mut self.stream))
+            .await
+            .expect("no reply to the held request")
+            .expect("the held request was cut")
+    }
+
+    /// Waits until the server closes the connection, and returns what it wrote before (nothing,
+    /// for a request cut off).
+    pub async fn wait_closed(mut self) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        tokio::time::timeout(WAIT, async {
+            loop {
+                match self.stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await
+        .expect("the server kept the held request's connection open");
+        got
+    }
+}
+
+/// Reads one HTTP/1.1 response with a `content-length` body; `None` when the connection ends
+/// before it is complete.
+async fn read_response(stream: &mut tokio::net::TcpStream) -> Option<RawResponse> {
+    use tokio::io::AsyncReadExt;
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = data[head_end + 4..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    Some(RawResponse {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// The messages of `lines`, in order.
+pub fn messages(lines: &[(String, Value)]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|(_, v)| v["message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Where `message` first is in `messages`; panics when it is not there.
+pub fn position(messages: &[String], message: &str) -> usize {
+    messages
+        .iter()
+        .position(|m| m == message)
+        .unwrap_or_else(|| panic!("no log line {message:?} in {messages:#?}"))
 }
