@@ -172,6 +172,31 @@ mod tests {
     }
 
     #[test]
+    fn a_min_equal_to_max_is_one_constant_delay() {
+        let b = ExponentialBackoff::try_new(ms(100), ms(100), 0.5).unwrap();
+        assert_eq!((b.min(), b.max(), b.jitter()), (ms(100), ms(100), 0.5));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        assert!((0..10).all(|n| b.delay(n, 0.0, &mut rng) == ms(100)));
+    }
+
+    #[test]
+    fn jitter_spreads_delays_down_from_the_base() {
+        let b = ExponentialBackoff::try_new(ms(100), ms(1000), 1.0).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        // Attempt 3 with every result good: base 800 ms; full jitter spreads over [100, 800].
+        let delays: Vec<_> = (0..200).map(|_| b.delay(3, 1.0, &mut rng)).collect();
+        assert!(delays.iter().all(|d| (ms(100)..=ms(800)).contains(d)));
+        assert!(
+            delays.iter().any(|d| *d < ms(450)),
+            "never in the lower half"
+        );
+        assert!(
+            delays.iter().any(|d| *d > ms(450)),
+            "never in the upper half"
+        );
+    }
+
+    #[test]
     fn doubles_then_caps_without_jitter() {
         let b = ExponentialBackoff::try_new(ms(100), ms(1000), 0.0).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);

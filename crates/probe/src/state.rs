@@ -623,6 +623,114 @@ mod tests {
     }
 
     #[test]
+    fn names_and_readiness_of_every_state_and_cause() {
+        let states = [Probing, Up, Degraded, Maintenance, Down];
+        let names: Vec<_> = states.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, ["PROBING", "UP", "DEGRADED", "MAINTENANCE", "DOWN"]);
+        let healthy: Vec<_> = states.iter().map(|s| s.is_healthy()).collect();
+        assert_eq!(healthy, [false, true, true, false, false]);
+        let ready: Vec<_> = states.iter().map(|s| s.counts_as_ready()).collect();
+        assert_eq!(ready, [false, true, true, true, false]);
+        let causes = [
+            Cause::Results,
+            Cause::Flapping,
+            Cause::Settled,
+            Cause::MaintenanceStarted,
+            Cause::MaintenanceEnded,
+            Cause::Ejected,
+            Cause::Readmitted,
+        ];
+        let names: Vec<_> = causes.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "results",
+                "flapping",
+                "settled",
+                "maintenance_started",
+                "maintenance_ended",
+                "ejected",
+                "readmitted"
+            ]
+        );
+    }
+
+    #[test]
+    fn deciding_and_the_next_delay_follow_the_verdict_and_what_is_pending() {
+        let ms = Duration::from_millis;
+        // Interval 1 s, fast 250 ms, backoff from 1 s up to 8 s without jitter.
+        let schedule = Schedule::try_new(
+            ms(1000),
+            ms(500),
+            0.0,
+            Some(ms(250)),
+            Some(ms(8000)),
+            Some(0.0),
+        )
+        .unwrap();
+        let mut window = SuccessWindow::default();
+        let mut rng = rand::rng();
+        let mut m = machine(2, 3, None);
+        let mut step = |m: &mut StateMachine, q: Quality| {
+            m.observe(q, Instant::now());
+            window.record(q != F);
+            (m.is_deciding(), m.next_delay(&schedule, &window, &mut rng))
+        };
+        assert_eq!(step(&mut m, G), (true, ms(250)), "PROBING: fast");
+        assert_eq!(step(&mut m, G), (false, ms(1000)), "UP: the interval");
+        assert_eq!(step(&mut m, D), (true, ms(250)), "UP, degraded pending");
+        assert_eq!(step(&mut m, G), (false, ms(1000)));
+        assert_eq!(step(&mut m, F), (true, ms(250)), "UP, DOWN pending");
+        assert_eq!(step(&mut m, F), (true, ms(250)));
+        // DOWN with 4 of the last 7 results good: 1 s x (1 + 2 x 3/7); then 2 s x (1 + 2 x 4/8)
+        // = 4 s; then 4 s x (1 + 2 x 5/9), over the cap.
+        let down = step(&mut m, F);
+        let first = Duration::from_secs_f64(1.0 + 2.0 * 3.0 / 7.0);
+        assert_eq!((m.state(), down), (Down, (false, first)));
+        assert_eq!(step(&mut m, F), (false, ms(4000)));
+        assert_eq!(step(&mut m, F), (false, ms(8000)), "capped at backoff.max");
+        assert_eq!(step(&mut m, G), (true, ms(250)), "DOWN, UP pending");
+        assert_eq!(step(&mut m, G), (false, ms(1000)), "UP again");
+        // DEGRADED: a good result is pending toward UP, a failure toward DOWN.
+        let mut m = machine(1, 3, None);
+        assert_eq!(step(&mut m, D).0, false);
+        assert_eq!(m.state(), Degraded);
+        assert_eq!(step(&mut m, G).0, false, "recover_after 1: UP at once");
+        let mut m = StateMachine::new(
+            Thresholds {
+                recover: nz(2),
+                ..Thresholds::new(nz(1), nz(3))
+            },
+            None,
+        );
+        step(&mut m, D);
+        assert_eq!(step(&mut m, G).0, true, "DEGRADED, UP pending");
+        assert_eq!(step(&mut m, D).0, false);
+        assert_eq!(step(&mut m, F).0, true, "DEGRADED, DOWN pending");
+        m.start_maintenance();
+        assert_eq!(m.is_deciding(), false, "maintenance decides nothing");
+    }
+
+    #[test]
+    fn start_jitter_is_late_within_its_fraction() {
+        let mut rng = rand::rng();
+        let step = Duration::from_secs(1);
+        assert_eq!(jitter(step, 0.0, &mut rng), Duration::ZERO);
+        let drawn: Vec<_> = (0..200).map(|_| jitter(step, 0.3, &mut rng)).collect();
+        assert!(drawn.iter().all(|j| *j < Duration::from_millis(300)));
+        assert!(drawn.iter().any(|j| *j > Duration::from_millis(150)));
+    }
+
+    #[test]
+    fn nothing_is_pending_while_ejected() {
+        let mut m = machine(2, 3, None);
+        run(&mut m, &[G, G]);
+        m.eject();
+        run(&mut m, &[G]);
+        assert_eq!((m.state(), m.pending()), (Down, None));
+    }
+
+    #[test]
     fn degraded_results_reach_degraded_and_recover_to_up() {
         let mut m = machine(2, 3, None);
         assert_eq!(run(&mut m, &[D, D]), [Probing, Degraded]);
