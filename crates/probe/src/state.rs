@@ -693,9 +693,9 @@ mod tests {
         assert_eq!(step(&mut m, G), (false, ms(1000)), "UP again");
         // DEGRADED: a good result is pending toward UP, a failure toward DOWN.
         let mut m = machine(1, 3, None);
-        assert_eq!(step(&mut m, D).0, false);
+        assert!(!step(&mut m, D).0);
         assert_eq!(m.state(), Degraded);
-        assert_eq!(step(&mut m, G).0, false, "recover_after 1: UP at once");
+        assert!(!step(&mut m, G).0, "recover_after 1: UP at once");
         let mut m = StateMachine::new(
             Thresholds {
                 recover: nz(2),
@@ -704,11 +704,11 @@ mod tests {
             None,
         );
         step(&mut m, D);
-        assert_eq!(step(&mut m, G).0, true, "DEGRADED, UP pending");
-        assert_eq!(step(&mut m, D).0, false);
-        assert_eq!(step(&mut m, F).0, true, "DEGRADED, DOWN pending");
+        assert!(step(&mut m, G).0, "DEGRADED, UP pending");
+        assert!(!step(&mut m, D).0);
+        assert!(step(&mut m, F).0, "DEGRADED, DOWN pending");
         m.start_maintenance();
-        assert_eq!(m.is_deciding(), false, "maintenance decides nothing");
+        assert!(!m.is_deciding(), "maintenance decides nothing");
     }
 
     #[test]
