@@ -143,6 +143,24 @@ fn bad_gateway() -> Call {
     Call::http(503, Duration::from_millis(2))
 }
 
+/// The pool of `a`, `b` and `c` (as `tune` adjusts it) with every member UP, then `b` ejected by
+/// three gateway failures.
+async fn with_b_ejected(
+    tune: impl FnOnce(&mut Topology),
+) -> (Engine, CancellationToken, Receiver<Event>, Vec<Arc<Switch>>) {
+    let (engine, cancel) = start();
+    let mut events = engine.subscribe();
+    let switches = switches();
+    let mut topology = pool(&switches, |t| t);
+    tune(&mut topology);
+    engine.apply(topology).unwrap();
+    all_up(&engine, &mut events).await;
+    for _ in 0..3 {
+        engine.report(&id("b"), &bad_gateway()).unwrap();
+    }
+    (engine, cancel, events, switches)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_member_is_ejected_at_once_held_down_and_ramped_back() {
     let (engine, cancel) = start();
@@ -211,14 +229,7 @@ async fn a_failing_member_is_ejected_at_once_held_down_and_ramped_back() {
 
 #[tokio::test(start_paused = true)]
 async fn a_member_failing_on_probation_relapses_and_an_operator_can_clear_it() {
-    let (engine, cancel) = start();
-    let mut events = engine.subscribe();
-    let switches = switches();
-    engine.apply(pool(&switches, |t| t)).unwrap();
-    all_up(&engine, &mut events).await;
-    for _ in 0..3 {
-        engine.report(&id("b"), &bad_gateway()).unwrap();
-    }
+    let (engine, cancel, mut events, switches) = with_b_ejected(|_| {}).await;
     // Its probe fails too: on probation (after 40 s) it relapses into a doubled cool-down.
     switches[1].down.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(45)).await;
@@ -547,14 +558,7 @@ fn until(phase: RecoveryPhase) -> tokio::time::Instant {
 
 #[tokio::test(start_paused = true)]
 async fn a_relapse_on_probation_doubles_the_cooldown() {
-    let (engine, cancel) = start();
-    let mut events = engine.subscribe();
-    let switches = switches();
-    engine.apply(pool(&switches, |t| t)).unwrap();
-    all_up(&engine, &mut events).await;
-    for _ in 0..3 {
-        engine.report(&id("b"), &bad_gateway()).unwrap();
-    }
+    let (engine, cancel, _, switches) = with_b_ejected(|_| {}).await;
     switches[1].down.store(true, Ordering::SeqCst);
     let ejected_until = until(engine.status(&id("b")).unwrap().pool.unwrap().phase);
     // After its 30 s ejection, the first cool-down: 10 s.
@@ -574,22 +578,16 @@ async fn a_relapse_on_probation_doubles_the_cooldown() {
 
 #[tokio::test(start_paused = true)]
 async fn a_permanent_ejection_holds_until_an_operator_clears_it() {
-    let (engine, cancel) = start();
-    let mut events = engine.subscribe();
-    let switches = switches();
-    let mut topology = pool(&switches, |t| t);
     // The first ejection without a stable spell is permanent.
-    topology.pools.get_mut(&id("api")).unwrap().recovery =
-        RecoveryConfig::try_new(RecoverySettings {
-            permanent_after: NonZeroU32::new(1),
-            ..RecoverySettings::default()
-        })
-        .unwrap();
-    engine.apply(topology).unwrap();
-    all_up(&engine, &mut events).await;
-    for _ in 0..3 {
-        engine.report(&id("b"), &bad_gateway()).unwrap();
-    }
+    let (engine, cancel, mut events, _) = with_b_ejected(|topology| {
+        topology.pools.get_mut(&id("api")).unwrap().recovery =
+            RecoveryConfig::try_new(RecoverySettings {
+                permanent_after: NonZeroU32::new(1),
+                ..RecoverySettings::default()
+            })
+            .unwrap();
+    })
+    .await;
     let member = engine.status(&id("b")).unwrap().pool.unwrap();
     assert!(
         matches!(member.phase, RecoveryPhase::Permanent(_)),

@@ -771,25 +771,7 @@ async fn passive_failures_eject_a_pool_member_and_operators_override() {
     let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (a, b) = (one.local_addr().unwrap(), two.local_addr().unwrap());
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("t.yaml"),
-        format!(
-            "defaults: {{interval: 1s, timeout: 500ms, rise: 1}}
-targets:
-  - id: api-1
-    tcp: {{address: \"{a}\"}}
-    circuit_breaker: {{minimum_calls: 4, window_calls: 4, open_for: 30s}}
-  - id: api-2
-    tcp: {{address: \"{b}\"}}
-  - id: api
-    kind: group
-    depends_on: [{{target: api-1}}, {{target: api-2}}]
-    outlier: {{consecutive_gateway_failures: 3, max_ejection_percent: 50}}
-    recovery: {{cooldown: 30s}}
-"
-        ),
-    )
-    .unwrap();
+    support::pool_config(dir.path(), a, b);
     let daemon = Daemon::start(dir.path());
     daemon
         .wait_states(&[("api-1", "UP"), ("api-2", "UP")])

@@ -339,30 +339,6 @@ async fn a_second_signal_stops_at_once_with_a_request_in_flight() {
     assert!(position(&said, "SIGTERM while stopping: stopping now") < position(&said, "stopped"));
 }
 
-/// A pool whose first member has a circuit breaker, so that every change the API offers can
-/// succeed: maintenance on and off, calls that eject, a circuit command, an ejection cleared.
-fn pool_config(dir: &Path, a: SocketAddr, b: SocketAddr) {
-    std::fs::write(
-        dir.join("pool.yaml"),
-        format!(
-            "defaults: {{interval: 1s, timeout: 500ms, rise: 1}}
-targets:
-  - id: api-1
-    tcp: {{address: \"{a}\"}}
-    circuit_breaker: {{minimum_calls: 4, window_calls: 4, open_for: 30s}}
-  - id: api-2
-    tcp: {{address: \"{b}\"}}
-  - id: api
-    kind: group
-    depends_on: [{{target: api-1}}, {{target: api-2}}]
-    outlier: {{consecutive_gateway_failures: 3, max_ejection_percent: 50}}
-    recovery: {{cooldown: 30s}}
-"
-        ),
-    )
-    .unwrap();
-}
-
 /// Every mutating route with a body that makes it succeed, in an order in which each one can.
 const CHANGES: &[(&str, &str, Option<&str>, u16)] = &[
     (
@@ -522,7 +498,7 @@ async fn with_an_api_token_every_change_needs_it_and_reads_do_not() {
     let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    pool_config(
+    support::pool_config(
         dir.path(),
         one.local_addr().unwrap(),
         two.local_addr().unwrap(),
@@ -538,7 +514,7 @@ async fn the_api_token_can_come_from_the_environment() {
     let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    pool_config(
+    support::pool_config(
         dir.path(),
         one.local_addr().unwrap(),
         two.local_addr().unwrap(),

@@ -558,6 +558,17 @@ mod tests {
     use proptest::prelude::*;
     use std::num::NonZeroU32;
 
+    const STATES: [HealthState; 5] = [Probing, Up, Degraded, Maintenance, Down];
+    const CAUSES: [Cause; 7] = [
+        Cause::Results,
+        Cause::Flapping,
+        Cause::Settled,
+        Cause::MaintenanceStarted,
+        Cause::MaintenanceEnded,
+        Cause::Ejected,
+        Cause::Readmitted,
+    ];
+
     fn nz(n: u32) -> NonZeroU32 {
         NonZeroU32::new(n).unwrap()
     }
@@ -624,22 +635,14 @@ mod tests {
 
     #[test]
     fn names_and_readiness_of_every_state_and_cause() {
-        let states = [Probing, Up, Degraded, Maintenance, Down];
+        let states = STATES;
         let names: Vec<_> = states.iter().map(|s| s.as_str()).collect();
         assert_eq!(names, ["PROBING", "UP", "DEGRADED", "MAINTENANCE", "DOWN"]);
         let healthy: Vec<_> = states.iter().map(|s| s.is_healthy()).collect();
         assert_eq!(healthy, [false, true, true, false, false]);
         let ready: Vec<_> = states.iter().map(|s| s.counts_as_ready()).collect();
         assert_eq!(ready, [false, true, true, true, false]);
-        let causes = [
-            Cause::Results,
-            Cause::Flapping,
-            Cause::Settled,
-            Cause::MaintenanceStarted,
-            Cause::MaintenanceEnded,
-            Cause::Ejected,
-            Cause::Readmitted,
-        ];
+        let causes = CAUSES;
         let names: Vec<_> = causes.iter().map(|c| c.as_str()).collect();
         assert_eq!(
             names,
@@ -846,16 +849,8 @@ mod tests {
 
     #[test]
     fn the_table_allows_no_self_loops_and_guards_maintenance() {
-        let states = [Probing, Up, Degraded, Maintenance, Down];
-        let causes = [
-            Cause::Results,
-            Cause::Flapping,
-            Cause::Settled,
-            Cause::MaintenanceStarted,
-            Cause::MaintenanceEnded,
-            Cause::Ejected,
-            Cause::Readmitted,
-        ];
+        let states = STATES;
+        let causes = CAUSES;
         for from in states {
             for to in states {
                 for cause in causes {

@@ -352,6 +352,30 @@ pub fn write_targets(dir: &Path, targets: &[(&str, SocketAddr)]) {
     std::fs::write(dir.join("targets.yaml"), yaml).unwrap();
 }
 
+/// A pool whose first member has a circuit breaker, so that every change the API offers can
+/// succeed: maintenance on and off, calls that eject, a circuit command, an ejection cleared.
+pub fn pool_config(dir: &Path, a: SocketAddr, b: SocketAddr) {
+    std::fs::write(
+        dir.join("pool.yaml"),
+        format!(
+            "defaults: {{interval: 1s, timeout: 500ms, rise: 1}}
+targets:
+  - id: api-1
+    tcp: {{address: \"{a}\"}}
+    circuit_breaker: {{minimum_calls: 4, window_calls: 4, open_for: 30s}}
+  - id: api-2
+    tcp: {{address: \"{b}\"}}
+  - id: api
+    kind: group
+    depends_on: [{{target: api-1}}, {{target: api-2}}]
+    outlier: {{consecutive_gateway_failures: 3, max_ejection_percent: 50}}
+    recovery: {{cooldown: 30s}}
+"
+        ),
+    )
+    .unwrap();
+}
+
 /// Runs `promtool check metrics` when promtool is installed (the test command installs it).
 pub fn promtool_check(metrics: &str) {
     use std::io::Write;
