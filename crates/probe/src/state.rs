@@ -833,6 +833,26 @@ mod tests {
     }
 
     #[test]
+    fn a_change_exactly_one_window_ago_is_still_in_it() {
+        let policy = FlapPolicy {
+            transitions: 1,
+            window: Duration::from_secs(10),
+            min_stable: Duration::from_secs(5),
+        };
+        let mut m = machine(1, 1, Some(policy));
+        let t0 = Instant::now();
+        // The first verdict is not a change; the change at 1 s is the one allowed.
+        m.observe(G, t0);
+        assert_eq!(
+            m.observe(F, t0 + Duration::from_secs(1)).unwrap().cause,
+            Cause::Results
+        );
+        // 10 s later, to the nanosecond: still within the window, so this one is flapping.
+        let t = m.observe(G, t0 + Duration::from_secs(11)).unwrap();
+        assert_eq!(t.cause, Cause::Flapping);
+    }
+
+    #[test]
     fn old_transitions_leave_the_flap_window() {
         let policy = FlapPolicy {
             transitions: 2,

@@ -314,3 +314,45 @@ impl Pending {
         Some(node)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Quality::{Degraded as D, Failed as F, Good as G};
+
+    /// Over many wrap-arounds of a full window, the counts and the order follow exactly the
+    /// last `capacity` results: what leaves the window (degraded or good) leaves the counts.
+    #[test]
+    fn a_full_window_forgets_its_oldest_result_of_every_kind() {
+        let mut windows = Windows::with_capacity(3, 2);
+        windows.push_empty();
+        windows.push_empty();
+        for q in [D, D, D] {
+            windows.record(1, q);
+        }
+        assert_eq!(windows.ratio(1, 0.5), 0.5);
+        for q in [G, G, G] {
+            windows.record(1, q);
+        }
+        assert_eq!(windows.ratio(1, 0.5), 1.0, "the degraded results left");
+        let stream = [F, G, D, G, G, F, D, D, G, F, G, D, F];
+        let mut all = vec![D, D, D, G, G, G];
+        for q in stream {
+            windows.record(1, q);
+            all.push(q);
+            let last = &all[all.len() - 3..];
+            assert_eq!(windows.recent(1), last);
+            let credit = |q: &Quality| match q {
+                G => 1.0,
+                D => 0.5,
+                F => 0.0,
+            };
+            let expected = last.iter().map(credit).sum::<f64>() / 3.0;
+            assert!((windows.ratio(1, 0.5) - expected).abs() < 1e-12, "{last:?}");
+        }
+        assert!(
+            windows.ratio(0, 0.5).is_nan(),
+            "the other window is untouched"
+        );
+    }
+}
