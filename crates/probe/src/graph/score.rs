@@ -355,4 +355,32 @@ mod tests {
             "the other window is untouched"
         );
     }
+
+    /// Queued nodes come out lowest first, each once, across the summary words that let a pop
+    /// skip 4096 nodes at a time (graphs wider than the unit tests' others).
+    #[test]
+    fn pending_nodes_pop_in_order_across_summary_words() {
+        let nodes = 3 * 4096 + 100;
+        let mut pending = Pending::new(nodes);
+        let mut want = std::collections::BTreeSet::new();
+        // A spread of nodes, some twice, in no order, on both sides of each 64 and 4096 bound.
+        for k in 0..700u32 {
+            let i = (k * 7919 + 13) % nodes as u32;
+            pending.insert(i);
+            want.insert(i as usize);
+        }
+        for i in [0, 63, 64, 4095, 4096, 4097, 8191, 8192, nodes as u32 - 1] {
+            pending.insert(i);
+            pending.insert(i);
+            want.insert(i as usize);
+        }
+        let mut from = 0;
+        let mut got = Vec::new();
+        while let Some(node) = pending.pop_from(from) {
+            got.push(node);
+            from = node;
+        }
+        assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        assert_eq!(pending.pop_from(0), None, "empty once everything was taken");
+    }
 }
