@@ -957,7 +957,7 @@ targets:
     let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
     let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
-    let probe = probe::probe::build(
+    let probe = probe::tiers::build(
         &config.topology.targets[0].probe,
         &probe::resolve::Names::system(),
     );

@@ -9,6 +9,7 @@
 //! - [`target`]: what a target is (id, address, schedule, thresholds), validated on construction;
 //! - [`outcome`]: one probe result and the closed set of failure reasons;
 //! - [`probe`]: the small trait every probe tier implements;
+//! - [`tiers`]: the probe a spec describes ([`tiers::build`]);
 //! - [`tcp`]: the TCP connect tier;
 //! - [`http`]: the HTTP tier: one request per check, judged by status, body, header and JSON
 //!   conditions, with degraded verdicts and business signals;
@@ -84,6 +85,7 @@ pub mod state;
 mod sync;
 pub mod target;
 pub mod tcp;
+pub mod tiers;
 
 pub use engine::{Engine, EngineConfig};
 

@@ -57,6 +57,11 @@ use tokio::time::{Instant, timeout_at};
 use crate::outcome::DnsTrouble;
 use crate::sync::{lock, read, write};
 
+/// How long a name's last good answer may stand in by default, when the resolver has trouble
+/// (`dns_stale_for`): longer than most resolver hiccups and restarts, short enough that a
+/// renumbered service is followed within minutes once the resolver answers again.
+pub const DEFAULT_STALE_FOR: Duration = Duration::from_secs(5 * 60);
+
 /// When the resolver counts as out; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutageRule {
@@ -626,7 +631,7 @@ impl Tracker {
 }
 
 /// The resolver as one target sees it: the shared [`Resolver`] and the target's
-/// `dns_stale_for`. What probes are built with ([`crate::probe::build`]).
+/// `dns_stale_for`. What probes are built with (`tiers::build`).
 #[derive(Clone, Debug)]
 pub struct Names {
     resolver: Arc<Resolver>,
@@ -645,10 +650,7 @@ impl Names {
     /// A fresh system resolver of its own ([`Resolver::system`]) with the default
     /// `dns_stale_for`: for a probe used outside an engine.
     pub fn system() -> Self {
-        Self::new(
-            Arc::new(Resolver::system()),
-            crate::target::TargetSpec::DEFAULT_DNS_STALE_FOR,
-        )
+        Self::new(Arc::new(Resolver::system()), DEFAULT_STALE_FOR)
     }
 
     /// The shared resolver.

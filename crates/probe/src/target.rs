@@ -98,7 +98,7 @@ impl fmt::Debug for TargetId {
 ///
 /// Names are resolved on every probe (with the probe's deadline) rather than once at load, so a
 /// DNS change is followed without a reload, and a name that does not resolve is a probe failure
-/// (`dns`). Resolver trouble is not: see [`crate::resolve`].
+/// (`dns`). Resolver trouble is not: see the `resolve` module.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Address {
     /// An IPv4 or IPv6 address with port, e.g. `127.0.0.1:80` or `[::1]:80`.
@@ -580,14 +580,13 @@ pub struct TargetSpec {
     pub skip_active_after: Option<NonZeroU32>,
     /// How long the last good answer for the target's host name may stand in when the resolver
     /// has trouble (a timeout, SERVFAIL; never a name that does not exist); zero turns stale
-    /// answers off. See [`crate::resolve`].
+    /// answers off. See the `resolve` module.
     pub dns_stale_for: Duration,
 }
 
 impl TargetSpec {
-    /// The default `dns_stale_for`: long enough to ride out a resolver restart or a short
-    /// outage, short enough that a moved target is not probed at its old address for long.
-    pub const DEFAULT_DNS_STALE_FOR: Duration = Duration::from_secs(5 * 60);
+    /// The default `dns_stale_for` ([`crate::resolve::DEFAULT_STALE_FOR`]).
+    pub const DEFAULT_DNS_STALE_FOR: Duration = crate::resolve::DEFAULT_STALE_FOR;
 
     /// A target with the default schedule, thresholds and flap policy and no maintenance
     /// windows; set the public fields to change them.

@@ -43,13 +43,14 @@ use crate::graph::{Graph, GraphReadiness};
 use crate::maintenance::MaintenanceWindow;
 use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::outlier::MemberStatus;
-use crate::probe::{self, Probe};
+use crate::probe::Probe;
 use crate::resolve::{Names, Resolver};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
 use crate::self_health::{SelfHealth, SelfHealthConfig};
 use crate::state::{Cause, HealthState, Pending, Quality, StateMachine, Transition};
 use crate::sync::{lock, read, write};
 use crate::target::{FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
+use crate::tiers;
 
 /// Engine settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -845,7 +846,7 @@ impl Target {
         let up = metrics::gauge!("probe_target_up", "target" => label.clone());
         up.set(0.0);
         Self {
-            probe: probe::build(
+            probe: tiers::build(
                 &probe_spec,
                 &Names::new(shared.resolver.clone(), policy.dns_stale_for),
             ),

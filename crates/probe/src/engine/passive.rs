@@ -335,6 +335,16 @@ impl Reporter {
 }
 
 #[cfg(feature = "tower")]
+/// The engine's verdict as the readiness gate's dependency check.
+impl crate::gate::Readiness for Engine {
+    fn check(&self) -> crate::gate::Check {
+        match self.readiness().reason {
+            None => crate::gate::Check::pass(),
+            Some(reason) => crate::gate::Check::fail(reason),
+        }
+    }
+}
+
 impl crate::gate::ObserveRequests for Reporter {
     fn observe(&self, outcome: &crate::gate::RequestOutcome) {
         self.report(&match outcome.status {

@@ -149,21 +149,11 @@ impl Check {
 }
 
 /// A source of readiness beyond the gate's own state: usually the engine's verdict on the
-/// service's dependencies (implemented for [`Engine`](crate::engine::Engine)).
+/// service's dependencies (the engine implements it: the gate knows nothing of the engine).
 pub trait Readiness: Send + Sync {
     /// Whether the dependencies allow serving, and why not. Called on every readiness request:
     /// it must read a snapshot, not probe.
     fn check(&self) -> Check;
-}
-
-impl Readiness for crate::engine::Engine {
-    fn check(&self) -> Check {
-        let verdict = self.readiness();
-        match verdict.reason {
-            None => Check::pass(),
-            Some(reason) => Check::fail(reason),
-        }
-    }
 }
 
 /// What [`Gate::drain`] found.

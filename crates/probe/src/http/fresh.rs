@@ -37,8 +37,8 @@ use tokio_rustls::client::TlsStream;
 
 use super::client;
 use super::dns::ProbeDns;
-use super::exchange::{Chunks, Hop, Limits, Received, Request, read_body, redirect, timed_out};
 use super::spec::HttpSpec;
+use super::wire::{Chunks, Hop, Limits, Received, Request, read_body, redirect, timed_out};
 use crate::outcome::{Failure, FailureReason};
 
 /// Opens a connection per check.

@@ -36,6 +36,7 @@ mod fresh;
 pub mod headers;
 pub mod json_path;
 mod spec;
+mod wire;
 
 use std::fmt;
 use std::time::Duration;
@@ -55,7 +56,8 @@ pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
 use crate::outcome::{CheckResult, Failure, Remarks, Verdict};
 use crate::probe::Probe;
 use conditions::Reply;
-use exchange::{Limits, Pooled, Transport};
+use exchange::{Pooled, Transport};
+use wire::Limits;
 
 /// The most body bytes read from a reply.
 pub const MAX_BODY: usize = 1024 * 1024;
