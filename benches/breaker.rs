@@ -20,8 +20,8 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use probe::breaker::{BreakerConfig, CircuitBreaker, CircuitState, Window};
 use probe::passive::Call;
+use probe::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitState, Window};
 use tokio::time::Instant;
 
 /// Every tenth call fails: a failure rate of 0.1, well under the default 0.5.

@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
-use probe::state::{HealthState, Quality};
 use probe::target::TargetId;
+use probe::verdict::{HealthState, Quality};
 use tokio::time::Instant;
 
 /// SplitMix64: a tiny deterministic generator, so the graph is the same on every run without a

@@ -16,9 +16,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use probe::outlier::{OutlierConfig, OutlierDetector};
 use probe::passive::Call;
-use probe::slow_start::pick;
+use probe::passive::outlier::{OutlierConfig, OutlierDetector};
+use probe::passive::select::pick;
 use probe::target::TargetId;
 use tokio::time::Instant;
 

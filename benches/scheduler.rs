@@ -21,11 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use probe::engine::TargetSpec;
 use probe::outcome::CheckResult;
-use probe::probe::Probe;
-use probe::target::{
-    CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds,
-};
+use probe::target::TargetId;
+use probe::tier::Probe;
+use probe::tier::{CustomProbe, ProbeSpec};
+use probe::verdict::{FlapPolicy, Schedule, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;

@@ -19,9 +19,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use probe::probe::Probe;
-use probe::target::{Address, TcpSpec};
-use probe::tcp::TcpProbe;
+use probe::target::Address;
+use probe::tier::Probe;
+use probe::tier::tcp::TcpProbe;
+use probe::tier::tcp::TcpSpec;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::time::Instant;
 

@@ -183,11 +183,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use probe::engine::TargetSpec;
 use probe::outcome::FailureReason;
-use probe::state::HealthState;
-use probe::target::{
-    Address, Expect, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec, Thresholds,
-};
+use probe::target::{Address, TargetId};
+use probe::tier::ProbeSpec;
+use probe::tier::tcp::{TcpExpect, TcpSpec};
+use probe::verdict::HealthState;
+use probe::verdict::{Schedule, Thresholds};
 use probe::{Engine, EngineConfig};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
@@ -814,7 +816,7 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
     let specs = (0..a.targets)
         .map(|i| {
             let tcp = TcpSpec::connect(Address::Socket(listeners[i % listeners.len()].addr))
-                .with_expect(Expect::Contains(b"OK".to_vec()));
+                .with_expect(TcpExpect::Contains(b"OK".to_vec()));
             let mut spec =
                 TargetSpec::new(TargetId::new(&format!("fd-{i:04}"))?, ProbeSpec::Tcp(tcp));
             spec.schedule = schedule;

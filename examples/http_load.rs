@@ -50,9 +50,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use probe::http::{HttpProbe, HttpSpec};
 use probe::outcome::Verdict;
-use probe::probe::Probe;
+use probe::tier::Probe;
+use probe::tier::http::{HttpProbe, HttpSpec};
 use tokio::time::Instant;
 
 const USAGE: &str = "usage: http_load [--duration-s S] [--warmup-s S] [--concurrency N] \

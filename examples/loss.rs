@@ -78,10 +78,12 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail, ensure};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use probe::engine::Event;
-use probe::state::{Cause, HealthState};
-use probe::target::{
-    Address, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec, Thresholds,
-};
+use probe::engine::TargetSpec;
+use probe::target::{Address, TargetId};
+use probe::tier::ProbeSpec;
+use probe::tier::tcp::TcpSpec;
+use probe::verdict::{Cause, HealthState};
+use probe::verdict::{FlapPolicy, Schedule, Thresholds};
 use probe::{Engine, EngineConfig};
 use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;

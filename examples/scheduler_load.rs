@@ -51,11 +51,12 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use probe::engine::TargetSpec;
 use probe::outcome::CheckResult;
-use probe::probe::Probe;
-use probe::target::{
-    CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds,
-};
+use probe::target::TargetId;
+use probe::tier::Probe;
+use probe::tier::{CustomProbe, ProbeSpec};
+use probe::verdict::{FlapPolicy, Schedule, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

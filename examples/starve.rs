@@ -1,5 +1,5 @@
 //! Load harness: false DOWN verdicts of a prober starved of CPU, with and without self-health
-//! awareness ([`probe::self_health`]).
+//! awareness ([`probe::verdict`]).
 //!
 //! ```text
 //! cargo run --release --example starve -- [--targets 500] [--interval-ms 500]
@@ -45,12 +45,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use probe::engine::TargetSpec;
 use probe::engine::{Engine, EngineConfig};
-use probe::self_health::SelfHealthConfig;
-use probe::state::HealthState;
-use probe::target::{
-    Address, Expect, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec, Thresholds,
-};
+use probe::target::{Address, TargetId};
+use probe::tier::ProbeSpec;
+use probe::tier::tcp::{TcpExpect, TcpSpec};
+use probe::verdict::HealthState;
+use probe::verdict::SelfHealthConfig;
+use probe::verdict::{Schedule, Thresholds};
 use support::{exit, flag};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -305,7 +307,7 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
                         ProbeSpec::Tcp(
                             TcpSpec::connect(address)
                                 .with_send(b"PING\n")
-                                .with_expect(Expect::Contains(b"PONG".to_vec()))
+                                .with_expect(TcpExpect::Contains(b"PONG".to_vec()))
                         )
                     )
                 })

@@ -95,12 +95,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::PrometheusHandle;
+use probe::engine::TargetSpec;
 use probe::outcome::{CheckResult, Failure, FailureReason};
-use probe::probe::Probe;
-use probe::target::{
-    Address, CustomProbe, FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, TcpSpec,
-    Thresholds,
-};
+use probe::target::{Address, TargetId};
+use probe::tier::Probe;
+use probe::tier::tcp::TcpSpec;
+use probe::tier::{CustomProbe, ProbeSpec};
+use probe::verdict::{FlapPolicy, Schedule, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -1416,8 +1417,8 @@ async fn blackbox_phase(
     listeners: &[SocketAddr],
     binary: &std::path::Path,
 ) -> anyhow::Result<Measured> {
-    use probe::http::HttpProbe;
     use probe::outcome::Verdict;
+    use probe::tier::http::HttpProbe;
 
     // Not the engine's timeout (half the interval): a saturated exporter needs the headroom, and
     // its timeout sets no rate.

@@ -5,7 +5,7 @@
 //! The HTTP tier has two transports, reqwest's pool (the default) and a one-shot connection per
 //! check (`fresh_connection`); every test about what goes over the wire runs on both ([`both`]).
 
-#[path = "support/dns.rs"]
+#[path = "../crates/probe/tests/support/dns.rs"]
 mod dns;
 
 use std::net::SocketAddr;
@@ -19,13 +19,13 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use probe::http::{
+use probe::outcome::{CheckResult, Failure, FailureReason, Severity, Signal, Verdict};
+use probe::tier::Probe;
+use probe::tier::ProbeSpec;
+use probe::tier::http::{
     CaBundle, DegradedIf, HeaderMatch, HttpProbe, HttpSpec, JsonMatch, JsonScalar, Match,
     SignalRule, StatusSet, TlsTrust,
 };
-use probe::outcome::{CheckResult, Failure, FailureReason, Severity, Signal, Verdict};
-use probe::probe::Probe;
-use probe::target::ProbeSpec;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -669,7 +669,7 @@ async fn followed_redirects_are_bounded_and_change_method_as_http_says() {
     endless.follow_redirects = true;
     let mut see_other = server.spec("/see-other");
     see_other.follow_redirects = true;
-    see_other.method = probe::http::Method::POST;
+    see_other.method = probe::tier::http::Method::POST;
     see_other.body = Some("x".into());
     see_other.expect.body_contains = Some("GET".into());
     for (endless, see_other) in both(endless).into_iter().zip(both(see_other)) {
@@ -769,7 +769,7 @@ async fn request_method_headers_and_body_are_sent() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let mut spec = HttpSpec::get(format!("http://{addr}/echo?probe=1").parse().unwrap());
-    spec.method = probe::http::Method::POST;
+    spec.method = probe::tier::http::Method::POST;
     spec.headers.append("X-Api-Key", "k-123").unwrap();
     spec.body = Some(r#"{"probe": true}"#.into());
     for spec in both(spec) {
@@ -957,7 +957,7 @@ targets:
     let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
     let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
-    let probe = probe::tiers::build(
+    let probe = probe::tier::build(
         &config.topology.targets[0].probe,
         &probe::resolve::Names::system(),
     );
@@ -1271,7 +1271,7 @@ async fn a_server_that_fails_every_request_still_fails() {
 async fn a_request_that_is_not_idempotent_is_never_sent_twice() {
     let server = KeepAliveServer::start(KeepAlive::CloseAfterFirst).await;
     let mut spec = server.spec();
-    spec.method = probe::http::Method::POST;
+    spec.method = probe::tier::http::Method::POST;
     spec.body = Some("{}".into());
     let probe = HttpProbe::new(spec, probe::resolve::Names::system());
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);

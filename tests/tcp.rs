@@ -4,9 +4,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use probe::outcome::{CheckResult, Failure, FailureReason, Verdict};
-use probe::probe::Probe;
-use probe::target::{Address, CloseMode, Expect, TcpSpec};
-use probe::tcp::TcpProbe;
+use probe::target::Address;
+use probe::tier::Probe;
+use probe::tier::tcp::TcpProbe;
+use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -137,7 +138,7 @@ async fn full_accept_queue_times_out_within_the_deadline() {
 #[tokio::test]
 async fn silent_peer_times_out_waiting_for_the_reply() {
     let (_l, addr) = listener().await;
-    let s = spec(addr).with_expect(Expect::Contains(b"PONG".to_vec()));
+    let s = spec(addr).with_expect(TcpExpect::Contains(b"PONG".to_vec()));
     let err = TcpProbe::new(s, probe::resolve::Names::system())
         .check(TIMEOUT)
         .await
@@ -170,7 +171,7 @@ async fn send_expect_matches() {
     let addr = echo_server(b"+PONG\r\n").await;
     let s = spec(addr).with_send(b"PING\r\n");
     TcpProbe::new(
-        s.clone().with_expect(Expect::Contains(b"PONG".to_vec())),
+        s.clone().with_expect(TcpExpect::Contains(b"PONG".to_vec())),
         probe::resolve::Names::system(),
     )
     .check(TIMEOUT)
@@ -179,7 +180,7 @@ async fn send_expect_matches() {
 
     let regex = regex::bytes::Regex::new(r"^\+PO+NG\r\n$").unwrap();
     TcpProbe::new(
-        s.with_expect(Expect::Regex(regex)),
+        s.with_expect(TcpExpect::Regex(regex)),
         probe::resolve::Names::system(),
     )
     .check(TIMEOUT)
@@ -192,7 +193,7 @@ async fn send_expect_mismatch_is_a_body_failure() {
     let addr = echo_server(b"-ERR unknown command\r\n").await;
     let s = spec(addr)
         .with_send(b"PING\r\n")
-        .with_expect(Expect::Contains(b"PONG".to_vec()));
+        .with_expect(TcpExpect::Contains(b"PONG".to_vec()));
     let err = TcpProbe::new(s, probe::resolve::Names::system())
         .check(TIMEOUT)
         .await

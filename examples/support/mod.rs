@@ -13,8 +13,8 @@ use std::time::SystemTime;
 use anyhow::Context;
 use probe::Engine;
 use probe::engine::Event;
-use probe::state::HealthState;
 use probe::target::TargetId;
+use probe::verdict::HealthState;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -260,12 +260,12 @@ impl Blackbox {
     }
 
     /// A check of `target` through the exporter's `/probe` endpoint, passing on `probe_success 1`.
-    pub fn spec(&self, target: &str) -> anyhow::Result<probe::http::HttpSpec> {
+    pub fn spec(&self, target: &str) -> anyhow::Result<probe::tier::http::HttpSpec> {
         let url = format!(
             "http://127.0.0.1:{}/probe?target={target}&module={}",
             self.port, self.module
         );
-        let mut spec = probe::http::HttpSpec::get(url.parse()?);
+        let mut spec = probe::tier::http::HttpSpec::get(url.parse()?);
         spec.expect.body_contains = Some("probe_success 1".into());
         Ok(spec)
     }
@@ -273,12 +273,12 @@ impl Blackbox {
     /// Waits (15 s at most) until the exporter answers `spec` successfully.
     pub async fn wait_ready(
         &self,
-        spec: probe::http::HttpSpec,
+        spec: probe::tier::http::HttpSpec,
         timeout: std::time::Duration,
     ) -> anyhow::Result<()> {
         use probe::outcome::Verdict;
-        use probe::probe::Probe;
-        let ready = probe::http::HttpProbe::new(spec, probe::resolve::Names::system());
+        use probe::tier::Probe;
+        let ready = probe::tier::http::HttpProbe::new(spec, probe::resolve::Names::system());
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             match ready.check(timeout).await.verdict {

@@ -45,15 +45,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::Stream;
 use metrics_exporter_prometheus::PrometheusHandle;
-use probe::breaker::Snapshot;
 use probe::engine::{CircuitCommand, Engine, EngineError, Event, MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
 use probe::outcome::{Outcome, Signal};
-use probe::outlier::MemberStatus;
+use probe::passive::breaker::CircuitSnapshot;
+use probe::passive::outlier::MemberStatus;
+use probe::passive::recovery::RecoveryPhase;
 use probe::passive::{Call, CallOutcome};
-use probe::recovery::RecoveryPhase;
-use probe::state::{HealthState, Pending};
 use probe::target::TargetId;
+use probe::verdict::{HealthState, Pending};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
@@ -668,8 +668,8 @@ impl From<&MemberStatus> for EjectionView {
     }
 }
 
-impl From<&Snapshot> for CircuitView {
-    fn from(c: &Snapshot) -> Self {
+impl From<&CircuitSnapshot> for CircuitView {
+    fn from(c: &CircuitSnapshot) -> Self {
         Self {
             state: c.state.as_str(),
             calls: c.calls,

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::EngineConfig;
 use probe::scheduler::SchedulerConfig;
-use probe::self_health::SelfHealthConfig;
+use probe::verdict::SelfHealthConfig;
 use probe_engine::daemon::{self, Daemon};
 use probe_engine::watch;
 use tokio::signal::unix::{SignalKind, signal};

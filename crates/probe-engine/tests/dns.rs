@@ -4,7 +4,7 @@
 
 mod support;
 
-#[path = "../../../tests/support/dns.rs"]
+#[path = "../../probe/tests/support/dns.rs"]
 mod dns;
 
 use std::net::{IpAddr, Ipv4Addr};

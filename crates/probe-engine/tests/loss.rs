@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use probe::target::Schedule;
+use probe::verdict::Schedule;
 use probe_engine::netns_or_skip;
 use probe_engine::testing::{AcceptServer, LossModel, poisson_upper};
 use serde_json::Value;

@@ -17,9 +17,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::engine::{PoolPolicy, Topology, TopologyError};
+use crate::engine::spec::TargetSpec;
+use crate::engine::{Topology, TopologyError};
 use crate::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
-use crate::target::{TargetId, TargetSpec};
+use crate::passive::pools::PoolPolicy;
+use crate::target::TargetId;
 
 /// One declared entry: what one item of a YAML `targets` list, or one etcd key, says.
 #[derive(Clone, Debug, PartialEq)]
@@ -407,7 +409,9 @@ fn blame(error: &GraphError, candidates: &[Candidate<'_>]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{Address, ProbeSpec, TcpSpec};
+    use crate::target::Address;
+    use crate::tier::spec::ProbeSpec;
+    use crate::tier::tcp::spec::TcpSpec;
 
     fn id(s: &str) -> TargetId {
         TargetId::new(s).unwrap()

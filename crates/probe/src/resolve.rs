@@ -10,7 +10,7 @@
 //!
 //! - **Stale answers.** The resolver keeps the last good answer of every name. When a lookup
 //!   fails with trouble and that answer is younger than the target's `dns_stale_for`
-//!   ([`TargetSpec::dns_stale_for`](crate::target::TargetSpec::dns_stale_for), 5 minutes by
+//!   ([`TargetSpec::dns_stale_for`](crate::engine::spec::TargetSpec::dns_stale_for), 5 minutes by
 //!   default), the check goes on with it and says so in its
 //!   [`Remarks::dns_trouble`](crate::outcome::Remarks::dns_trouble). While a stale answer is at
 //!   hand, the lookup gets only half of the check's remaining time, so that the connection still
@@ -20,7 +20,7 @@
 //!   recently ([`OutageRule`]): when, among the names whose latest lookup ended within the last
 //!   `window` (60 s), there are at least `min_names` (3) and **more than half** of them failed
 //!   with trouble, the resolver is *out*. That is the engine's own fault, treated the way
-//!   [self-health](crate::self_health) treats a starved engine: a check that failed as `dns`
+//!   [self-health](crate::verdict) treats a starved engine: a check that failed as `dns`
 //!   because of trouble is recorded and shown, but not counted toward DOWN. One broken zone
 //!   among healthy ones stays below the half, so its targets still fail; names answered from
 //!   `/etc/hosts` (and `localhost`) never reach a server and are left out of the count.

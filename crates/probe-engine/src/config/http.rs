@@ -8,13 +8,13 @@
 use std::fmt;
 use std::path::Path;
 
-use probe::http::header::HeaderName;
-use probe::http::headers::InvalidHeader;
-use probe::http::{
+use probe::outcome::Severity;
+use probe::tier::http::header::HeaderName;
+use probe::tier::http::headers::InvalidHeader;
+use probe::tier::http::{
     CaBundle, DegradedIf, Expect, HeaderMatch, HttpSpec, HttpUrl, JsonMatch, JsonPath, JsonScalar,
     Match, Method, RequestHeaders, SignalRule, StatusPattern, StatusSet, TlsTrust, expand_env,
 };
-use probe::outcome::Severity;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
 
@@ -390,8 +390,8 @@ fn signals(items: Vec<Option<(RawSignal, Pos)>>, diags: &mut Diags) -> Checked<V
             Ok(rule) => rules.push(rule),
             Err(e) => {
                 let pos = match e {
-                    probe::http::conditions::InvalidSignal::BadName(_) => name.pos,
-                    probe::http::conditions::InvalidSignal::EmptyWhen(_) => when_pos,
+                    probe::tier::http::conditions::InvalidSignal::BadName(_) => name.pos,
+                    probe::tier::http::conditions::InvalidSignal::EmptyWhen(_) => when_pos,
                 };
                 diags.push((pos, e.to_string()));
                 ok = false;

@@ -64,7 +64,7 @@
 //! `resolver` section (the DNS servers the engine asks) in the `resolver` submodule.
 //! [`parse_entry`] reads one target declaration kept outside the files.
 //!
-//! JSON paths are the subset documented in [`probe::http::json_path`]: `$`, `.name`,
+//! JSON paths are the subset documented in [`probe::tier::http::json_path`]: `$`, `.name`,
 //! `["name"]` and `[index]`. Header values may reference environment variables as `${VAR}`
 //! (`$$` for a literal `$`); they are expanded at load, an unset variable is an error naming it,
 //! and the values are never shown in errors, logs or `Debug` output.
@@ -98,15 +98,17 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use probe::backoff::BackoffError;
 use probe::discovery::Declaration;
-use probe::engine::{PoolPolicy, Topology};
+use probe::engine::TargetSpec;
+use probe::engine::Topology;
 use probe::graph::{GraphConfig, NodeKind};
-use probe::maintenance::{MaintenanceWindow, WindowError, WindowStart};
-use probe::target::{
-    Address, CloseMode, Expect, FlapPolicy, ProbeSpec, Schedule, ScheduleError, TargetId,
-    TargetSpec, TcpSpec, Thresholds,
-};
+use probe::passive::PoolPolicy;
+use probe::target::{Address, TargetId};
+use probe::tier::ProbeSpec;
+use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
+use probe::verdict::BackoffError;
+use probe::verdict::{FlapPolicy, Schedule, ScheduleError, Thresholds};
+use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
@@ -824,11 +826,11 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
             ));
             Err(())
         }
-        (Some(text), None) => Ok(Some(Expect::Contains(text.value.into_bytes()))),
+        (Some(text), None) => Ok(Some(TcpExpect::Contains(text.value.into_bytes()))),
         (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
             .size_limit(REGEX_SIZE_LIMIT)
             .build()
-            .map(|re| Some(Expect::Regex(re)))
+            .map(|re| Some(TcpExpect::Regex(re)))
             .map_err(|e| {
                 diags.push((
                     regex.pos,

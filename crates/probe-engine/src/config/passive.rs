@@ -58,8 +58,8 @@
 //!     slow_start: { window: 30s }
 //! ```
 //!
-//! The values shown under `defaults` are the built-in ones (those of [`probe::breaker`],
-//! [`probe::outlier`], [`probe::recovery`] and [`probe::slow_start`]). A count of 0 that turns a
+//! The values shown under `defaults` are the built-in ones (those of [`probe::passive::breaker`],
+//! [`probe::passive::outlier`], [`probe::passive::recovery`] and [`probe::passive::slow_start`]). A count of 0 that turns a
 //! rule off (`consecutive_5xx`, `consecutive_gateway_failures`, `permanent_after`), like
 //! `min_success_rate: 0` and `give_up_after: 0s`, is how to switch off a rule that is on by
 //! default.
@@ -87,13 +87,13 @@
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
-use probe::breaker::{
+use probe::passive::PoolPolicy;
+use probe::passive::breaker::{
     BreakerConfig, BreakerConfigError, MAX_COUNT_WINDOW, MAX_TIME_WINDOW, Window,
 };
-use probe::engine::PoolPolicy;
-use probe::outlier::{OutlierConfig, OutlierConfigError, OutlierSettings};
-use probe::recovery::{RecoveryConfig, RecoveryConfigError, RecoverySettings};
-use probe::slow_start::{SlowStartConfig, SlowStartConfigError};
+use probe::passive::outlier::{OutlierConfig, OutlierConfigError, OutlierSettings};
+use probe::passive::recovery::{RecoveryConfig, RecoveryConfigError, RecoverySettings};
+use probe::passive::slow_start::{SlowStartConfig, SlowStartConfigError};
 use serde::Deserialize;
 
 use super::node::{Pos, Sp};

@@ -14,7 +14,7 @@
 
 use std::path::Path;
 
-use probe::http::expand_env;
+use probe::tier::http::expand_env;
 use probe_etcd::{ClientCert, Credentials, SourceConfig, TlsFiles};
 use serde::Deserialize;
 

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use probe::target::{FlapPolicy, Schedule};
+use probe::verdict::{FlapPolicy, Schedule};
 
 /// Independent probe failures at rate `loss` against targets with this schedule and these
 /// thresholds.

@@ -29,28 +29,30 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod passive;
-mod pools;
+pub(crate) mod spec;
 mod topology;
 
+use crate::passive::pools::Pools;
 pub use passive::{CircuitCommand, Lease, PickError, Reporter};
-use pools::Pools;
+pub use spec::TargetSpec;
 use topology::{Dependencies, by_id, graph_nodes};
-pub use topology::{PoolPolicy, Topology, TopologyError};
+pub use topology::{Topology, TopologyError};
 
-use crate::backoff::SuccessWindow;
-use crate::breaker::{BreakerConfig, CircuitBreaker, Snapshot};
 use crate::graph::{Graph, GraphReadiness};
-use crate::maintenance::MaintenanceWindow;
 use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
-use crate::outlier::MemberStatus;
-use crate::probe::Probe;
+use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
+use crate::passive::outlier::MemberStatus;
 use crate::resolve::{Names, Resolver};
 use crate::scheduler::{Job, Scheduler, SchedulerConfig};
-use crate::self_health::{SelfHealth, SelfHealthConfig};
-use crate::state::{Cause, HealthState, Pending, Quality, StateMachine, Transition};
 use crate::sync::{lock, read, write};
-use crate::target::{FlapPolicy, ProbeSpec, Schedule, TargetId, TargetSpec, Thresholds};
-use crate::tiers;
+use crate::target::TargetId;
+use crate::tier::probe::Probe;
+use crate::tier::spec::ProbeSpec;
+use crate::verdict::backoff::SuccessWindow;
+use crate::verdict::maintenance::MaintenanceWindow;
+use crate::verdict::policy::{FlapPolicy, Schedule, Thresholds};
+use crate::verdict::self_health::{SelfHealth, SelfHealthConfig};
+use crate::verdict::state::{Cause, HealthState, Pending, Quality, StateMachine, Transition};
 
 /// Engine settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +61,7 @@ pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     /// How many recent results each target keeps for the API.
     pub history: usize,
-    /// How the engine notices its own slowness ([`crate::self_health`]); `None` trusts every
+    /// How the engine notices its own slowness ([`crate::verdict`]); `None` trusts every
     /// timeout.
     pub self_health: Option<SelfHealthConfig>,
 }
@@ -143,7 +145,7 @@ pub struct TargetStatus {
     /// with its smallest weight.
     pub pool: Option<MemberStatus>,
     /// Its circuit breaker's state and figures; `None` without one.
-    pub circuit: Option<Snapshot>,
+    pub circuit: Option<CircuitSnapshot>,
 }
 
 impl TargetStatus {
@@ -846,7 +848,7 @@ impl Target {
         let up = metrics::gauge!("probe_target_up", "target" => label.clone());
         up.set(0.0);
         Self {
-            probe: tiers::build(
+            probe: crate::tier::build(
                 &probe_spec,
                 &Names::new(shared.resolver.clone(), policy.dns_stale_for),
             ),
@@ -1282,7 +1284,7 @@ pub fn describe_metrics() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::CustomProbe;
+    use crate::tier::spec::CustomProbe;
 
     struct Pass;
 

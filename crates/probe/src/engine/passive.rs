@@ -21,16 +21,15 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::pools::PoolEvent;
 use super::{Engine, EngineError, Target};
-use crate::breaker::{self, CircuitState, Permit};
-use crate::outlier::OutlierEvent;
-use crate::passive::Call;
-use crate::recovery::RecoveryEvent;
-use crate::slow_start;
-use crate::state::HealthState;
+use crate::passive::breaker::{self, CircuitState, Permit};
+use crate::passive::call::Call;
+use crate::passive::outlier::OutlierEvent;
+use crate::passive::pools::PoolEvent;
+use crate::passive::recovery::RecoveryEvent;
 use crate::sync::{lock, read};
 use crate::target::TargetId;
+use crate::verdict::state::HealthState;
 
 /// How often pools make their time-driven changes (ends of ejections and cool-downs, success
 /// rates, ramps): the detector's recommended period.
@@ -82,7 +81,7 @@ impl Lease {
     }
 
     /// How the member is probed, where a client finds its address.
-    pub fn probe(&self) -> &crate::target::ProbeSpec {
+    pub fn probe(&self) -> &crate::tier::spec::ProbeSpec {
         &self.target.probe_spec
     }
 
@@ -196,7 +195,7 @@ impl Engine {
         let mut rejected = 0;
         let mut retry_after: Option<Duration> = None;
         let mut rng = rand::rng();
-        while let Some(chosen) = slow_start::pick_with(&weights, &mut rng).cloned() {
+        while let Some(chosen) = crate::passive::select::pick_with(&weights, &mut rng).cloned() {
             let index = weights.iter().position(|(id, _)| *id == chosen);
             let Some(target) = index.and_then(|i| targets[i].clone()) else {
                 break;
@@ -336,7 +335,7 @@ impl Reporter {
 
 #[cfg(feature = "tower")]
 /// The engine's verdict as the readiness gate's dependency check.
-impl crate::gate::Readiness for Engine {
+impl crate::gate::ReadinessCheck for Engine {
     fn check(&self) -> crate::gate::Check {
         match self.readiness().reason {
             None => crate::gate::Check::pass(),
@@ -350,7 +349,7 @@ impl crate::gate::ObserveRequests for Reporter {
         self.report(&match outcome.status {
             Some(status) => Call::http(status.as_u16(), outcome.latency),
             None => Call {
-                outcome: crate::passive::CallOutcome::Reset,
+                outcome: crate::passive::call::CallOutcome::Reset,
                 latency: outcome.latency,
             },
         });
@@ -405,7 +404,7 @@ impl Target {
     /// Its circuit breaker's state at `now`, once an open circuit whose time has passed has moved
     /// to half-open (announced): readers of the status and the gauge see the state the next call
     /// would meet, not the one the last call left.
-    pub(super) fn circuit(&self, now: Instant) -> Option<breaker::Snapshot> {
+    pub(super) fn circuit(&self, now: Instant) -> Option<breaker::CircuitSnapshot> {
         let breaker = self.breaker.as_ref()?;
         let (moved, snapshot) = {
             let mut breaker = lock(breaker);
@@ -417,7 +416,7 @@ impl Target {
     }
 
     /// Logs a circuit transition and sets its gauge.
-    pub(super) fn announce_circuit(&self, t: Option<breaker::Transition>) {
+    pub(super) fn announce_circuit(&self, t: Option<breaker::CircuitTransition>) {
         let Some(t) = t else { return };
         metrics::gauge!("probe_circuit_state", "target" => self.id.as_str().to_owned())
             .set(f64::from(t.to.code()));

@@ -7,16 +7,15 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
+use crate::engine::spec::TargetSpec;
 use crate::graph::{
     Graph, GraphConfig, GraphError, GraphReadiness, NodeError, NodeKind, NodeSpec, ReadinessLatch,
     ReadinessPolicy,
 };
-use crate::outlier::OutlierConfig;
-use crate::recovery::RecoveryConfig;
-use crate::slow_start::SlowStartConfig;
-use crate::state::{HealthState, Quality};
+use crate::passive::PoolPolicy;
 use crate::sync::{read, write};
-use crate::target::{TargetId, TargetSpec};
+use crate::target::TargetId;
+use crate::verdict::state::{HealthState, Quality};
 
 /// Everything the engine runs.
 ///
@@ -38,21 +37,6 @@ pub struct Topology {
     /// Groups run as pools, by group id: their target members are ejected on real-traffic
     /// failures, readmitted through recovery and ramped back by slow start.
     pub pools: BTreeMap<TargetId, PoolPolicy>,
-}
-
-/// How a group's members are judged against each other: the group is a pool of interchangeable
-/// members (replicas behind one upstream).
-///
-/// The members are the group's dependencies that are targets; a dependency that is itself a
-/// group is scored as usual but never ejected.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PoolPolicy {
-    /// When members are ejected.
-    pub outlier: OutlierConfig,
-    /// How ejected members come back.
-    pub recovery: RecoveryConfig,
-    /// How returning members ramp up; `None` returns them at full weight.
-    pub slow_start: Option<SlowStartConfig>,
 }
 
 impl From<Vec<TargetSpec>> for Topology {

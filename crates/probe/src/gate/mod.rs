@@ -21,7 +21,7 @@
 //! orchestrator acts differently on each (it restarts on liveness, routes on readiness)
 //! ([`Gate::liveness`], [`Gate::readiness`], [`Gate::startup`]): liveness fails only when
 //! Stopped or when a registered [`Heartbeat`] is stuck, never because of a dependency; readiness
-//! needs Serving, startup complete and the attached [`Readiness`] source (the engine's verdict);
+//! needs Serving, startup complete and the attached [`ReadinessCheck`] source (the engine's verdict);
 //! startup masks liveness until it completes or its deadline passes. [`shutdown`] runs the whole
 //! stop sequence. With the `tower` feature, `GateLayer` admits each request of an `http` service
 //! through the gate.
@@ -150,7 +150,7 @@ impl Check {
 
 /// A source of readiness beyond the gate's own state: usually the engine's verdict on the
 /// service's dependencies (the engine implements it: the gate knows nothing of the engine).
-pub trait Readiness: Send + Sync {
+pub trait ReadinessCheck: Send + Sync {
     /// Whether the dependencies allow serving, and why not. Called on every readiness request:
     /// it must read a snapshot, not probe.
     fn check(&self) -> Check;
@@ -186,7 +186,7 @@ struct Inner {
     started: Instant,
     config: GateConfig,
     /// Read on each readiness request; set once at wiring time, hence a plain mutex.
-    readiness: Mutex<Option<Arc<dyn Readiness>>>,
+    readiness: Mutex<Option<Arc<dyn ReadinessCheck>>>,
     heartbeats: Mutex<Vec<Arc<HeartbeatState>>>,
 }
 
@@ -341,7 +341,7 @@ impl Gate {
     }
 
     /// Attaches what readiness depends on besides the gate: the engine's verdict, usually.
-    pub fn set_readiness(&self, source: Arc<dyn Readiness>) {
+    pub fn set_readiness(&self, source: Arc<dyn ReadinessCheck>) {
         *lock(&self.inner.readiness) = Some(source);
     }
 
@@ -733,7 +733,7 @@ mod tests {
 
     struct Dependencies(AtomicBool);
 
-    impl Readiness for Dependencies {
+    impl ReadinessCheck for Dependencies {
         fn check(&self) -> Check {
             if self.0.load(Ordering::SeqCst) {
                 Check::pass()

@@ -6,8 +6,8 @@
 use std::fmt::{self, Write as _};
 
 use super::{Graph, NodeKind};
-use crate::state::HealthState;
 use crate::target::TargetId;
+use crate::verdict::state::HealthState;
 
 /// One node's score and state.
 #[derive(Clone, Debug, PartialEq)]

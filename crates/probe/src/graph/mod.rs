@@ -30,7 +30,7 @@
 //!
 //! ```
 //! use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
-//! use probe::state::{HealthState, Quality};
+//! use probe::verdict::{HealthState, Quality};
 //! use probe::target::TargetId;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -65,8 +65,8 @@ use score::{Inputs, Nodes, Pending, probed_stability};
 pub use validate::GraphError;
 use validate::{Target, Validated, validate};
 
-use crate::state::{HealthState, Quality};
 use crate::target::TargetId;
+use crate::verdict::state::{HealthState, Quality};
 
 /// What a node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

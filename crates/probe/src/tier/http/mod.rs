@@ -1,0 +1,184 @@
+//! The HTTP tier: one request per check, judged by declared conditions.
+//!
+//! A check sends the spec's request and reads the reply, then evaluates, in this order:
+//! 1. transport: a failure to resolve, connect, complete TLS or read the reply is classified as
+//!    `dns`, `refused`, `timeout`, `tls`, `reset`, `unreachable` or `io`;
+//! 2. [`Expect`]: status (`status`), body substring (`body`), headers and JSON values
+//!    (`assertion`): all must hold;
+//! 3. [`DegradedIf`]: for a reply that meets the expectations, "slow but correct" (latency) or
+//!    "up but limited" (a JSON value such as `$.mode == "readonly"`) make it `Degraded`;
+//! 4. [`SignalRule`]s: business events recognised in any reply, passing or not.
+//!
+//! The check's `timeout` covers everything from sending the request to the end of the body, and
+//! the failure says which part ran out. The body is read up to [`MAX_BODY`]: beyond that, a check
+//! whose conditions look at the body fails as `body`, and one whose conditions do not stops
+//! reading (and gives up the connection instead of reusing it).
+//!
+//! Connections are reused between checks by default (one reqwest client, and so one connection
+//! pool, per probe); `fresh_connection` makes every check open its own, through a lean one-shot
+//! transport that closes it with a reset (see `fresh` for why). Request header values are
+//! treated as secrets throughout (see [`headers`]).
+//!
+//! The one piece of process-wide state is a read-only copy of the system's trust store, loaded
+//! on first use and shared by every HTTPS probe (see `client::system_roots`).
+//!
+//! For embedders that use reqwest themselves: this tier hands reqwest its own rustls
+//! configuration (with the pure-Rust `ring` provider) and so enables reqwest's
+//! `rustls-no-provider` feature. Cargo unifies features, so in the same build a `reqwest::Client`
+//! created the default way finds no crypto provider and panics; install one at start-up, e.g.
+//! `rustls::crypto::ring::default_provider().install_default()`.
+
+pub mod conditions;
+pub mod headers;
+pub mod json_path;
+pub(crate) mod spec;
+pub(crate) mod transport;
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use conditions::{
+    DegradedIf, Expect, HeaderMatch, JsonMatch, JsonScalar, Match, SignalRule, StatusPattern,
+    StatusSet,
+};
+pub use headers::{RequestHeaders, expand_env};
+pub use json_path::JsonPath;
+/// The HTTP types that appear in this module's API (`Method`, `Url`, `header::HeaderName`, ...).
+pub use reqwest::{Method, Url, header};
+pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
+
+use crate::outcome::{CheckResult, Failure, Remarks, Verdict};
+use crate::tier::probe::Probe;
+use conditions::Reply;
+use transport::exchange::{Pooled, Transport};
+use transport::wire::Limits;
+pub use transport::wire::MAX_BODY;
+use transport::{client, dns, fresh};
+
+/// Probes an HTTP endpoint as its [`HttpSpec`] says.
+pub struct HttpProbe {
+    spec: HttpSpec,
+    /// Built once. An error (no usable trust store) fails every check with its reason, so that
+    /// the problem shows on the target instead of stopping the whole configuration.
+    transport: Result<Transport, Failure>,
+    /// Whether some condition reads the body.
+    keep_body: bool,
+    /// The resolver, with this probe's slot for what a lookup worked around.
+    dns: std::sync::Arc<dns::ProbeDns>,
+}
+
+impl HttpProbe {
+    /// A probe for `spec`, with its own client and connection pool (or, with
+    /// `fresh_connection`, its own connection per check), resolving names through `names`.
+    pub fn new(spec: HttpSpec, names: crate::resolve::Names) -> Self {
+        let dns = dns::ProbeDns::new(names);
+        let transport = client::spec_tls(&spec).and_then(|tls| {
+            let fresh = fresh::Fresh::new(&spec, &tls, dns.clone());
+            if spec.fresh_connection {
+                return Ok(Transport::Fresh(fresh));
+            }
+            let opened = client::Opened::default();
+            let client = client::build(tls, opened.clone(), dns.clone())?;
+            Ok(Transport::Pooled(Pooled {
+                client,
+                opened,
+                fresh,
+            }))
+        });
+        Self {
+            transport,
+            keep_body: spec.needs_body(),
+            spec,
+            dns,
+        }
+    }
+
+    /// The spec the probe runs.
+    pub fn spec(&self) -> &HttpSpec {
+        &self.spec
+    }
+
+    async fn run(&self, timeout: Duration) -> CheckResult {
+        let transport = match &self.transport {
+            Ok(transport) => transport,
+            Err(failure) => return CheckResult::failed(failure.clone()),
+        };
+        let started = Instant::now();
+        let limits = Limits {
+            follow_redirects: self.spec.follow_redirects,
+            keep_body: self.keep_body,
+            deadline: started + timeout,
+            timeout,
+        };
+        let mut remarks = Remarks::default();
+        let received = match transport.exchange(&self.spec, limits, &mut remarks).await {
+            Ok(received) => received,
+            Err(failure) => {
+                return CheckResult {
+                    remarks,
+                    ..CheckResult::failed(failure)
+                };
+            }
+        };
+        let latency = started.elapsed();
+        let (status, headers) = (received.status, &received.headers);
+        let mut result = match received.body {
+            Ok(body) => self.judge(&Reply::new(status, headers, &body, latency)),
+            // Signals still apply: status and headers were received.
+            Err(failure) => CheckResult {
+                verdict: Verdict::Failed(failure),
+                signals: self.signals(&Reply::new(status, headers, &[], latency)),
+                remarks: Remarks::default(),
+            },
+        };
+        result.remarks = remarks;
+        result
+    }
+
+    fn judge(&self, reply: &Reply<'_>) -> CheckResult {
+        let verdict = match self.spec.expect.check(reply) {
+            Err(failure) => Verdict::Failed(failure),
+            Ok(()) => {
+                let reasons = self.spec.degraded_if.reasons(reply);
+                if reasons.is_empty() {
+                    Verdict::Up
+                } else {
+                    Verdict::Degraded(reasons)
+                }
+            }
+        };
+        CheckResult {
+            verdict,
+            signals: self.signals(reply),
+            remarks: Remarks::default(),
+        }
+    }
+
+    fn signals(&self, reply: &Reply<'_>) -> Vec<crate::outcome::Signal> {
+        self.spec
+            .signals
+            .iter()
+            .filter_map(|rule| rule.fire(reply))
+            .collect()
+    }
+}
+
+impl fmt::Debug for HttpProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProbe")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl Probe for HttpProbe {
+    async fn check(&self, timeout: Duration) -> CheckResult {
+        self.dns.begin(Instant::now() + timeout);
+        let mut result = self.run(timeout).await;
+        result.remarks.dns_trouble = self.dns.finish();
+        result
+    }
+}

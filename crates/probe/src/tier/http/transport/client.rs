@@ -1,0 +1,335 @@
+//! The pooled HTTP client behind a probe, the TLS configuration and resolver shared with the
+//! `fresh_connection` transport, and the mapping of errors onto [`FailureReason`]s.
+//!
+//! Each probe without `fresh_connection` owns one `reqwest::Client`, built once, so a kept-alive
+//! connection is reused from one check to the next. The client is set up for probing rather than
+//! browsing: no proxy from the environment (a probe tests the path to the target, not
+//! to a proxy), no retries (a retry would hide the very failure a probe is for), no automatic
+//! `Referer`, HTTP/1.1 only, no redirects (`exchange` follows them).
+//!
+//! TLS is rustls with the pure-Rust `ring` provider, configured here and handed to reqwest, so
+//! the library installs no process-wide crypto provider that an embedder might want to choose.
+//!
+//! Name resolution goes through the engine's resolver (see `dns`), whose errors have their own
+//! type: reqwest's default resolver reports failures as plain I/O errors, which could not be told
+//! apart from a connection failure.
+
+use std::error::Error as StdError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use super::dns::{DnsError, ProbeDns, Reqwest};
+use crate::outcome::{Failure, FailureReason};
+use crate::tier::http::spec::{HttpSpec, TlsTrust};
+
+/// Sent as `User-Agent`, so that probes are recognisable in the target's access logs.
+pub(crate) const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
+
+/// Builds the pooled client a spec needs, resolving through `dns`, whose connector counts the
+/// connections it opens in `opened` (see [`Opened`]). Fails only on TLS set-up problems (no
+/// usable trust store).
+pub(crate) fn build(
+    tls: rustls::ClientConfig,
+    opened: Opened,
+    dns: Arc<ProbeDns>,
+) -> Result<reqwest::Client, Failure> {
+    reqwest::Client::builder()
+        .connector_layer(opened)
+        .tls_backend_preconfigured(tls)
+        .no_proxy()
+        .retry(reqwest::retry::never())
+        .referer(false)
+        // Redirects are followed by `exchange`, the same way for both transports.
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(USER_AGENT)
+        .dns_resolver(Arc::new(Reqwest(dns)))
+        // The check's deadline bounds every wait; TCP keepalive probes and a user timeout would
+        // only add four system calls to every new connection.
+        .tcp_keepalive(None)
+        .tcp_keepalive_interval(None)
+        .tcp_keepalive_retries(None)
+        .tcp_user_timeout(None)
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                FailureReason::Io,
+                format_args!("cannot build the HTTP client: {}", innermost(&e)),
+            )
+        })
+}
+
+fn tls_failure(detail: impl std::fmt::Display) -> Failure {
+    Failure::new(FailureReason::Tls, detail)
+}
+
+/// The rustls configuration a spec needs. A plain-HTTP probe that follows no redirect never
+/// makes a TLS connection: it does not need the system trust store (which may be missing on a
+/// minimal host), and gets a configuration that trusts nothing.
+pub(crate) fn spec_tls(spec: &HttpSpec) -> Result<rustls::ClientConfig, Failure> {
+    let tls_needed = spec.url.is_https() || spec.follow_redirects;
+    tls_config(if tls_needed { Some(&spec.tls) } else { None })
+}
+
+/// Counts the connections a pooled client opens, so that a failed request can tell whether it
+/// ran on a kept-alive connection (none opened meanwhile) or on a new one. reqwest does not say
+/// which, and only a reused connection can have been closed by the server an instant earlier.
+/// A probe's client serves one check at a time, so the count before and after a request speaks
+/// of that request alone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Opened(Arc<AtomicU64>);
+
+impl Opened {
+    /// Connections opened so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl<S> tower_layer::Layer<S> for Opened {
+    type Service = Counting<S>;
+
+    fn layer(&self, inner: S) -> Counting<S> {
+        Counting {
+            inner,
+            opened: self.clone(),
+        }
+    }
+}
+
+/// The connector wrapped by [`Opened`].
+#[derive(Clone, Debug)]
+pub(crate) struct Counting<S> {
+    inner: S,
+    opened: Opened,
+}
+
+impl<S: tower_service::Service<R>, R> tower_service::Service<R> for Counting<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        self.opened.0.fetch_add(1, Ordering::Relaxed);
+        self.inner.call(request)
+    }
+}
+
+/// Whether a request failed the way a kept-alive connection closed by the server fails: reset,
+/// broken or ended before the reply (hyper's "connection closed before message completed"), or
+/// cancelled because the connection was going away. A timeout, a refusal or a TLS error is not
+/// that race.
+pub(crate) fn closed_under_us(err: &reqwest::Error) -> bool {
+    use std::io::ErrorKind as K;
+    if err.is_connect() || err.is_timeout() {
+        return false;
+    }
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+            );
+        }
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used.
+pub(crate) fn tls_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(tls_failure)?;
+    let mut config = match trust {
+        None => builder.with_root_certificates(RootCertStore::empty()),
+        Some(TlsTrust::InsecureSkipVerify) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SkipVerify(provider))),
+        Some(TlsTrust::System) => {
+            let verifier = WebPkiServerVerifier::builder_with_provider(system_roots()?, provider)
+                .build()
+                .map_err(tls_failure)?;
+            builder.with_webpki_verifier(verifier)
+        }
+        Some(TlsTrust::WithCa(ca)) => {
+            // Roots of a store already in use can be shared, not extended: copy them.
+            let mut roots = match system_roots() {
+                Ok(system) => RootCertStore::clone(&system),
+                Err(_) => RootCertStore::empty(),
+            };
+            for cert in ca.certificates() {
+                roots.add(cert.clone()).map_err(tls_failure)?;
+            }
+            let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(tls_failure)?;
+            builder.with_webpki_verifier(verifier)
+        }
+    }
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The system's trust store, read once per process and shared by every probe.
+///
+/// A store holds about 150 certificates (~200 KiB parsed); 10 000 HTTPS targets each loading
+/// their own would take seconds of CPU at every load and gigabytes of memory. The cost of sharing
+/// is that a change to the system store is seen after a restart, as with most daemons.
+fn system_roots() -> Result<Arc<RootCertStore>, Failure> {
+    static ROOTS: OnceLock<Result<Arc<RootCertStore>, String>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let loaded = rustls_native_certs::load_native_certs();
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(loaded.certs);
+            if roots.is_empty() {
+                let why = loaded
+                    .errors
+                    .first()
+                    .map_or_else(|| "none found".to_owned(), ToString::to_string);
+                Err(format!(
+                    "no CA certificates could be loaded from the system trust store ({why}); \
+                     install the CA certificates or set tls.ca_file"
+                ))
+            } else {
+                Ok(Arc::new(roots))
+            }
+        })
+        .clone()
+        .map_err(tls_failure)
+}
+
+/// Accepts any certificate for any name (`insecure_skip_verify`), but still checks that the
+/// handshake is signed by the certificate's key, so the session is at least not trivially
+/// tampered with.
+#[derive(Debug)]
+struct SkipVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for SkipVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Classifies a reqwest error met while `doing` something ("request", "reading the body").
+///
+/// The cause is found by walking the error's source chain: our [`DnsError`], a rustls error (also
+/// when wrapped in an I/O error, as the TLS stream does), an I/O error (refused, reset, ...), or
+/// hyper's "connection closed before the message completed", which is a reset from the probe's
+/// point of view. The detail is the innermost error's message, which says what happened without
+/// reqwest's generic wrappers (and never contains a header value).
+pub(crate) fn classify(err: &reqwest::Error, doing: &str) -> Failure {
+    classify_error(err, if err.is_connect() { "connect" } else { doing })
+}
+
+/// Classifies any error of the HTTP stack met while `doing` something, as [`classify`] explains.
+pub(crate) fn classify_error(err: &(dyn StdError + 'static), doing: &str) -> Failure {
+    let mut reason = None;
+    let mut source: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = source {
+        match cause(e) {
+            // A definite cause ends the walk: what wraps deeper is detail.
+            Some(definite @ (FailureReason::Dns | FailureReason::Tls)) => {
+                reason = Some(definite);
+                break;
+            }
+            // Otherwise the deepest cause is the most precise.
+            Some(found) => reason = Some(found),
+            None => {}
+        }
+        source = e.source();
+    }
+    Failure::new(
+        reason.unwrap_or(FailureReason::Io),
+        format_args!("{doing}: {}", innermost(err)),
+    )
+}
+
+/// What one error of the chain says about the cause, if anything.
+fn cause(e: &(dyn StdError + 'static)) -> Option<FailureReason> {
+    if e.is::<DnsError>() {
+        return Some(FailureReason::Dns);
+    }
+    if e.is::<rustls::Error>() {
+        return Some(FailureReason::Tls);
+    }
+    if let Some(io) = e.downcast_ref::<std::io::Error>() {
+        // An I/O error's `source()` skips the error it wraps (the TLS stream and the connector
+        // wrap theirs in I/O errors): look at it directly.
+        let inner = io.get_ref().map(|inner| inner as &(dyn StdError + 'static));
+        return match inner.and_then(cause) {
+            Some(definite @ (FailureReason::Dns | FailureReason::Tls)) => Some(definite),
+            _ => Some(FailureReason::from_io(io)),
+        };
+    }
+    e.downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_incomplete_message)
+        .then_some(FailureReason::Reset)
+}
+
+/// The message of the deepest error in the chain, including what an I/O error wraps.
+fn innermost(err: &(dyn StdError + 'static)) -> String {
+    let mut last = err;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}

@@ -1,0 +1,20 @@
+//! The probe tiers: how one check of a target is done.
+//!
+//! - [`Probe`] (in `probe`): the one trait every tier implements, and an embedder's custom check;
+//! - [`ProbeSpec`] (in `spec`): which tier probes a target, with that tier's spec;
+//! - [`build`]: the probe a spec describes;
+//! - [`tcp`]: the TCP connect tier;
+//! - [`http`]: the HTTP tier, judged by conditions.
+//!
+//! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
+//! arm in `build`: the engine above knows only the trait.
+
+pub(crate) mod build;
+pub mod http;
+pub(crate) mod probe;
+pub(crate) mod spec;
+pub mod tcp;
+
+pub use build::build;
+pub use probe::Probe;
+pub use spec::{CustomProbe, ProbeSpec};

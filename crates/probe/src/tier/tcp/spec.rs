@@ -1,0 +1,127 @@
+//! What a TCP probe is asked to do: where to connect, what to send, what the reply must hold,
+//! and how to close.
+
+use std::fmt;
+
+use crate::target::Address;
+
+/// What a TCP probe expects in the peer's reply.
+#[derive(Clone, Debug)]
+pub enum TcpExpect {
+    /// The reply must contain these bytes.
+    Contains(Vec<u8>),
+    /// The reply must match this regular expression (over bytes, so binary replies work).
+    Regex(regex::bytes::Regex),
+}
+
+impl PartialEq for TcpExpect {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Contains(a), Self::Contains(b)) => a == b,
+            (Self::Regex(a), Self::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+impl TcpExpect {
+    /// Whether `reply` satisfies the expectation.
+    pub fn matches(&self, reply: &[u8]) -> bool {
+        match self {
+            Self::Contains(needle) => {
+                needle.is_empty() || reply.windows(needle.len()).any(|w| w == needle.as_slice())
+            }
+            Self::Regex(re) => re.is_match(reply),
+        }
+    }
+}
+
+impl fmt::Display for TcpExpect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Contains(bytes) => write!(f, "{:?}", String::from_utf8_lossy(bytes)),
+            Self::Regex(re) => write!(f, "/{}/", re.as_str()),
+        }
+    }
+}
+
+/// How a TCP probe closes its connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CloseMode {
+    /// `SO_LINGER 0`: close with a reset. The prober keeps no `TIME_WAIT` entry, so a high probe
+    /// rate never exhausts ephemeral ports. The default.
+    #[default]
+    Reset,
+    /// A normal FIN close, for peers that log resets as errors. Leaves `TIME_WAIT` on the prober.
+    Graceful,
+}
+
+/// A TCP connect probe: connect, optionally send bytes and expect a reply.
+///
+/// The payload and the expectation sit behind one pointer, set with [`TcpSpec::with_send`] and
+/// [`TcpSpec::with_expect`]: most TCP probes only connect, and a spec is kept with every target
+/// (48 bytes rather than 96, at a million targets).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TcpSpec {
+    /// Where to connect.
+    pub address: Address,
+    /// How the connection is closed.
+    pub close: CloseMode,
+    exchange: Option<Box<Exchange>>,
+}
+
+/// What a TCP probe sends and expects once connected.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Exchange {
+    send: Option<Vec<u8>>,
+    expect: Option<TcpExpect>,
+}
+
+impl TcpSpec {
+    /// A plain connect probe to `address`: no payload, reset on close.
+    pub fn connect(address: Address) -> Self {
+        Self {
+            address,
+            close: CloseMode::Reset,
+            exchange: None,
+        }
+    }
+
+    /// Writes `payload` right after the connection is established.
+    #[must_use]
+    pub fn with_send(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.exchange.get_or_insert_default().send = Some(payload.into());
+        self
+    }
+
+    /// Requires the reply to contain or match `expect`, read until it does or the deadline
+    /// passes.
+    #[must_use]
+    pub fn with_expect(mut self, expect: TcpExpect) -> Self {
+        self.exchange.get_or_insert_default().expect = Some(expect);
+        self
+    }
+
+    /// The bytes written after connecting, if any.
+    pub fn send(&self) -> Option<&[u8]> {
+        self.exchange.as_ref()?.send.as_deref()
+    }
+
+    /// What the reply must contain or match, if anything.
+    pub fn expect(&self) -> Option<&TcpExpect> {
+        self.exchange.as_ref()?.expect.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expect_matches() {
+        assert!(TcpExpect::Contains(b"PONG".to_vec()).matches(b"+PONG\r\n"));
+        assert!(!TcpExpect::Contains(b"PONG".to_vec()).matches(b"+PON"));
+        let re = regex::bytes::Regex::new(r"^\+PO+NG").unwrap();
+        assert!(TcpExpect::Regex(re).matches(b"+POOONG"));
+    }
+}
