@@ -55,7 +55,6 @@ pub mod outcome;
 pub mod passive;
 pub mod resolve;
 pub mod scheduler;
-mod sync;
 pub mod target;
 pub mod tier;
 pub mod verdict;

@@ -38,10 +38,11 @@
 //! [`ResolverConfig::servers`] points it at servers of its own. hickory keeps its own cache,
 //! which honours the answers' TTLs.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use hickory_resolver::config::{
@@ -55,7 +56,6 @@ use hickory_resolver::{Hosts, TokioResolver};
 use tokio::time::{Instant, timeout_at};
 
 use crate::outcome::DnsTrouble;
-use crate::sync::{lock, read, write};
 
 /// How long a name's last good answer may stand in by default, when the resolver has trouble
 /// (`dns_stale_for`): longer than most resolver hiccups and restarts, short enough that a
@@ -233,8 +233,8 @@ impl Resolver {
     /// As [`Resolver::new`]; the resolver is unchanged then.
     pub fn reconfigure(&self, config: &ResolverConfig) -> Result<(), ResolverError> {
         let inner = build(config)?;
-        *write(&self.inner) = Arc::new(inner);
-        *write(&self.rule) = config.outage;
+        *self.inner.write() = Arc::new(inner);
+        *self.rule.write() = config.outage;
         Ok(())
     }
 
@@ -255,8 +255,8 @@ impl Resolver {
 
     /// The resolver's standing now.
     pub fn health(&self) -> ResolverHealth {
-        let rule = *read(&self.rule);
-        let mut tracker = lock(&self.tracker);
+        let rule = *self.rule.read();
+        let mut tracker = self.tracker.lock();
         self.settle(&mut tracker, Instant::now(), &rule, true);
         ResolverHealth {
             up: !tracker.out,
@@ -305,7 +305,7 @@ impl Resolver {
             Some(_) => started + deadline.saturating_duration_since(started) / 2,
             None => deadline,
         };
-        let inner = Arc::clone(&read(&self.inner));
+        let inner = Arc::clone(&self.inner.read());
         let outcome = timeout_at(lookup_deadline, inner.lookup_ip(parsed)).await;
         let now = Instant::now();
         let error = match outcome {
@@ -388,7 +388,7 @@ impl Resolver {
         if stale_for.is_zero() {
             return None;
         }
-        let answers = lock(&self.answers);
+        let answers = self.answers.lock();
         let good = answers.by_name.get(name)?;
         (now.saturating_duration_since(good.at) <= stale_for).then(|| (good.addrs.clone(), good.at))
     }
@@ -396,7 +396,7 @@ impl Resolver {
     /// Keeps `addrs` as the name's last good answer. Targets sharing a name may keep it for
     /// different times: the entry lasts for the longest, and any target's lookup refreshes it.
     fn remember(&self, name: &Arc<str>, addrs: &Arc<[IpAddr]>, now: Instant, keep: Duration) {
-        let mut answers = lock(&self.answers);
+        let mut answers = self.answers.lock();
         let keep = match answers.by_name.get(name) {
             Some(known) => known.keep.max(keep),
             None if keep.is_zero() => return,
@@ -414,13 +414,13 @@ impl Resolver {
     }
 
     fn forget(&self, name: &str) {
-        lock(&self.answers).by_name.remove(name);
+        self.answers.lock().by_name.remove(name);
     }
 
     /// Books one lookup's result (`trouble` is its error) and moves the outage state.
     fn observe(&self, name: &Arc<str>, trouble: Option<&str>, now: Instant) {
-        let rule = *read(&self.rule);
-        let mut tracker = lock(&self.tracker);
+        let rule = *self.rule.read();
+        let mut tracker = self.tracker.lock();
         tracker.book(name, trouble.is_some(), now);
         if let Some(error) = trouble {
             tracker.last_error = Some(error.to_owned());

@@ -20,11 +20,12 @@
 //! `http://` and its TCP probe address; path and query are kept. A retried request is a copy:
 //! method, URI, version, headers and body (hence `B: Clone`), not its extensions.
 
+use parking_lot::Mutex;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::uri::{Authority, Scheme};
@@ -34,7 +35,6 @@ use tokio::time::Instant;
 use crate::balance::retry::{self, RetryBudget};
 use crate::engine::{Engine, Lease};
 use crate::passive::call::{Call, CallOutcome};
-use crate::sync::lock;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
 
@@ -126,7 +126,7 @@ where
         Box::pin(async move {
             let retry = retry::is_retryable(&request).then(|| copy(&request));
             if let Some(budget) = &shared.budget {
-                lock(budget).deposit(Instant::now());
+                budget.lock().deposit(Instant::now());
             }
             let first = shared.engine.pick(&shared.pool, &[])?;
             let tried = first.id().clone();
@@ -150,7 +150,7 @@ impl Shared {
     fn may_retry(&self) -> bool {
         self.budget
             .as_ref()
-            .is_some_and(|budget| lock(budget).withdraw(Instant::now()))
+            .is_some_and(|budget| budget.lock().withdraw(Instant::now()))
     }
 }
 

@@ -5,7 +5,6 @@
 //! at once or not at all ([`TopologyError`]), so a bad reload never leaves a half-applied graph.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, RwLock};
 
 use crate::engine::spec::TargetSpec;
 use crate::graph::{
@@ -13,7 +12,6 @@ use crate::graph::{
     ReadinessPolicy,
 };
 use crate::passive::PoolPolicy;
-use crate::sync::{read, write};
 use crate::target::TargetId;
 use crate::verdict::state::{HealthState, Quality};
 
@@ -149,24 +147,17 @@ pub(super) fn graph_nodes(
     Ok(nodes)
 }
 
-/// The graph and the readiness verdict drawn from it, under one lock.
-///
-/// Lock order: a target's status lock, then this one. Nothing holds this lock while taking a
-/// status lock.
+/// The graph and the readiness policy's latch over it, changed together by the hub.
 pub(super) struct Dependencies {
     pub graph: Graph,
     latch: Option<ReadinessLatch>,
-    /// A copy of the latch's verdict (`None` without a policy), refreshed when it changes, so
-    /// that readiness requests never wait for the graph lock that every probe result takes.
-    published: Arc<RwLock<Option<GraphReadiness>>>,
 }
 
 impl Dependencies {
-    pub fn new(published: Arc<RwLock<Option<GraphReadiness>>>) -> Self {
+    pub fn new() -> Self {
         Self {
             graph: Graph::empty(GraphConfig::default()),
             latch: None,
-            published,
         }
     }
 
@@ -187,9 +178,6 @@ impl Dependencies {
             }
             (None, Some(policy)) => Some(ReadinessLatch::new(policy)),
         };
-        if self.latch.is_none() {
-            *write(&self.published) = None;
-        }
         self.refresh();
         Ok(())
     }
@@ -218,6 +206,11 @@ impl Dependencies {
         self.after(recorded);
     }
 
+    /// The policy's verdict; `None` without a policy.
+    pub fn verdict(&self) -> Option<&GraphReadiness> {
+        self.latch.as_ref().map(ReadinessLatch::verdict)
+    }
+
     /// A target that just left the topology may still report one last result; it is not in the
     /// graph any more, which is fine.
     fn after(&mut self, recorded: Result<usize, NodeError>) {
@@ -226,7 +219,7 @@ impl Dependencies {
         }
     }
 
-    /// Re-evaluates readiness, logging a flip and publishing a changed verdict.
+    /// Re-evaluates readiness, logging a flip.
     fn refresh(&mut self) {
         let Some(latch) = &mut self.latch else { return };
         if latch.update(&self.graph) {
@@ -236,10 +229,6 @@ impl Dependencies {
                 reason = reason.as_deref().unwrap_or(""),
                 "readiness changed"
             );
-        }
-        let verdict = latch.verdict();
-        if read(&self.published).as_ref() != Some(verdict) {
-            *write(&self.published) = Some(verdict.clone());
         }
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use tokio::time::Instant;
 
-use super::{Admission, Gate};
+use super::admission::{Admission, Gate};
 
 /// How one admitted request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

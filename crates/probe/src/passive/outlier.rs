@@ -370,6 +370,47 @@ impl OutlierEvent {
     }
 }
 
+/// A member's share of its pool's traffic over time: fixed until the detector's next event, or
+/// ramping up through slow start. [`Share::at`] is what [`OutlierDetector::weight`] says at that
+/// instant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Share {
+    /// The same weight until the next event.
+    Fixed(f64),
+    /// A returning member's slow-start ramp.
+    Ramp(SlowStart),
+}
+
+impl Share {
+    /// The weight at `now`, in `[0, 1]`.
+    pub fn at(&self, now: Instant) -> f64 {
+        match self {
+            Self::Fixed(weight) => *weight,
+            Self::Ramp(ramp) => ramp.weight(now),
+        }
+    }
+}
+
+/// A pool's routing input: every member with its [`Share`], in id order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shares {
+    /// The members and their shares.
+    pub members: Vec<(TargetId, Share)>,
+    /// Whether the pool is in panic (health ignored).
+    pub panic: bool,
+}
+
+/// A member's share: nothing once ejected permanently; in panic, the same as every other member;
+/// serving, full or ramping up; out of the pool, nothing.
+fn share_of(member: &Member, panic: bool) -> Share {
+    match member.recovery.phase() {
+        RecoveryPhase::Permanent(_) => Share::Fixed(0.0),
+        _ if panic => Share::Fixed(1.0),
+        RecoveryPhase::Serving => member.warming.map_or(Share::Fixed(1.0), Share::Ramp),
+        _ => Share::Fixed(0.0),
+    }
+}
+
 /// One member's state, for the API.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemberStatus {
@@ -744,12 +785,20 @@ impl OutlierDetector {
     }
 
     fn weight_of(&self, member: &Member, panic: bool, now: Instant) -> f64 {
-        match member.recovery.phase() {
-            RecoveryPhase::Permanent(_) => 0.0,
-            _ if panic => 1.0,
-            RecoveryPhase::Serving => member.warming.map_or(1.0, |ramp| ramp.weight(now)),
-            _ => 0.0,
-        }
+        share_of(member, panic).at(now)
+    }
+
+    /// Every member with its [`Share`], in id order, and whether the pool is in panic: a routing
+    /// table that gives the [`weights`](Self::weights) of any instant until the detector's next
+    /// event, read without the detector.
+    pub fn shares(&self) -> Shares {
+        let panic = self.in_panic();
+        let members = self
+            .members
+            .iter()
+            .map(|(id, member)| (id.clone(), share_of(member, panic)))
+            .collect();
+        Shares { members, panic }
     }
 
     /// Judges a check (or a call) of a member in recovery.

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::graph::NodeSpec;
 use crate::passive::call::Call;
-use crate::passive::outlier::{MemberStatus, OutlierConfig, OutlierDetector, OutlierEvent};
+use crate::passive::outlier::{MemberStatus, OutlierConfig, OutlierDetector, OutlierEvent, Shares};
 use crate::passive::recovery::RecoveryConfig;
 use crate::passive::slow_start::SlowStartConfig;
 use crate::target::TargetId;
@@ -176,10 +176,10 @@ impl Pools {
             .collect()
     }
 
-    /// Every member of pool `group` with its routing weight; `None` when `group` is no pool.
-    pub fn weights(&self, group: &TargetId, now: Instant) -> Option<(Vec<(TargetId, f64)>, bool)> {
-        let detector = &self.pools.get(group)?.detector;
-        Some((detector.weights(now), detector.in_panic()))
+    /// Every pool with its members' shares of traffic and whether it is in panic: the input of
+    /// a routing table read without the pools.
+    pub fn shares(&self) -> impl Iterator<Item = (&TargetId, Shares)> {
+        self.pools.iter().map(|(id, p)| (id, p.detector.shares()))
     }
 
     fn detectors_of<'a>(&'a self, id: &TargetId) -> impl Iterator<Item = &'a OutlierDetector> {

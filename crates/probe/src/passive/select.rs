@@ -15,14 +15,31 @@ use crate::target::TargetId;
 /// so no input panics.
 ///
 /// Members whose weight is zero, negative or not finite are skipped: an ejected member has weight
-/// 0 (see [`OutlierDetector::weights`](crate::passive::outlier::OutlierDetector::weights)). Returns `None`
-/// when no member has a positive weight.
-///
-/// The cost is two passes over `members`; for the pool sizes of a service's upstreams (tens to
-/// hundreds) that is cheaper than keeping a cumulative table up to date as weights ramp.
+/// 0 (see [`OutlierDetector::weights`](crate::passive::outlier::OutlierDetector::weights)).
+/// Returns `None` when no member has a positive weight.
 pub fn pick(members: &[(TargetId, f64)], random: f64) -> Option<&TargetId> {
+    let i = pick_index(members.iter().map(|&(_, w)| w), random)?;
+    Some(&members[i].0)
+}
+
+/// [`pick`] with the random number drawn from `rng`.
+pub fn pick_with<'a, R>(members: &'a [(TargetId, f64)], rng: &mut R) -> Option<&'a TargetId>
+where
+    R: rand::Rng + ?Sized,
+{
+    pick(members, rng.random::<f64>())
+}
+
+/// The index of the weight [`pick`] would choose among `weights`.
+///
+/// The cost is two passes over the weights; for the pool sizes of a service's upstreams (tens to
+/// hundreds) that is cheaper than keeping a cumulative table up to date as weights ramp.
+pub fn pick_index<I>(weights: I, random: f64) -> Option<usize>
+where
+    I: Iterator<Item = f64> + Clone,
+{
     let usable = |w: f64| w.is_finite() && w > 0.0;
-    let total: f64 = members.iter().map(|&(_, w)| w).filter(|&w| usable(w)).sum();
+    let total: f64 = weights.clone().filter(|&w| usable(w)).sum();
     if !(total > 0.0 && total.is_finite()) {
         return None;
     }
@@ -34,27 +51,19 @@ pub fn pick(members: &[(TargetId, f64)], random: f64) -> Option<&TargetId> {
     let point = random * total;
     let mut cumulative = 0.0;
     let mut last = None;
-    for (id, w) in members {
-        if !usable(*w) {
+    for (i, w) in weights.enumerate() {
+        if !usable(w) {
             continue;
         }
         cumulative += w;
         if point < cumulative {
-            return Some(id);
+            return Some(i);
         }
-        last = Some(id);
+        last = Some(i);
     }
     // Only reached when rounding left `point` at (or a hair above) the running sum, e.g. for
     // `random` clamped to 1: the last usable member owns the top of the range.
     last
-}
-
-/// [`pick`] with the random number drawn from `rng`.
-pub fn pick_with<'a, R>(members: &'a [(TargetId, f64)], rng: &mut R) -> Option<&'a TargetId>
-where
-    R: rand::Rng + ?Sized,
-{
-    pick(members, rng.random::<f64>())
 }
 
 #[cfg(test)]

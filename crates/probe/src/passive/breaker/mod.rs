@@ -551,6 +551,18 @@ pub struct Permit {
 }
 
 impl Permit {
+    /// The permit [`CircuitBreaker::try_acquire`] would give, from a published
+    /// [`permit_word`](CircuitBreaker::permit_word); `None` when the word says the breaker must
+    /// be asked (open, half-open or forced open). A breaker that changed since the word was
+    /// published gives such a permit nothing back on release, as for any permit of an earlier
+    /// generation.
+    pub fn without_lock(word: u64) -> Option<Self> {
+        (word & 1 == 1).then_some(Self {
+            generation: word >> 1,
+            transition: None,
+        })
+    }
+
     /// The open -> half-open move this acquisition made, if any, to log and count like the
     /// transitions [`CircuitBreaker::record`] returns.
     pub fn transition(&self) -> Option<CircuitTransition> {
@@ -660,6 +672,14 @@ impl CircuitBreaker {
     /// [`try_acquire`](Self::try_acquire) or [`advance`](Self::advance).
     pub fn state(&self) -> CircuitState {
         self.phase.state()
+    }
+
+    /// The word a caller can publish for [`Permit::without_lock`]: the generation shifted left
+    /// by one, with the low bit set while every call is permitted (closed or disabled), so a
+    /// caller that keeps the breaker behind a lock answers most calls without taking it.
+    pub fn permit_word(&self) -> u64 {
+        let free = matches!(self.phase, Phase::Closed | Phase::Disabled);
+        (self.generation << 1) | u64::from(free)
     }
 
     /// Asks to make one call at `now`.

@@ -7,15 +7,15 @@
 //! runs two checks of one target at once; an embedder that does may see a remark on the wrong
 //! one of them, never a wrong verdict.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::time::Instant;
 
 use crate::outcome::DnsTrouble;
 use crate::resolve::{LookupError, Names};
-use crate::sync::lock;
 
 /// A name that did not resolve: the error the HTTP stack carries, recognised by
 /// `client::classify` as `dns`.
@@ -48,7 +48,7 @@ impl ProbeDns {
 
     /// A check starts: its lookups end by `deadline`.
     pub(crate) fn begin(&self, deadline: Instant) {
-        *lock(&self.slot) = Slot {
+        *self.slot.lock() = Slot {
             deadline: Some(deadline),
             trouble: None,
         };
@@ -56,7 +56,7 @@ impl ProbeDns {
 
     /// The check ended: the resolver trouble it met, if any.
     pub(crate) fn finish(&self) -> Option<DnsTrouble> {
-        let mut slot = lock(&self.slot);
+        let mut slot = self.slot.lock();
         slot.deadline = None;
         slot.trouble.take()
     }
@@ -65,7 +65,9 @@ impl ProbeDns {
     pub(crate) async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, DnsError> {
         // Without a check's deadline (a lookup outside `begin`/`finish`), the resolver's own
         // timeouts bound it; a minute is only the backstop.
-        let deadline = lock(&self.slot)
+        let deadline = self
+            .slot
+            .lock()
             .deadline
             .unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(60));
         let outcome = self.names.lookup(host, deadline).await;
@@ -75,7 +77,7 @@ impl ProbeDns {
             Err(LookupError::NotFound { .. }) => None,
         };
         if trouble.is_some() {
-            lock(&self.slot).trouble = trouble;
+            self.slot.lock().trouble = trouble;
         }
         let resolved = outcome.map_err(DnsError)?;
         Ok(resolved

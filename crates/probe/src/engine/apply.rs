@@ -1,0 +1,148 @@
+//! Applying a topology: the whole desired state, applied as a diff.
+//!
+//! Targets whose spec did not change keep their state, counters, schedule and score; removed
+//! targets stop; added and changed targets start fresh in `PROBING` (a changed one keeps an
+//! operator's maintenance). The graph is installed first, since it is the step that can fail;
+//! then the hub counts the targets out and in before any new one runs, the new set is published
+//! whole, and the pools follow.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::effects::Seated;
+use super::runtime::{Policy, Target};
+use super::shared::{Inner, Targets};
+use super::spec::TargetSpec;
+use super::topology::{Topology, TopologyError, by_id, graph_nodes};
+use super::view::Diff;
+use crate::target::TargetId;
+use crate::tier::spec::ProbeSpec;
+
+/// See the module doc.
+pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyError> {
+    let Topology {
+        targets: specs,
+        nodes,
+        scoring,
+        readiness,
+        pools,
+    } = topology;
+    let desired = by_id(specs);
+    let ids: Vec<&TargetId> = desired.iter().map(|s| &s.id).collect();
+    let nodes = graph_nodes(&ids, nodes, &pools)?;
+    let is_desired = |id: &TargetId| ids.binary_search(&id).is_ok();
+    let _applying = inner.applying.lock();
+    inner.hub().apply_graph(&nodes, scoring, readiness)?;
+    let current = inner.targets.load_full();
+    let mut diff = Diff::default();
+    let mut retired: Vec<Arc<Target>> = current
+        .iter()
+        .filter(|(id, _)| !is_desired(id))
+        .map(|(id, target)| {
+            diff.removed.push(id.clone());
+            target.clone()
+        })
+        .collect();
+    drop(ids);
+    let mut next = Vec::with_capacity(desired.len());
+    let mut launch = Vec::new();
+    let mut policies = Policies::default();
+    for spec in desired {
+        let (id, probe, policy) = split(spec);
+        match current.get(&id) {
+            Some(target) if target.seat().probe == probe && *target.policy == policy => {
+                diff.unchanged += 1;
+                next.push((id, target.clone()));
+            }
+            Some(target) => {
+                diff.changed.push(id.clone());
+                let maintenance = target.operator_maintenance();
+                retired.push(target.clone());
+                launch.push((id, probe, policies.intern(policy), maintenance));
+            }
+            None => {
+                diff.added.push(id.clone());
+                launch.push((id, probe, policies.intern(policy), None));
+            }
+        }
+    }
+    for target in &retired {
+        target.retire();
+        inner.scheduler.remove(target.id());
+    }
+    let seats: Vec<_> = retired.iter().map(|t| t.seat()).collect();
+    let added: Vec<TargetId> = launch.iter().map(|(id, ..)| id.clone()).collect();
+    inner.hub().admit(&seats, &diff.changed, &added);
+    inner.scheduler.reserve(launch.len());
+    for (id, probe, policy, maintenance) in launch {
+        let target = Arc::new(Target::new(id.clone(), probe, policy, inner.ctx.clone()));
+        if let Some(maintenance) = maintenance {
+            target.enter_maintenance(maintenance);
+        }
+        inner.scheduler.insert(target.clone());
+        next.push((id, target));
+    }
+    let next: Targets = next.into_iter().collect();
+    let pooled = inner.hub().apply_pools(
+        &pools,
+        &nodes,
+        |id| next.get(id).map(|t| t.clone() as Arc<dyn Seated>),
+        Instant::now(),
+    );
+    inner.targets.store(Arc::new(next));
+    // Members that left a pool come back, restarted members stay out. Without pools before or
+    // after, no target can be out: nothing to look at.
+    if pooled {
+        for target in inner.targets.load().values() {
+            target.set_ejected(inner.hub().is_out(target.id()));
+        }
+    }
+    Ok(diff)
+}
+
+/// A spec as the engine keeps it: id, probe and policy.
+fn split(spec: TargetSpec) -> (TargetId, ProbeSpec, Policy) {
+    let TargetSpec {
+        id,
+        probe,
+        schedule,
+        thresholds,
+        flap,
+        maintenance,
+        circuit_breaker,
+        skip_active_after,
+        dns_stale_for,
+    } = spec;
+    let policy = Policy {
+        schedule,
+        thresholds,
+        flap,
+        maintenance,
+        circuit_breaker,
+        skip_active_after,
+        dns_stale_for,
+    };
+    (id, probe, policy)
+}
+
+/// The policies met lately in one apply, so that targets declared alike share one. A few are
+/// kept, not all: targets come sorted by id, so kinds declared in turn (HTTP and TCP targets
+/// in one file) alternate, while a search through every distinct policy would cost an apply of
+/// a million targets, each with its own, a quadratic time.
+#[derive(Default)]
+struct Policies(Vec<Arc<Policy>>);
+
+impl Policies {
+    const KEPT: usize = 8;
+
+    fn intern(&mut self, policy: Policy) -> Arc<Policy> {
+        if let Some(known) = self.0.iter().find(|known| ***known == policy) {
+            return known.clone();
+        }
+        let policy = Arc::new(policy);
+        self.0.insert(0, policy.clone());
+        self.0.truncate(Self::KEPT);
+        policy
+    }
+}

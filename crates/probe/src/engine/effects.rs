@@ -1,0 +1,673 @@
+//! The one place where what happens at a target reaches the rest of the engine.
+//!
+//! A target turns each result, operator action or ejection into [`Effects`] under its own lock,
+//! releases the lock, and hands them to the [`Hub`]. The hub then:
+//! 1. applies them to the readiness tally and the dependency graph, under the hub's `core` lock;
+//! 2. feeds an ejected member's active result to its pools, under the `pools` lock;
+//! 3. publishes what changed as immutable snapshots (the readiness verdict, the pools' routing
+//!    tables), which `/readyz` and [`Engine::pick`](super::Engine::pick) load without a lock;
+//! 4. and only then logs, counts and broadcasts each transition, so a subscriber that sees an
+//!    event sees readiness already moved.
+//!
+//! The hub holds one of its two locks at a time, and never a target's: nothing in this module
+//! can reach one (it knows targets only by their [`Seat`]). That is the whole lock order.
+//!
+//! Effects of one target are applied in the order its state machine made them, even when two
+//! threads race (a probe result and an operator's maintenance): each carries the target's
+//! transition count, and the hub drops a state older than the one it applied last.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use super::readiness::Tally;
+use super::topology::{Dependencies, TopologyError};
+use super::view::{Event, Readiness};
+use crate::graph::{Graph, GraphConfig, NodeSpec, ReadinessPolicy};
+use crate::passive::PoolPolicy;
+use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
+use crate::passive::call::Call;
+use crate::passive::outlier::{MemberStatus, OutlierEvent, Share, Shares};
+use crate::passive::pools::{PoolEvent, Pools};
+use crate::passive::recovery::RecoveryEvent;
+use crate::target::TargetId;
+use crate::tier::spec::ProbeSpec;
+use crate::verdict::state::{HealthState, Quality, Transition};
+
+/// How many state changes a slow subscriber may fall behind before it misses some.
+const EVENT_BACKLOG: usize = 1024;
+
+/// What the rest of the engine reads of a target without its lock: who it is, how it is probed,
+/// the state the hub last applied, its circuit breaker and what real traffic said since its last
+/// run.
+pub(crate) struct Seat {
+    pub id: TargetId,
+    /// Kept to tell a changed spec from the same one, and for leases (a client finds the
+    /// member's address in it).
+    pub probe: ProbeSpec,
+    /// Boxed: most targets have none, and a breaker is over 200 bytes.
+    pub breaker: Option<Box<Breaker>>,
+    /// The state the hub applied last, the transition count it came with, and whether the target
+    /// left the engine ([`Applied`]). Written by the hub only, under its core lock.
+    applied: AtomicU64,
+    /// Passive successes since the last run (the low 31 bits, saturating) and whether a passive
+    /// failure came in meanwhile (the top bit).
+    passive: AtomicU32,
+    up: metrics::Gauge,
+}
+
+/// A [`Seat`]'s `applied` word.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Applied {
+    /// The target's transition count when the state was applied (its low 32 bits).
+    seq: u32,
+    state: HealthState,
+    removed: bool,
+}
+
+impl Applied {
+    const STATES: [HealthState; 5] = [
+        HealthState::Probing,
+        HealthState::Up,
+        HealthState::Degraded,
+        HealthState::Maintenance,
+        HealthState::Down,
+    ];
+
+    fn pack(self) -> u64 {
+        let state = Self::STATES
+            .iter()
+            .position(|s| *s == self.state)
+            .unwrap_or(0) as u64;
+        (u64::from(self.seq) << 32) | (u64::from(self.removed) << 8) | state
+    }
+
+    fn unpack(word: u64) -> Self {
+        Self {
+            seq: (word >> 32) as u32,
+            state: Self::STATES[(word & 0xff) as usize % Self::STATES.len()],
+            removed: word & (1 << 8) != 0,
+        }
+    }
+}
+
+/// Whether transition count `seq` is later than `applied` (counts wrap at 2^32).
+fn later(seq: u32, applied: u32) -> bool {
+    (seq.wrapping_sub(applied) as i32) > 0
+}
+
+const PASSIVE_FAILED: u32 = 1 << 31;
+
+impl Seat {
+    pub fn new(id: TargetId, probe: ProbeSpec, breaker: Option<CircuitBreaker>) -> Self {
+        let up = metrics::gauge!("probe_target_up", "target" => id.as_str().to_owned());
+        up.set(0.0);
+        Self {
+            breaker: breaker.map(|b| Box::new(Breaker::new(b))),
+            applied: AtomicU64::new(
+                Applied {
+                    seq: 0,
+                    state: HealthState::Probing,
+                    removed: false,
+                }
+                .pack(),
+            ),
+            passive: AtomicU32::new(0),
+            up,
+            id,
+            probe,
+        }
+    }
+
+    /// The state the hub applied last: what readiness and the graph count the target as.
+    pub fn state(&self) -> HealthState {
+        Applied::unpack(self.applied.load(Ordering::Acquire)).state
+    }
+
+    /// Counts a real call's outcome towards skipping the next active run.
+    pub fn passive_call(&self, failed: bool) {
+        if failed {
+            self.passive.fetch_or(PASSIVE_FAILED, Ordering::AcqRel);
+        } else {
+            let _ = self
+                .passive
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                    let successes = word & !PASSIVE_FAILED;
+                    (successes < PASSIVE_FAILED - 1).then_some(word + 1)
+                });
+        }
+    }
+
+    /// The passive successes since the last run and whether one failed, starting afresh.
+    pub fn take_passive(&self) -> (u32, bool) {
+        let word = self.passive.swap(0, Ordering::AcqRel);
+        (word & !PASSIVE_FAILED, word & PASSIVE_FAILED != 0)
+    }
+}
+
+/// Anything that has a [`Seat`]: the engine's targets. Routing tables hold members this way, so
+/// the hub needs to know nothing else of a target.
+pub(crate) trait Seated: Send + Sync + 'static {
+    fn seat(&self) -> &Seat;
+}
+
+/// A target's circuit breaker, with the word [`Permit::without_lock`] reads published beside it,
+/// so that a call through a closed circuit takes no lock.
+pub(crate) struct Breaker {
+    machine: Mutex<CircuitBreaker>,
+    word: AtomicU64,
+}
+
+impl Breaker {
+    fn new(machine: CircuitBreaker) -> Self {
+        Self {
+            word: AtomicU64::new(machine.permit_word()),
+            machine: Mutex::new(machine),
+        }
+    }
+
+    /// Runs `f` on the breaker and publishes its new permit word.
+    pub fn with<R>(&self, f: impl FnOnce(&mut CircuitBreaker) -> R) -> R {
+        let mut machine = self.machine.lock();
+        let r = f(&mut machine);
+        self.word.store(machine.permit_word(), Ordering::Release);
+        r
+    }
+
+    /// A permit for one call at `now`: without the lock while the circuit lets every call
+    /// through, else as [`CircuitBreaker::try_acquire`] decides.
+    pub fn try_acquire(&self, now: Instant) -> Result<Permit, Rejected> {
+        match Permit::without_lock(self.word.load(Ordering::Acquire)) {
+            Some(permit) => Ok(permit),
+            None => self.with(|b| b.try_acquire(now)),
+        }
+    }
+}
+
+/// Logs a circuit transition and sets its gauge.
+pub(crate) fn announce_circuit(id: &TargetId, t: Option<CircuitTransition>) {
+    let Some(t) = t else { return };
+    metrics::gauge!("probe_circuit_state", "target" => id.as_str().to_owned())
+        .set(f64::from(t.to.code()));
+    tracing::info!(
+        target_id = id.as_str(),
+        from = t.from.as_str(),
+        to = t.to.as_str(),
+        cause = t.cause.as_str(),
+        "circuit changed"
+    );
+}
+
+/// What one change at a target means beyond the target itself: made under the target's lock,
+/// applied by [`Hub::apply`] once it is released.
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// Transitions in the order they happened, each with the detail to announce.
+    transitions: Vec<(Transition, Option<String>)>,
+    /// The state after them, the transition count it came with and whether the target is
+    /// ejected.
+    after: Option<(u32, HealthState, bool)>,
+    /// A result for the dependency graph, and the state it left the target in.
+    score: Option<(Quality, HealthState)>,
+    /// An ejected member's active result, for its pools' recovery.
+    recovery: Option<bool>,
+}
+
+impl Effects {
+    /// Books transition `t`, the target's `count`-th, after which it is in `state` (ejected or
+    /// not).
+    pub fn transition(&mut self, t: Transition, detail: Option<String>, count: u64, ejected: bool) {
+        self.after = Some((count as u32, t.to, ejected));
+        self.transitions.push((t, detail));
+    }
+
+    /// Books a result for the graph.
+    pub fn score(&mut self, quality: Quality, state: HealthState) {
+        self.score = Some((quality, state));
+    }
+
+    /// Books an ejected member's active result for its recovery.
+    pub fn recovery(&mut self, passed: bool) {
+        self.recovery = Some(passed);
+    }
+}
+
+/// The graph and the tally, changed together.
+struct Core {
+    deps: Dependencies,
+    tally: Tally,
+}
+
+/// The pools and the members they route to.
+struct PoolsCore {
+    pools: Pools,
+    /// Every pool member's seat, for the routing tables.
+    members: HashMap<TargetId, Arc<dyn Seated>>,
+}
+
+/// One pool's routing table: every member with its share of traffic over time.
+pub(crate) struct Route {
+    pub members: Vec<(Arc<dyn Seated>, Share)>,
+    /// In panic, health is ignored: every member not ejected permanently takes traffic.
+    pub panic: bool,
+}
+
+/// Every pool's routing table, by pool id.
+pub(crate) type Routes = HashMap<TargetId, Route>;
+
+/// The graph, the tally and the pools, the snapshots drawn from them, and the event stream.
+pub(crate) struct Hub {
+    core: Mutex<Core>,
+    pools: Mutex<PoolsCore>,
+    readiness: ArcSwap<Readiness>,
+    routes: ArcSwap<Routes>,
+    events: broadcast::Sender<Event>,
+    /// The graph's result window, and a count of the applies that may have changed any node's
+    /// window: a target that has sent this many identical results in a row since the last one
+    /// knows its window is full of them, and that one more changes nothing ([`Hub::window`]).
+    window: AtomicUsize,
+    epoch: AtomicU32,
+}
+
+impl Hub {
+    pub fn new() -> Self {
+        let core = Core {
+            deps: Dependencies::new(),
+            tally: Tally::default(),
+        };
+        Self {
+            readiness: ArcSwap::from_pointee(core.tally.readiness(None)),
+            core: Mutex::new(core),
+            pools: Mutex::new(PoolsCore {
+                pools: Pools::default(),
+                members: HashMap::new(),
+            }),
+            routes: ArcSwap::from_pointee(Routes::new()),
+            events: broadcast::channel(EVENT_BACKLOG).0,
+            window: AtomicUsize::new(GraphConfig::default().window()),
+            epoch: AtomicU32::new(0),
+        }
+    }
+
+    /// The readiness verdict as of the last change.
+    pub fn readiness(&self) -> Arc<Readiness> {
+        self.readiness.load_full()
+    }
+
+    /// The pools' routing tables as of the last change.
+    pub fn routes(&self) -> arc_swap::Guard<Arc<Routes>> {
+        self.routes.load()
+    }
+
+    /// A stream of every state change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// The graph's window and the apply count: identical results in a row beyond the window,
+    /// since the apply count last changed, leave the graph as it is.
+    pub fn window(&self) -> (usize, u32) {
+        (
+            self.window.load(Ordering::Acquire),
+            self.epoch.load(Ordering::Acquire),
+        )
+    }
+
+    /// Applies one target's effects (see the module doc). Returns whether its pools now have it
+    /// out, when its recovery moved, for the caller to bring its state machine in line.
+    pub fn apply(&self, seat: &Seat, effects: Effects) -> Option<bool> {
+        let Effects {
+            transitions,
+            after,
+            score,
+            recovery,
+        } = effects;
+        if after.is_some() || score.is_some() {
+            let mut core = self.core.lock();
+            let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
+            if !applied.removed {
+                let mut moved = false;
+                if let Some((seq, state, ejected)) = after
+                    && later(seq, applied.seq)
+                {
+                    core.tally.moved(&seat.id, applied.state, state);
+                    core.deps.set_state(&seat.id, state);
+                    core.deps.set_out(&seat.id, ejected);
+                    seat.applied.store(
+                        Applied {
+                            seq,
+                            state,
+                            removed: false,
+                        }
+                        .pack(),
+                        Ordering::Release,
+                    );
+                    moved = true;
+                }
+                if let Some((quality, state)) = score {
+                    core.deps.record(&seat.id, quality, state);
+                }
+                self.publish_readiness(&core, moved);
+            }
+        }
+        let out = recovery.and_then(|passed| {
+            let moved = self.pools_changed(|pools, now| pools.active(&seat.id, passed, now));
+            moved
+                .into_iter()
+                .find(|(id, _)| *id == seat.id)
+                .map(|(_, out)| out)
+        });
+        for (t, detail) in transitions {
+            self.announce(seat, t, detail);
+        }
+        out
+    }
+
+    /// Publishes the readiness verdict if it changed: on any tally change (`moved`), or when the
+    /// policy's verdict (which every result may move) differs from the published one.
+    fn publish_readiness(&self, core: &Core, moved: bool) {
+        let policy = core.deps.verdict();
+        let current = self.readiness.load();
+        let changed = moved
+            || policy.is_some_and(|v| {
+                current.ready != v.ready
+                    || current.total != v.required
+                    || current.healthy != v.passing
+                    || current.reason != v.reason
+            });
+        if changed {
+            self.readiness.store(Arc::new(core.tally.readiness(policy)));
+        }
+    }
+
+    /// Logs, counts and broadcasts a transition: the one place an event is emitted.
+    fn announce(&self, seat: &Seat, t: Transition, detail: Option<String>) {
+        let id = seat.id.as_str();
+        seat.up.set(if t.to == HealthState::Up { 1.0 } else { 0.0 });
+        metrics::counter!(
+            "probe_state_transitions_total",
+            "target" => id.to_owned(),
+            "from" => t.from.as_str(),
+            "to" => t.to.as_str()
+        )
+        .increment(1);
+        tracing::info!(
+            target_id = id,
+            from = t.from.as_str(),
+            to = t.to.as_str(),
+            cause = t.cause.as_str(),
+            detail = detail.as_deref().unwrap_or(""),
+            "target state changed"
+        );
+        // No subscribers is fine: the event is still logged and counted.
+        let _ = self.events.send(Event {
+            target: seat.id.clone(),
+            from: t.from,
+            to: t.to,
+            cause: t.cause,
+            at: SystemTime::now(),
+            detail,
+        });
+    }
+
+    /// Installs a topology's graph, scoring and readiness policy; nothing changes on error.
+    pub fn apply_graph(
+        &self,
+        nodes: &[NodeSpec],
+        scoring: GraphConfig,
+        readiness: Option<ReadinessPolicy>,
+    ) -> Result<(), TopologyError> {
+        let mut core = self.core.lock();
+        core.deps.apply(nodes, scoring, readiness)?;
+        self.window.store(scoring.window(), Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.publish_readiness(&core, true);
+        Ok(())
+    }
+
+    /// Takes targets that left (`removed`, whose late effects are dropped from now on) out of the
+    /// tally, forgets the results of restarted ones (`reset`), and counts new ones (`added`) in
+    /// PROBING. Done before the new targets run, so none of their effects comes first.
+    pub fn admit(&self, removed: &[&Seat], reset: &[TargetId], added: &[TargetId]) {
+        let mut core = self.core.lock();
+        for seat in removed {
+            let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
+            if applied.removed {
+                continue;
+            }
+            core.tally.remove(&seat.id, applied.state);
+            seat.applied.store(
+                Applied {
+                    removed: true,
+                    ..applied
+                }
+                .pack(),
+                Ordering::Release,
+            );
+        }
+        for id in reset {
+            core.deps.reset(id);
+        }
+        for id in added {
+            core.tally.add(id);
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.publish_readiness(&core, true);
+    }
+
+    /// Installs the topology's pools at `now`, over the targets `target` finds by id; returns
+    /// whether any pool existed before or exists now (without, no target can be out).
+    pub fn apply_pools(
+        &self,
+        policies: &BTreeMap<TargetId, PoolPolicy>,
+        nodes: &[NodeSpec],
+        target: impl Fn(&TargetId) -> Option<Arc<dyn Seated>>,
+        now: Instant,
+    ) -> bool {
+        let mut pools = self.pools.lock();
+        let before = !pools.pools.is_empty();
+        pools
+            .pools
+            .apply(policies, nodes, |id| target(id).is_some(), now);
+        pools.members = pools
+            .pools
+            .members(now)
+            .into_iter()
+            .filter_map(|m| Some((m.id.clone(), target(&m.id)?)))
+            .collect();
+        self.publish_routes(&pools);
+        before || !pools.pools.is_empty()
+    }
+
+    /// Whether any pool has `id` out.
+    pub fn is_out(&self, id: &TargetId) -> bool {
+        self.pools.lock().pools.is_out(id)
+    }
+
+    /// Judges a real call to `id` in each of its pools; returns the members whose standing
+    /// moved, with whether they are out now.
+    pub fn record_call(&self, id: &TargetId, call: &Call) -> Vec<(TargetId, bool)> {
+        self.pools_changed(|pools, now| pools.record(id, call, now))
+    }
+
+    /// An operator puts `id` back in each pool that has it out; `None` when none has.
+    pub fn clear(&self, id: &TargetId) -> Option<Vec<(TargetId, bool)>> {
+        let mut cleared = false;
+        let moved = self.pools_changed(|pools, now| {
+            let events = pools.clear(id, now);
+            cleared = !events.is_empty();
+            events
+        });
+        cleared.then_some(moved)
+    }
+
+    /// The pools' time-driven changes at now.
+    pub fn tick(&self) -> Vec<(TargetId, bool)> {
+        self.pools_changed(|pools, now| pools.tick(now))
+    }
+
+    /// Runs `change` on the pools; logs and counts its events, republishes the routing tables
+    /// when something moved, and returns the members whose standing moved, each with whether it
+    /// is out now.
+    fn pools_changed(
+        &self,
+        change: impl FnOnce(&mut Pools, Instant) -> Vec<PoolEvent>,
+    ) -> Vec<(TargetId, bool)> {
+        let (events, moved) = {
+            let mut pools = self.pools.lock();
+            let events = change(&mut pools.pools, Instant::now());
+            if events.is_empty() {
+                return Vec::new();
+            }
+            let moved: Vec<(TargetId, bool)> = members_moved(&events)
+                .into_iter()
+                .map(|id| {
+                    let out = pools.pools.is_out(&id);
+                    (id, out)
+                })
+                .collect();
+            self.publish_routes(&pools);
+            (events, moved)
+        };
+        announce_pools(&events);
+        moved
+    }
+
+    /// Publishes every pool's routing table.
+    fn publish_routes(&self, pools: &PoolsCore) {
+        let routes: Routes = pools
+            .pools
+            .shares()
+            .map(|(group, Shares { members, panic })| {
+                let members = members
+                    .into_iter()
+                    .filter_map(|(id, share)| Some((pools.members.get(&id)?.clone(), share)))
+                    .collect();
+                (group.clone(), Route { members, panic })
+            })
+            .collect();
+        self.routes.store(Arc::new(routes));
+    }
+
+    /// `id`'s standing in its pools, for the API.
+    pub fn member(&self, id: &TargetId, now: Instant) -> Option<MemberStatus> {
+        self.pools.lock().pools.member(id, now)
+    }
+
+    /// Every pool member's standing, for the gauges.
+    pub fn members(&self, now: Instant) -> Vec<MemberStatus> {
+        self.pools.lock().pools.members(now)
+    }
+
+    /// Runs `f` on the dependency graph, under the core lock: copy out and return.
+    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
+        f(&self.core.lock().deps.graph)
+    }
+}
+
+/// The members whose standing pool events changed.
+fn members_moved(events: &[PoolEvent]) -> BTreeSet<TargetId> {
+    events
+        .iter()
+        .filter_map(|(_, event)| match event {
+            OutlierEvent::Ejected(e) => Some(e.id.clone()),
+            OutlierEvent::Recovery { id, .. } | OutlierEvent::Cleared { id } => Some(id.clone()),
+            OutlierEvent::EjectionSkipped { .. }
+            | OutlierEvent::PanicStarted { .. }
+            | OutlierEvent::PanicEnded { .. } => None,
+        })
+        .collect()
+}
+
+/// Logs and counts pool events.
+fn announce_pools(events: &[PoolEvent]) {
+    for (pool, event) in events {
+        let pool = pool.as_str();
+        match event {
+            OutlierEvent::Ejected(e) => {
+                metrics::counter!(
+                    "probe_ejections_total",
+                    "target" => e.id.as_str().to_owned(),
+                    "reason" => e.reason.as_str()
+                )
+                .increment(1);
+                tracing::warn!(
+                    target_id = e.id.as_str(),
+                    pool,
+                    reason = e.reason.as_str(),
+                    times_ejected = e.times_ejected,
+                    permanent = e.until.is_none(),
+                    "target ejected"
+                );
+            }
+            OutlierEvent::EjectionSkipped { id, reason, limit } => tracing::warn!(
+                target_id = id.as_str(),
+                pool,
+                reason = reason.as_str(),
+                limit = limit.as_str(),
+                "ejection held back"
+            ),
+            OutlierEvent::Recovery { id, event } => {
+                if matches!(event, RecoveryEvent::Permanent(_)) {
+                    tracing::warn!(
+                        target_id = id.as_str(),
+                        pool,
+                        "target ejected permanently: an operator must clear it"
+                    );
+                } else {
+                    tracing::info!(
+                        target_id = id.as_str(),
+                        pool,
+                        step = event.as_str(),
+                        "ejected target recovering"
+                    );
+                }
+            }
+            OutlierEvent::Cleared { id } => {
+                tracing::info!(
+                    target_id = id.as_str(),
+                    pool,
+                    "ejection cleared by operator"
+                );
+            }
+            OutlierEvent::PanicStarted { serving, members } => tracing::warn!(
+                pool,
+                serving,
+                members,
+                "pool in panic: too few members serving, routing to all of them"
+            ),
+            OutlierEvent::PanicEnded { serving, members } => {
+                tracing::info!(pool, serving, members, "pool out of panic");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_words_round_trip_and_counts_wrap() {
+        for state in Applied::STATES {
+            for (seq, removed) in [(0, false), (7, true), (u32::MAX, false)] {
+                let a = Applied {
+                    seq,
+                    state,
+                    removed,
+                };
+                assert!(Applied::unpack(a.pack()) == a);
+            }
+        }
+        assert!(later(1, 0));
+        assert!(!later(0, 0));
+        assert!(!later(3, 5));
+        assert!(later(2, u32::MAX), "counts wrap");
+    }
+}

@@ -1,0 +1,583 @@
+//! A target as the engine runs it: its probe, its state machine and what its runs left behind.
+//!
+//! Everything that changes a target (a probe result, an operator's maintenance, an ejection)
+//! changes it under its own short lock and books what that means elsewhere as [`Effects`]; the
+//! [`Hub`] applies them once the lock is released. The lock is never held while another is
+//! taken.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
+use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
+use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
+use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
+use crate::resolve::{Names, Resolver};
+use crate::scheduler::Job;
+use crate::target::TargetId;
+use crate::tier::build::build;
+use crate::tier::probe::Probe;
+use crate::tier::spec::ProbeSpec;
+use crate::verdict::backoff::SuccessWindow;
+use crate::verdict::maintenance::MaintenanceWindow;
+use crate::verdict::policy::{FlapPolicy, Schedule, Thresholds};
+use crate::verdict::self_health::SelfHealth;
+use crate::verdict::state::{HealthState, Quality, StateMachine, Transition};
+
+/// What every target shares: one pointer in each rather than four.
+pub(crate) struct Context {
+    pub hub: Hub,
+    /// Results kept per target.
+    pub history: usize,
+    pub self_health: Option<Arc<SelfHealth>>,
+    /// The one resolver every probe looks its names up through.
+    pub resolver: Arc<Resolver>,
+}
+
+/// A target's spec besides its id and probe: what it weighs most. Targets declared alike (most
+/// of them: a file's defaults) share one copy.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Policy {
+    pub schedule: Schedule,
+    pub thresholds: Thresholds,
+    pub flap: Option<FlapPolicy>,
+    pub maintenance: Vec<MaintenanceWindow>,
+    pub circuit_breaker: Option<BreakerConfig>,
+    pub skip_active_after: Option<NonZeroU32>,
+    pub dns_stale_for: Duration,
+}
+
+/// A maintenance in force.
+#[derive(Clone)]
+pub(crate) struct ActiveMaintenance {
+    pub info: MaintenanceInfo,
+    /// When an operator's maintenance expires, on the engine's clock (so paused-time tests and
+    /// wall-clock jumps agree). Windows end by the wall clock instead.
+    pub deadline: Option<Instant>,
+}
+
+impl ActiveMaintenance {
+    fn is_over(&self, now: Instant, wall: SystemTime) -> bool {
+        match self.deadline {
+            Some(deadline) => now >= deadline,
+            None => wall >= self.info.until,
+        }
+    }
+}
+
+/// What runs said beyond pass or fail. Boxed in the status, allocated at the first run that
+/// says any of it: most targets never fail, degrade or signal, and inline these are 80 bytes in
+/// every one of them.
+#[derive(Default)]
+struct Details {
+    /// The latest failure, kept after later successes for diagnosis.
+    last_failure: Option<Failure>,
+    /// Why the latest run was degraded; empty when it was not.
+    degraded_reasons: Vec<String>,
+    /// The business signals of the latest run.
+    signals: Vec<Signal>,
+    /// What the latest run worked around, in words.
+    note: Option<String>,
+}
+
+impl Details {
+    /// Keeps what the run `result` said in `details`.
+    fn record(details: &mut Option<Box<Self>>, result: &CheckResult) {
+        let reasons: &[String] = match &result.verdict {
+            Verdict::Degraded(reasons) => reasons,
+            Verdict::Up | Verdict::Failed(_) => &[],
+        };
+        let failure = result.failure();
+        if details.is_none()
+            && failure.is_none()
+            && reasons.is_empty()
+            && result.signals.is_empty()
+            && result.remarks.is_empty()
+        {
+            return;
+        }
+        let details = details.get_or_insert_default();
+        if let Some(failure) = failure {
+            details.last_failure = Some(failure.clone());
+        }
+        details.degraded_reasons.clear();
+        details.degraded_reasons.extend_from_slice(reasons);
+        details.signals.clone_from(&result.signals);
+        details.note = result.remarks.describe();
+    }
+}
+
+/// Identical results in a row, counted so that a target whose graph window is already full of
+/// them does not take the hub's lock to record one more that changes nothing.
+#[derive(Clone, Copy)]
+struct Streak {
+    quality: Quality,
+    count: u32,
+    /// The hub's apply count when the streak began: an apply may change the window.
+    epoch: u32,
+}
+
+impl Streak {
+    /// Counts `quality`; returns whether the graph's window of `window` results (as of apply
+    /// `epoch`) held only results like it already, so that recording it changes nothing.
+    fn unchanged(&mut self, quality: Quality, window: usize, epoch: u32) -> bool {
+        if self.epoch != epoch || self.quality != quality {
+            *self = Self {
+                quality,
+                count: 0,
+                epoch,
+            };
+        }
+        let full = usize::try_from(self.count).is_ok_and(|count| count >= window);
+        self.count = self.count.saturating_add(1);
+        full
+    }
+}
+
+struct Status {
+    machine: StateMachine,
+    window: SuccessWindow,
+    last: Option<Outcome>,
+    details: Option<Box<Details>>,
+    history: VecDeque<Outcome>,
+    /// State changes since the target was added; also the order of its effects at the hub.
+    transitions: u64,
+    /// Boxed: rare, and 64 bytes inline for every target.
+    maintenance: Option<Box<ActiveMaintenance>>,
+    /// A declared window an operator ended early: it does not restart before this time.
+    window_ended_early: Option<SystemTime>,
+    /// Set when the target leaves the engine: its late results no longer move anything.
+    retired: bool,
+    streak: Streak,
+}
+
+/// A target as the engine runs it.
+pub(crate) struct Target {
+    seat: Seat,
+    pub policy: Arc<Policy>,
+    probe: Arc<dyn Probe>,
+    status: Mutex<Status>,
+    ctx: Arc<Context>,
+    /// Handles registered once, so a probe run updates metrics without a registry lookup.
+    success: metrics::Gauge,
+    duration: metrics::Histogram,
+}
+
+impl Seated for Target {
+    fn seat(&self) -> &Seat {
+        &self.seat
+    }
+}
+
+impl Target {
+    pub fn new(id: TargetId, probe: ProbeSpec, policy: Arc<Policy>, ctx: Arc<Context>) -> Self {
+        let label = id.as_str().to_owned();
+        Self {
+            probe: build(
+                &probe,
+                &Names::new(ctx.resolver.clone(), policy.dns_stale_for),
+            ),
+            status: Mutex::new(Status {
+                machine: StateMachine::new(policy.thresholds, policy.flap),
+                window: SuccessWindow::default(),
+                last: None,
+                details: None,
+                history: VecDeque::new(),
+                transitions: 0,
+                maintenance: None,
+                window_ended_early: None,
+                retired: false,
+                streak: Streak {
+                    quality: Quality::Failed,
+                    count: 0,
+                    epoch: 0,
+                },
+            }),
+            seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
+            success: metrics::gauge!("probe_success", "target" => label.clone()),
+            duration: metrics::histogram!("probe_duration_seconds", "target" => label),
+            ctx,
+            policy,
+        }
+    }
+
+    pub fn id(&self) -> &TargetId {
+        &self.seat.id
+    }
+
+    /// Books transition `t` (if any) in `effects`, unless the target was retired.
+    fn book(
+        status: &mut Status,
+        effects: &mut Effects,
+        t: Option<Transition>,
+        detail: impl FnOnce() -> Option<String>,
+    ) {
+        let Some(t) = t else { return };
+        status.transitions += 1;
+        if !status.retired {
+            effects.transition(t, detail(), status.transitions, status.machine.is_ejected());
+        }
+    }
+
+    /// Hands `effects` to the hub, and follows an ejection change they caused.
+    fn apply(&self, effects: Effects) {
+        if let Some(out) = self.ctx.hub.apply(&self.seat, effects) {
+            self.set_ejected(out);
+        }
+    }
+
+    /// Puts the target in `maintenance`, replacing any in force.
+    pub fn enter_maintenance(&self, maintenance: ActiveMaintenance) {
+        let mut effects = Effects::default();
+        {
+            let mut status = self.status.lock();
+            let reason = maintenance.info.reason.clone();
+            status.maintenance = Some(Box::new(maintenance));
+            let t = status.machine.start_maintenance();
+            Self::book(&mut status, &mut effects, t, || Some(reason));
+        }
+        self.apply(effects);
+    }
+
+    /// Ends the maintenance in force; `false` when there is none. Ending a declared window keeps
+    /// it from starting again until the window is over.
+    pub fn end_maintenance(&self) -> bool {
+        let mut effects = Effects::default();
+        {
+            let mut status = self.status.lock();
+            let Some(ended) = status.maintenance.take() else {
+                return false;
+            };
+            if ended.info.source == MaintenanceSource::Window {
+                status.window_ended_early = Some(ended.info.until);
+            }
+            let t = status.machine.end_maintenance();
+            Self::book(&mut status, &mut effects, t, || {
+                Some("ended by operator".to_owned())
+            });
+        }
+        self.apply(effects);
+        true
+    }
+
+    /// The operator's maintenance in force, if any: what a restarted target carries over, and
+    /// what a front end persists.
+    pub fn operator_maintenance(&self) -> Option<ActiveMaintenance> {
+        self.status
+            .lock()
+            .maintenance
+            .as_deref()
+            .filter(|m| m.info.source == MaintenanceSource::Operator)
+            .cloned()
+    }
+
+    /// Marks the target as gone: its late results move nothing any more.
+    pub fn retire(&self) {
+        self.status.lock().retired = true;
+    }
+
+    /// Holds the target DOWN while a pool has it out, and lets it go once none does.
+    pub fn set_ejected(&self, out: bool) {
+        let mut effects = Effects::default();
+        {
+            let mut status = self.status.lock();
+            if status.machine.is_ejected() == out {
+                return;
+            }
+            let t = if out {
+                status.machine.eject()
+            } else {
+                status.machine.readmit()
+            };
+            Self::book(&mut status, &mut effects, t, || {
+                Some(
+                    if out {
+                        "ejected from its pool by real traffic"
+                    } else {
+                        "back in its pool"
+                    }
+                    .to_owned(),
+                )
+            });
+        }
+        self.apply(effects);
+    }
+
+    /// A copy of the target's health; the graph's and the pools' figures are the caller's to
+    /// fill in.
+    pub fn status(&self, with_history: bool) -> TargetStatus {
+        let circuit = self.circuit(Instant::now());
+        let status = self.status.lock();
+        let details = status.details.as_deref();
+        TargetStatus {
+            id: self.seat.id.clone(),
+            state: status.machine.state(),
+            flapping: status.machine.is_flapping(),
+            pending: status.machine.pending(),
+            last: status.last,
+            last_failure: details.and_then(|d| d.last_failure.clone()),
+            degraded_reasons: details
+                .map(|d| d.degraded_reasons.clone())
+                .unwrap_or_default(),
+            signals: details.map(|d| d.signals.clone()).unwrap_or_default(),
+            note: details.and_then(|d| d.note.clone()),
+            maintenance: status.maintenance.as_ref().map(|m| m.info.clone()),
+            consecutive_successes: status.machine.consecutive_successes(),
+            consecutive_failures: status.machine.consecutive_failures(),
+            transitions: status.transitions,
+            schedule: self.policy.schedule,
+            history: if with_history {
+                status.history.iter().copied().collect()
+            } else {
+                Vec::new()
+            },
+            score: None,
+            dependency_down: false,
+            pool: None,
+            circuit,
+        }
+    }
+
+    /// Its circuit breaker's state at `now`, once an open circuit whose time has passed has moved
+    /// to half-open (announced): readers of the status and the gauge see the state the next call
+    /// would meet, not the one the last call left.
+    pub fn circuit(&self, now: Instant) -> Option<CircuitSnapshot> {
+        let breaker = self.seat.breaker.as_ref()?;
+        let (moved, snapshot) = breaker.with(|b| (b.advance(now), b.snapshot(now)));
+        announce_circuit(&self.seat.id, moved);
+        Some(snapshot)
+    }
+
+    /// Starts or ends maintenance as its expiry and the declared windows say, at a run.
+    fn sync_maintenance(
+        &self,
+        status: &mut Status,
+        effects: &mut Effects,
+        now: Instant,
+        wall: SystemTime,
+    ) {
+        if let Some(m) = &status.maintenance {
+            if !m.is_over(now, wall) {
+                return;
+            }
+            status.maintenance = None;
+            let t = status.machine.end_maintenance();
+            Self::book(status, effects, t, || None);
+            return;
+        }
+        let Some(until) = self
+            .policy
+            .maintenance
+            .iter()
+            .filter_map(|w| w.active_until(wall))
+            .max()
+        else {
+            return;
+        };
+        if status.window_ended_early.is_some_and(|skip| skip >= until) {
+            return;
+        }
+        status.maintenance = Some(Box::new(ActiveMaintenance {
+            info: MaintenanceInfo {
+                reason: "scheduled window".into(),
+                source: MaintenanceSource::Window,
+                until,
+            },
+            deadline: None,
+        }));
+        let t = status.machine.start_maintenance();
+        Self::book(status, effects, t, || Some("scheduled window".into()));
+    }
+
+    /// Records one run: status, metrics and effects, all in one place. A `deferred` run (a
+    /// timeout while the engine itself ran late, or resolver trouble while the resolver is out)
+    /// is recorded and shown but moves neither the state machine nor the score. Returns the step
+    /// to the next run.
+    fn record(&self, result: CheckResult, latency: Duration, deferred: bool) -> Duration {
+        let wall = SystemTime::now();
+        let now = Instant::now();
+        let outcome = Outcome::new(wall, latency, &result.verdict);
+        let (window, epoch) = self.ctx.hub.window();
+        let mut effects = Effects::default();
+        let step = {
+            let mut status = self.status.lock();
+            self.sync_maintenance(&mut status, &mut effects, now, wall);
+            if !deferred {
+                status.window.record(outcome.ok());
+            }
+            status.last = Some(outcome);
+            Details::record(&mut status.details, &result);
+            if self.ctx.history > 0 {
+                if status.history.len() >= self.ctx.history {
+                    status.history.pop_front();
+                }
+                status.history.push_back(outcome);
+            }
+            if !deferred {
+                let quality = Quality::from(&result.verdict);
+                if status.machine.is_ejected() {
+                    // Its active results are its way back into the pool.
+                    effects.recovery(outcome.ok());
+                }
+                let t = status.machine.observe(quality, now);
+                let moved = t.is_some();
+                Self::book(&mut status, &mut effects, t, || detail(&result.verdict));
+                let state = status.machine.state();
+                // Results in maintenance do not enter the graph's window.
+                let unchanged = if state == HealthState::Maintenance {
+                    !moved
+                } else {
+                    status.streak.unchanged(quality, window, epoch) && !moved
+                };
+                if !status.retired && !unchanged {
+                    effects.score(quality, state);
+                }
+            }
+            status
+                .machine
+                .next_delay(&self.policy.schedule, &status.window, &mut rand::rng())
+        };
+        self.count(&result, outcome.ok(), latency, deferred);
+        self.apply(effects);
+        step
+    }
+
+    /// The per-run metrics.
+    fn count(&self, result: &CheckResult, ok: bool, latency: Duration, deferred: bool) {
+        self.success.set(if ok { 1.0 } else { 0.0 });
+        self.duration.record(latency);
+        let id = || self.seat.id.as_str().to_owned();
+        if result.remarks.stale_connection_retried {
+            metrics::counter!("probe_http_stale_connection_retries_total", "target" => id())
+                .increment(1);
+        }
+        if deferred {
+            metrics::counter!("probe_verdicts_deferred_total", "target" => id()).increment(1);
+        }
+        if let Some(failure) = result.failure() {
+            metrics::counter!(
+                "probe_failures_total",
+                "target" => id(),
+                "reason" => failure.reason.as_str()
+            )
+            .increment(1);
+        }
+        if result
+            .remarks
+            .dns_trouble
+            .as_ref()
+            .is_some_and(DnsTrouble::used_stale_answer)
+        {
+            metrics::counter!("probe_dns_stale_answers_total", "target" => id()).increment(1);
+        }
+        for signal in &result.signals {
+            metrics::counter!(
+                "probe_signals_total",
+                "target" => id(),
+                "signal" => signal.name.to_string()
+            )
+            .increment(1);
+        }
+    }
+
+    /// Whether this run can be skipped because real traffic already proves the target healthy;
+    /// starts counting afresh either way.
+    fn skip_for_traffic(&self) -> bool {
+        let (successes, failed) = self.seat.take_passive();
+        let skip = self.policy.skip_active_after.is_some_and(|n| {
+            successes >= n.get() && !failed && self.seat.state() == HealthState::Up
+        });
+        if skip {
+            metrics::counter!("probe_active_skipped_total", "target" => self.seat.id.as_str().to_owned())
+                .increment(1);
+        }
+        skip
+    }
+}
+
+/// The failure or degradation behind a transition, in words.
+fn detail(verdict: &Verdict) -> Option<String> {
+    match verdict {
+        Verdict::Failed(f) => Some(format!("{}: {}", f.reason, f.detail)),
+        Verdict::Degraded(reasons) => Some(reasons.join("; ")),
+        Verdict::Up => None,
+    }
+}
+
+#[async_trait::async_trait]
+impl Job for Target {
+    fn id(&self) -> &TargetId {
+        &self.seat.id
+    }
+
+    fn interval(&self) -> Duration {
+        self.policy.schedule.interval()
+    }
+
+    fn jitter(&self) -> f64 {
+        self.policy.schedule.jitter()
+    }
+
+    async fn run(&self) -> Duration {
+        if self.skip_for_traffic() {
+            return self.policy.schedule.interval();
+        }
+        let multiplier = || self.ctx.self_health.as_ref().map_or(0, |h| h.multiplier());
+        let before = multiplier();
+        let timeout = SelfHealth::scale(
+            self.policy.schedule.timeout(),
+            before,
+            self.policy.schedule.interval(),
+        );
+        let started = Instant::now();
+        // The probe honours the timeout itself and says which phase ran out; this is the
+        // backstop for one that does not.
+        let backstop = timeout + BACKSTOP_GRACE;
+        let result = tokio::time::timeout(backstop, self.probe.check(timeout))
+            .await
+            .unwrap_or_else(|_| {
+                CheckResult::failed(Failure::new(
+                    FailureReason::Timeout,
+                    format_args!("no verdict within {}", humantime::format_duration(timeout)),
+                ))
+            });
+        let took = started.elapsed();
+        // A timeout noticed long after it was due is the engine's own lateness, seen first hand:
+        // it counts as a late wake-up.
+        let overshoot = took.saturating_sub(timeout);
+        let late = self
+            .ctx
+            .self_health
+            .as_ref()
+            .is_some_and(|h| overshoot > h.config().threshold && h.observe(overshoot) > 0);
+        let deferred = (late || before.max(multiplier()) > 0)
+            && result
+                .failure()
+                .is_some_and(|f| f.reason == FailureReason::Timeout);
+        // Resolver trouble while the resolver is out (or may be) is the engine's fault too (see
+        // `crate::resolve`): a name it could not answer says nothing about the target.
+        let deferred =
+            deferred || (dns_trouble_failure(&result) && self.ctx.resolver.outage_possible());
+        self.record(result, took, deferred)
+    }
+}
+
+/// Whether `result` failed as `dns` because of resolver trouble, not an answer.
+fn dns_trouble_failure(result: &CheckResult) -> bool {
+    result
+        .failure()
+        .is_some_and(|f| f.reason == FailureReason::Dns)
+        && result
+            .remarks
+            .dns_trouble
+            .as_ref()
+            .is_some_and(|t| !t.used_stale_answer())
+}
+
+/// How long past its timeout a probe may run before the engine gives up on it.
+const BACKSTOP_GRACE: Duration = Duration::from_millis(50);

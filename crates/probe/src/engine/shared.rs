@@ -1,0 +1,53 @@
+//! The engine's shared parts: the published set of targets, the scheduler that runs them, and the
+//! context every target shares (the hub among it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use super::effects::Hub;
+use super::runtime::{Context, Target};
+use super::view::EngineError;
+use crate::scheduler::Scheduler;
+use crate::target::TargetId;
+
+/// The targets by id: replaced whole by each apply, read without a lock.
+pub(super) type Targets = BTreeMap<TargetId, Arc<Target>>;
+
+pub(super) struct Inner {
+    pub targets: ArcSwap<Targets>,
+    pub scheduler: Scheduler,
+    pub ctx: Arc<Context>,
+    /// Held by an apply throughout, so that applies do not interleave. It is the one lock under
+    /// which others are taken (a target's, then the hub's), and only there.
+    pub applying: Mutex<()>,
+}
+
+impl Inner {
+    pub fn hub(&self) -> &Hub {
+        &self.ctx.hub
+    }
+
+    pub fn target(&self, id: &TargetId) -> Result<Arc<Target>, EngineError> {
+        self.targets
+            .load()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownTarget(id.clone()))
+    }
+
+    /// Brings the state machines of members whose standing moved in line with their pools.
+    pub fn sync_ejections(&self, moved: &[(TargetId, bool)]) {
+        if moved.is_empty() {
+            return;
+        }
+        let targets = self.targets.load();
+        for (id, out) in moved {
+            if let Some(target) = targets.get(id) {
+                target.set_ejected(*out);
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! What the engine shows: copies of a target's health, its events, the readiness verdict, what
+//! an apply changed, and why an operator request failed. Plain values, built from snapshots and
+//! handed out; holding one holds no lock.
+
+use std::time::SystemTime;
+
+use crate::outcome::{Failure, Outcome, Signal};
+use crate::passive::breaker::CircuitSnapshot;
+use crate::passive::outlier::MemberStatus;
+use crate::target::TargetId;
+use crate::verdict::policy::Schedule;
+use crate::verdict::state::{Cause, HealthState, Pending};
+
+/// What [`Engine::apply`](super::Engine::apply) changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Targets that were not there before.
+    pub added: Vec<TargetId>,
+    /// Targets that are gone.
+    pub removed: Vec<TargetId>,
+    /// Targets whose spec changed: restarted in `PROBING`.
+    pub changed: Vec<TargetId>,
+    /// How many targets were left untouched.
+    pub unchanged: usize,
+}
+
+impl Diff {
+    /// Whether the apply changed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// A copy of one target's health, as the API shows it.
+#[derive(Clone, Debug)]
+pub struct TargetStatus {
+    /// The target's id.
+    pub id: TargetId,
+    /// The current state.
+    pub state: HealthState,
+    /// Whether the target is held in PROBING for flapping.
+    pub flapping: bool,
+    /// A change of verdict being confirmed (toward DOWN after a failure of an UP target, say);
+    /// the state is the verdict in force until it completes.
+    pub pending: Option<Pending>,
+    /// The latest run, if any.
+    pub last: Option<Outcome>,
+    /// The latest failure with its detail, kept after later successes for diagnosis.
+    pub last_failure: Option<Failure>,
+    /// Why the latest run was degraded; empty when it was not.
+    pub degraded_reasons: Vec<String>,
+    /// The business signals of the latest run.
+    pub signals: Vec<Signal>,
+    /// What the latest run worked around to reach its verdict ([`Remarks::describe`]), e.g. a
+    /// stale DNS answer used while the resolver failed.
+    ///
+    /// [`Remarks::describe`]: crate::outcome::Remarks::describe
+    pub note: Option<String>,
+    /// The maintenance in force, if any.
+    pub maintenance: Option<MaintenanceInfo>,
+    /// Passing results in a row.
+    pub consecutive_successes: u32,
+    /// Failures in a row.
+    pub consecutive_failures: u32,
+    /// State changes since the target was added.
+    pub transitions: u64,
+    /// The target's schedule.
+    pub schedule: Schedule,
+    /// Recent results, oldest first; empty in listings.
+    pub history: Vec<Outcome>,
+    /// The dependency-graph score in `[0, 1]`; `None` while unknown.
+    pub score: Option<f64>,
+    /// Whether a critical dependency is DOWN. The target's own state is not affected: it keeps
+    /// being probed, and alerts on it can be suppressed on this basis.
+    pub dependency_down: bool,
+    /// The target's standing in its pool ([`Topology::pools`](super::Topology::pools)): ejection, recovery phase and
+    /// routing weight; `None` when it is in no pool. In several pools: the one that has it out,
+    /// with its smallest weight.
+    pub pool: Option<MemberStatus>,
+    /// Its circuit breaker's state and figures; `None` without one.
+    pub circuit: Option<CircuitSnapshot>,
+}
+
+impl TargetStatus {
+    /// Whether the target serves (UP or DEGRADED).
+    pub fn healthy(&self) -> bool {
+        self.state.is_healthy()
+    }
+}
+
+/// Where a maintenance comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceSource {
+    /// Set through the API (or restored from the daemon's state file).
+    Operator,
+    /// A window declared with the target.
+    Window,
+}
+
+impl MaintenanceSource {
+    /// The lowercase name used in the API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Operator => "operator",
+            Self::Window => "window",
+        }
+    }
+}
+
+/// A maintenance in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaintenanceInfo {
+    /// Why, as the operator said (or "scheduled window").
+    pub reason: String,
+    /// Who set it.
+    pub source: MaintenanceSource,
+    /// When it ends by itself (wall clock).
+    pub until: SystemTime,
+}
+
+/// One state change, as broadcast to subscribers ([`Engine::subscribe`](super::Engine::subscribe)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The target that moved.
+    pub target: TargetId,
+    /// The state before.
+    pub from: HealthState,
+    /// The state after.
+    pub to: HealthState,
+    /// Why it moved.
+    pub cause: Cause,
+    /// When (wall clock).
+    pub at: SystemTime,
+    /// The failure or maintenance reason behind it, when there is one.
+    pub detail: Option<String>,
+}
+
+/// Why an operator request on a target could not be done.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// No target has this id.
+    #[error("no target {:?}", .0.as_str())]
+    UnknownTarget(TargetId),
+    /// Ending maintenance of a target that is not in maintenance.
+    #[error("target {:?} is not in maintenance", .0.as_str())]
+    NotInMaintenance(TargetId),
+    /// Commanding the circuit breaker of a target that has none.
+    #[error("target {:?} has no circuit breaker", .0.as_str())]
+    NoCircuitBreaker(TargetId),
+    /// Clearing the ejection of a target that no pool has out.
+    #[error("target {:?} is not ejected", .0.as_str())]
+    NotEjected(TargetId),
+}
+
+/// The engine's readiness verdict.
+///
+/// Without a readiness policy: ready when every target is UP, DEGRADED or in MAINTENANCE, and
+/// the counts are of targets. With one: ready when every required node passes (see
+/// [`ReadinessLatch`](crate::graph::ReadinessLatch)), and the counts are of required nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// Whether the instance should receive traffic.
+    pub ready: bool,
+    /// Targets in the engine, or required nodes.
+    pub total: usize,
+    /// Targets that keep the engine ready (UP, DEGRADED or MAINTENANCE), or passing required
+    /// nodes.
+    pub healthy: usize,
+    /// A short reason when not ready: up to five of the other targets, or why each failing
+    /// required node fails.
+    pub reason: Option<String>,
+}
