@@ -1063,3 +1063,66 @@ async fn a_starved_engine_widens_timeouts_and_still_counts_refusals() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// A probe that passes at once: its targets' first runs are seconds away on their default
+/// schedule anyway.
+struct Idle;
+
+#[async_trait::async_trait]
+impl Probe for Idle {
+    async fn check(&self, _timeout: Duration) -> CheckResult {
+        CheckResult::up()
+    }
+}
+
+/// `/readyz`'s question is answered while an apply of 10k targets is under way: readiness is a
+/// published snapshot, not a walk over the targets the apply is replacing. (Reading it behind
+/// the apply's locks, a reader would complete a call or two in all while the apply runs.)
+#[test]
+fn readiness_answers_while_a_ten_thousand_target_apply_runs() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let engine = runtime.block_on(async { Engine::start(EngineConfig::default(), cancel.clone()) });
+    let probe: Arc<dyn Probe> = Arc::new(Idle);
+    let specs = |prefix: &str| -> Vec<TargetSpec> {
+        (0..10_000)
+            .map(|i| {
+                TargetSpec::new(
+                    id(&format!("{prefix}-{i}")),
+                    ProbeSpec::Custom(CustomProbe::new(probe.clone())),
+                )
+            })
+            .collect()
+    };
+    // Not ready: ten thousand targets in PROBING, so every answer names some.
+    runtime.block_on(async { engine.apply(specs("a")).unwrap() });
+    let applying = std::sync::atomic::AtomicBool::new(true);
+    let answered = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut answered = 0u64;
+            while applying.load(std::sync::atomic::Ordering::SeqCst) {
+                let readiness = engine.readiness();
+                assert!(!readiness.ready);
+                if applying.load(std::sync::atomic::Ordering::SeqCst) {
+                    answered += 1;
+                }
+            }
+            answered
+        });
+        // Every target replaced: ten thousand removed and ten thousand added in one apply.
+        runtime.block_on(async { engine.apply(specs("b")).unwrap() });
+        applying.store(false, std::sync::atomic::Ordering::SeqCst);
+        reader.join().unwrap()
+    });
+    assert!(
+        answered >= 10,
+        "readiness answered only {answered} times while the apply ran"
+    );
+    assert_eq!(engine.readiness().total, 10_000);
+    cancel.cancel();
+    runtime.block_on(engine.stopped());
+}

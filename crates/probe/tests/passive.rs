@@ -617,3 +617,86 @@ async fn a_permanent_ejection_holds_until_an_operator_clears_it() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// Eight threads pick and report at once while the pool changes under them: a member taken out
+/// of the pool is never picked once its removal is published (the apply returned), and every
+/// pick names a member of the pool as it was.
+#[test]
+fn picks_under_eight_threads_never_return_a_removed_member() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (engine, cancel) = runtime.block_on(async { start() });
+    let switches = switches();
+    let without_policy = |t: TargetSpec| TargetSpec {
+        // Hours between runs: the probes stay out of the picture.
+        schedule: Schedule::try_new(3600 * SECOND, SECOND, 0.0, None, None, Some(0.0)).unwrap(),
+        ..t
+    };
+    runtime.block_on(async { engine.apply(pool(&switches, without_policy)).unwrap() });
+    let removed = std::sync::atomic::AtomicBool::new(false);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let picked = AtomicUsize::new(0);
+    let picks_reach = |n: usize| {
+        while picked.load(Ordering::SeqCst) < n {
+            std::thread::yield_now();
+        }
+    };
+    let ok = Call::http(200, Duration::from_millis(2));
+    let (before, after) = std::thread::scope(|scope| {
+        let pickers: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let _runtime = runtime.enter();
+                    let (mut before, mut after) = (BTreeMap::<String, u32>::new(), 0);
+                    while !stop.load(Ordering::SeqCst) {
+                        // Read the flag before the pick: a pick that starts after the removal
+                        // was published must not see the removed member.
+                        let published = removed.load(Ordering::SeqCst);
+                        let lease = engine.pick(&id("api"), &[]).unwrap();
+                        let name = lease.id().as_str().to_owned();
+                        lease.finish(&ok);
+                        picked.fetch_add(1, Ordering::SeqCst);
+                        if published {
+                            assert_ne!(name, "c", "picked a member after its removal");
+                            after += 1;
+                        } else {
+                            *before.entry(name).or_default() += 1;
+                        }
+                    }
+                    (before, after)
+                })
+            })
+            .collect();
+        // A thousand picks, then `c` leaves the pool (it stays a target), then a thousand more.
+        picks_reach(1000);
+        let mut smaller = pool(&switches, without_policy);
+        smaller.nodes[0]
+            .depends_on
+            .retain(|d| d.target.as_str() != "c");
+        runtime.block_on(async { engine.apply(smaller).unwrap() });
+        removed.store(true, Ordering::SeqCst);
+        picks_reach(picked.load(Ordering::SeqCst) + 1000);
+        stop.store(true, Ordering::SeqCst);
+        let mut before = BTreeMap::<String, u32>::new();
+        let mut after = 0;
+        for picker in pickers {
+            let (b, a) = picker.join().unwrap();
+            for (name, n) in b {
+                *before.entry(name).or_default() += n;
+            }
+            after += a;
+        }
+        (before, after)
+    });
+    assert_eq!(
+        before.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["a", "b", "c"],
+        "before the removal every member is picked"
+    );
+    assert!(after > 0, "picks went on after the removal");
+    cancel.cancel();
+    runtime.block_on(engine.stopped());
+}

@@ -652,6 +652,249 @@ fn announce_pools(events: &[PoolEvent]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
+    use std::num::NonZeroU32;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use tokio::sync::Notify;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::engine::{Engine, EngineConfig, TargetSpec, Topology};
+    use crate::graph::{Dependency, NodeKind};
+    use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
+    use crate::tier::{CustomProbe, Probe, ProbeSpec};
+    use crate::verdict::policy::{Schedule, Thresholds};
+    use crate::verdict::state::StateMachine;
+
+    /// A probe that answers a script, says when it is through it, then repeats its last answer.
+    /// It logs every answer it gives: the engine has recorded each by the time the test task
+    /// runs again, since a run records its result in the same poll as the answer.
+    struct Script {
+        answers: Mutex<Answers>,
+        finished: Arc<(AtomicUsize, Notify)>,
+    }
+
+    struct Answers {
+        script: VecDeque<u8>,
+        log: Vec<u8>,
+        told: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl Probe for Script {
+        async fn check(&self, _timeout: Duration) -> CheckResult {
+            let code = {
+                let mut answers = self.answers.lock();
+                let code = match answers.script.pop_front() {
+                    Some(code) => code,
+                    None => answers.log.last().copied().unwrap_or(0),
+                };
+                answers.log.push(code);
+                if answers.script.is_empty() && !answers.told {
+                    answers.told = true;
+                    self.finished.0.fetch_add(1, Ordering::SeqCst);
+                    self.finished.1.notify_one();
+                }
+                code
+            };
+            CheckResult {
+                verdict: verdict(code),
+                ..CheckResult::up()
+            }
+        }
+    }
+
+    fn verdict(code: u8) -> Verdict {
+        match code {
+            0 => Verdict::Up,
+            1 => Verdict::Degraded(vec!["slow".into()]),
+            _ => Verdict::Failed(Failure::new(FailureReason::Refused, "refused")),
+        }
+    }
+
+    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+
+    fn nodes() -> Vec<NodeSpec> {
+        let dep = |to: &str, critical: bool, weight: f64| Dependency {
+            weight,
+            critical,
+            ..Dependency::new(TargetId::new(to).unwrap(), "test")
+        };
+        vec![
+            NodeSpec {
+                id: TargetId::new("a").unwrap(),
+                kind: NodeKind::Probed,
+                depends_on: vec![dep("b", true, 3.0), dep("c", false, 1.0)],
+            },
+            NodeSpec {
+                id: TargetId::new("g").unwrap(),
+                kind: NodeKind::Group,
+                depends_on: vec![dep("a", false, 1.0), dep("d", true, 2.0)],
+            },
+        ]
+    }
+
+    fn thresholds() -> Thresholds {
+        Thresholds::new(NonZeroU32::new(2).unwrap(), NonZeroU32::new(3).unwrap())
+    }
+
+    /// The engine's states and scores after `scripts`, each target's results applied by the hub,
+    /// and the answers each target got (its script, and repeats while the others finished).
+    type Seen = (Vec<(HealthState, Option<f64>)>, Vec<Vec<u8>>);
+
+    fn through_the_engine(scripts: &[Vec<u8>]) -> Seen {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let cancel = CancellationToken::new();
+            let engine = Engine::start(
+                EngineConfig {
+                    self_health: None,
+                    ..EngineConfig::default()
+                },
+                cancel.clone(),
+            );
+            let finished = Arc::new((AtomicUsize::new(0), Notify::new()));
+            let schedule = Schedule::try_new(
+                Duration::from_secs(60),
+                Duration::from_secs(59),
+                0.0,
+                None,
+                None,
+                Some(0.0),
+            )
+            .unwrap();
+            let probes: Vec<Arc<Script>> = scripts
+                .iter()
+                .map(|script| {
+                    Arc::new(Script {
+                        answers: Mutex::new(Answers {
+                            script: script.iter().copied().collect(),
+                            log: Vec::new(),
+                            told: false,
+                        }),
+                        finished: finished.clone(),
+                    })
+                })
+                .collect();
+            let targets = NAMES
+                .iter()
+                .zip(&probes)
+                .map(|(name, probe)| TargetSpec {
+                    schedule,
+                    thresholds: thresholds(),
+                    flap: None,
+                    ..TargetSpec::new(
+                        TargetId::new(name).unwrap(),
+                        ProbeSpec::Custom(CustomProbe::new(probe.clone())),
+                    )
+                })
+                .collect();
+            engine
+                .apply(Topology {
+                    targets,
+                    nodes: nodes(),
+                    ..Topology::default()
+                })
+                .unwrap();
+            while finished.0.load(Ordering::SeqCst) < NAMES.len() {
+                finished.1.notified().await;
+            }
+            let seen = NAMES
+                .iter()
+                .chain(&["g"])
+                .map(|name| {
+                    let id = TargetId::new(name).unwrap();
+                    let state = engine.status(&id).map_or(HealthState::Probing, |s| s.state);
+                    let score = engine.with_graph(|g| g.status(&id).and_then(|n| n.score));
+                    (state, score)
+                })
+                .collect();
+            let logs = probes
+                .iter()
+                .map(|p| p.answers.lock().log.clone())
+                .collect();
+            cancel.cancel();
+            (seen, logs)
+        })
+    }
+
+    /// The same results driven straight through a state machine per target and the graph, in
+    /// the order the engine applied them before the hub: state change, then the result.
+    fn by_hand(scripts: &[Vec<u8>]) -> Vec<(HealthState, Option<f64>)> {
+        let now = Instant::now();
+        let mut graph = Graph::build(GraphConfig::default(), &{
+            let mut all = nodes();
+            all.extend(["b", "c", "d"].iter().map(|n| NodeSpec {
+                id: TargetId::new(n).unwrap(),
+                kind: NodeKind::Probed,
+                depends_on: Vec::new(),
+            }));
+            all
+        })
+        .unwrap();
+        let mut states = Vec::new();
+        for (name, script) in NAMES.iter().zip(scripts) {
+            let id = TargetId::new(name).unwrap();
+            let mut machine = StateMachine::new(thresholds(), None);
+            for code in script {
+                let quality = Quality::from(&verdict(*code));
+                if let Some(t) = machine.observe(quality, now) {
+                    graph.set_state(&id, t.to).unwrap();
+                }
+                graph.record(&id, quality, machine.state()).unwrap();
+            }
+            states.push(machine.state());
+        }
+        states.push(HealthState::Probing);
+        NAMES
+            .iter()
+            .chain(&["g"])
+            .zip(states)
+            .map(|(name, state)| {
+                let score = graph
+                    .status(&TargetId::new(name).unwrap())
+                    .and_then(|n| n.score);
+                (state, score)
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Applying effects in one place (and skipping the results that cannot change the
+        /// graph) gives the states and scores that driving each state machine and the graph
+        /// directly gives, over random runs of passing, degraded and failing results long
+        /// enough to fill the graph's window many times over.
+        #[test]
+        fn the_hub_gives_the_states_and_scores_of_the_direct_path(
+            scripts in prop::collection::vec(
+                prop::collection::vec(prop_oneof![6 => Just(0u8), 1 => Just(1u8), 3 => Just(2u8)], 1..120),
+                NAMES.len(),
+            )
+        ) {
+            let (engine, answers) = through_the_engine(&scripts);
+            let direct = by_hand(&answers);
+            for ((name, (state, score)), (want_state, want_score)) in
+                NAMES.iter().chain(&["g"]).zip(&engine).zip(&direct)
+            {
+                if *name != "g" {
+                    prop_assert_eq!(state, want_state, "state of {}", name);
+                }
+                let same = match (score, want_score) {
+                    (Some(a), Some(b)) => (a - b).abs() < 1e-12,
+                    (a, b) => a == b,
+                };
+                prop_assert!(same, "score of {}: {:?} vs {:?}", name, score, want_score);
+            }
+        }
+    }
 
     #[test]
     fn applied_words_round_trip_and_counts_wrap() {
