@@ -5,6 +5,8 @@
 //! policy:
 //! - `passive/report`: one [`Engine::report`] of a successful call: the target lookup, its
 //!   breaker's record and its pool's outlier record (what every real call costs);
+//! - `passive/pick`: one [`Engine::pick`] whose lease is dropped unfinished: the weighted draw
+//!   over the pool's routing table and the breaker's decision, without the report;
 //! - `passive/pick_finish`: one [`Engine::pick`] and [`Lease::finish`](probe::engine::Lease):
 //!   the weighted draw, the breaker's decision, and the report;
 //! - `client/bare` and `client/balanced`: one request through an in-memory service that answers
@@ -147,6 +149,9 @@ fn bench(c: &mut Criterion) {
         b.iter(|| engine.report(black_box(&member), black_box(&ok)));
     });
     let pool = id("pool");
+    c.bench_function("passive/pick", |b| {
+        b.iter(|| drop(black_box(engine.pick(black_box(&pool), &[]).expect("a member"))));
+    });
     c.bench_function("passive/pick_finish", |b| {
         b.iter(|| {
             let lease = engine.pick(black_box(&pool), &[]).expect("a member");

@@ -43,6 +43,13 @@ pub enum RetryBudgetError {
 ///
 /// The window is split into ten slots, so requests leave it a tenth of the window at a time:
 /// cheap (no per-request timestamps) and smooth enough for a budget.
+///
+/// Why not tower's `TpsBudget`, which works the same way: it turns the ratio into a whole
+/// number of requests per retry (one retry per `1 / ratio` requests, truncated), so a ratio of
+/// 0.3 allows a third of the requests to be retried and 0.4 half, which is the retry storm a
+/// budget is there to bound; and it takes its window in whole seconds from 1 to 60, panicking
+/// outside. This budget keeps the ratio exact (300 retries per 1000 requests at 0.3, pinned by
+/// a test) and turns a bad setting into an error for the configuration to report.
 #[derive(Clone, Debug)]
 pub struct RetryBudget {
     ratio: f64,
@@ -188,6 +195,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!((0..50).filter(|_| quiet.withdraw(start)).count(), 10);
+    }
+
+    #[test]
+    fn a_ratio_is_kept_exactly() {
+        let now = Instant::now();
+        let mut budget = RetryBudget::try_new(RetryBudget::DEFAULT_WINDOW, 0.3, 0, now).unwrap();
+        for _ in 0..1000 {
+            budget.deposit(now);
+        }
+        let retries = (0..1000).filter(|_| budget.withdraw(now)).count();
+        assert_eq!(retries, 300);
     }
 
     #[test]
