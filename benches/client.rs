@@ -150,7 +150,11 @@ fn bench(c: &mut Criterion) {
     });
     let pool = id("pool");
     c.bench_function("passive/pick", |b| {
-        b.iter(|| drop(black_box(engine.pick(black_box(&pool), &[]).expect("a member"))));
+        b.iter(|| {
+            drop(black_box(
+                engine.pick(black_box(&pool), &[]).expect("a member"),
+            ))
+        });
     });
     c.bench_function("passive/pick_finish", |b| {
         b.iter(|| {

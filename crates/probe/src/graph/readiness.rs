@@ -1,8 +1,9 @@
 //! Readiness from the graph: a service is ready when the nodes it cannot serve without are
 //! healthy enough, whatever happens to the rest.
 //!
-//! Seed 004's rule: readiness depends only on the dependencies without which a service cannot
-//! serve correctly. A [`ReadinessPolicy`] names those nodes (usually one group standing for the
+//! The rule: readiness depends only on the dependencies without which a service cannot serve
+//! correctly, because taking an instance out of rotation for a dependency it can do without
+//! turns a partial outage into a full one. A [`ReadinessPolicy`] names those nodes (usually one group standing for the
 //! service) and a minimum score. A non-critical dependency going DOWN lowers its parents' scores
 //! but fails readiness only if that alone pulls a required node under the minimum; a critical one
 //! going DOWN marks its parent `dependency_down`, which fails readiness at once.
