@@ -39,7 +39,7 @@ use probe::target::TargetId;
 use probe::tier::Probe;
 use probe::tier::tcp::TcpSpec;
 use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::Schedule;
+use probe::verdict::{Schedule, ScheduleSettings};
 use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -75,19 +75,17 @@ fn topology(tcp: bool) -> Topology {
                 } else {
                     ProbeSpec::Custom(CustomProbe::new(probe.clone()))
                 };
-                TargetSpec {
-                    schedule: Schedule::try_new(
-                        hour,
-                        Duration::from_secs(1),
-                        0.0,
-                        None,
-                        None,
-                        None,
+                TargetSpec::new(id(name), spec)
+                    .with_schedule(
+                        Schedule::try_new(ScheduleSettings {
+                            interval: hour,
+                            timeout: Duration::from_secs(1),
+                            jitter: 0.0,
+                            ..ScheduleSettings::default()
+                        })
+                        .expect("schedule"),
                     )
-                    .expect("schedule"),
-                    circuit_breaker: Some(BreakerConfig::default()),
-                    ..TargetSpec::new(id(name), spec)
-                }
+                    .with_circuit_breaker(Some(BreakerConfig::default()))
             })
             .collect(),
         nodes: vec![NodeSpec {

@@ -26,7 +26,7 @@ use probe::outcome::CheckResult;
 use probe::target::TargetId;
 use probe::tier::Probe;
 use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{FlapPolicy, Schedule, Thresholds};
+use probe::verdict::{FlapPolicy, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -81,49 +81,52 @@ impl Probe for Sentinel {
 /// `TARGETS - 1` no-op targets on a 10 s schedule (sharing one probe) plus a sentinel whose id
 /// sorts last and which is due within 1 ms. Returns the specs and the sentinel's signal.
 fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
-    let schedule = Schedule::try_new(
-        Duration::from_secs(10),
-        Duration::from_secs(1),
-        0.1,
-        None,
-        None,
-        None,
-    )
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: Duration::from_secs(10),
+        timeout: Duration::from_secs(1),
+        jitter: 0.1,
+        ..ScheduleSettings::default()
+    })
     .expect("valid no-op schedule");
     let noop = CustomProbe::new(Arc::new(Noop));
     let mut specs: Vec<TargetSpec> = (0..TARGETS - 1)
-        .map(|i| TargetSpec {
-            id: TargetId::new(&format!("target-{i:05}")).expect("valid target id"),
-            probe: ProbeSpec::Custom(noop.clone()),
-            schedule,
-            thresholds: Thresholds::default(),
-            flap: Some(FlapPolicy::default()),
-            maintenance: Vec::new(),
-            circuit_breaker: None,
-            skip_active_after: None,
-            dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
+        .map(|i| {
+            TargetSpec::new(
+                TargetId::new(&format!("target-{i:05}")).expect("valid target id"),
+                ProbeSpec::Custom(noop.clone()),
+            )
+            .with_schedule(schedule)
+            .with_thresholds(Thresholds::default())
+            .with_flap(Some(FlapPolicy::default()))
+            .with_maintenance(Vec::new())
+            .with_circuit_breaker(None)
+            .with_skip_active_after(None)
+            .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR)
         })
         .collect();
     let notify = Arc::new(Notify::new());
-    specs.push(TargetSpec {
-        id: TargetId::new("zz-sentinel").expect("valid sentinel id"),
-        probe: ProbeSpec::Custom(CustomProbe::new(Arc::new(Sentinel(notify.clone())))),
-        schedule: Schedule::try_new(
-            Duration::from_millis(1),
-            Duration::from_micros(500),
-            0.0,
-            Some(Duration::from_millis(1)),
-            None,
-            None,
+    specs.push(
+        TargetSpec::new(
+            TargetId::new("zz-sentinel").expect("valid sentinel id"),
+            ProbeSpec::Custom(CustomProbe::new(Arc::new(Sentinel(notify.clone())))),
         )
-        .expect("valid sentinel schedule"),
-        thresholds: Thresholds::default(),
-        flap: Some(FlapPolicy::default()),
-        maintenance: Vec::new(),
-        circuit_breaker: None,
-        skip_active_after: None,
-        dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
-    });
+        .with_schedule(
+            Schedule::try_new(ScheduleSettings {
+                interval: Duration::from_millis(1),
+                timeout: Duration::from_micros(500),
+                jitter: 0.0,
+                fast_interval: Some(Duration::from_millis(1)),
+                ..ScheduleSettings::default()
+            })
+            .expect("valid sentinel schedule"),
+        )
+        .with_thresholds(Thresholds::default())
+        .with_flap(Some(FlapPolicy::default()))
+        .with_maintenance(Vec::new())
+        .with_circuit_breaker(None)
+        .with_skip_active_after(None)
+        .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR),
+    );
     (specs, notify)
 }
 

@@ -189,7 +189,7 @@ use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
 use probe::verdict::HealthState;
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
@@ -525,7 +525,13 @@ struct Kill {
 async fn detection(a: &DetArgs, env: &Env) -> anyhow::Result<()> {
     const S: &str = "detection";
     let fast = a.fast();
-    let schedule = Schedule::try_new(a.interval, a.timeout, 0.0, Some(fast), None, None)?;
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: a.interval,
+        timeout: a.timeout,
+        jitter: 0.0,
+        fast_interval: Some(fast),
+        ..ScheduleSettings::default()
+    })?;
     let thresholds = thresholds(a.rise, a.fall)?;
     let theory = a.interval + fast * (a.fall - 1) + a.timeout;
     println!(
@@ -790,14 +796,14 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
         per_target_hour * a.targets as f64 * a.duration.as_secs_f64() / 3600.0
     );
     // Fast interval and DOWN backoff equal to the interval: one probe per interval in any state.
-    let schedule = Schedule::try_new(
-        a.interval,
-        a.timeout,
-        0.1,
-        Some(a.interval),
-        Some(a.interval),
-        Some(0.0),
-    )?;
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: a.interval,
+        timeout: a.timeout,
+        jitter: 0.1,
+        fast_interval: Some(a.interval),
+        backoff_max: Some(a.interval),
+        backoff_jitter: Some(0.0),
+    })?;
     let thresholds = thresholds(a.rise, a.fall)?;
     // Each listener's PRNG starts from a mixed output of one seeded generator: SplitMix64
     // sequences whose starts differ by a multiple of its increment would overlap.
@@ -948,14 +954,12 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
 async fn cascade(a: &CasArgs, env: &Env) -> anyhow::Result<()> {
     const S: &str = "cascade";
     let n_bh = ((a.targets as f64 * a.fraction).round() as usize).clamp(1, a.targets);
-    let schedule = Schedule::try_new(
-        a.interval,
-        a.timeout,
-        Schedule::DEFAULT_JITTER,
-        None,
-        None,
-        None,
-    )?;
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: a.interval,
+        timeout: a.timeout,
+        jitter: Schedule::DEFAULT_JITTER,
+        ..ScheduleSettings::default()
+    })?;
     let thresholds = Thresholds::default();
     let jitter = 1.0 + schedule.jitter();
     let theory = a.interval.mul_f64(jitter)

@@ -41,7 +41,7 @@ use probe::tier::Probe;
 use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::{CustomProbe, ProbeSpec};
 use probe::verdict::HealthState;
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use probe_engine::testing::{KeepAlive, Nginx};
 use tokio_util::sync::CancellationToken;
@@ -142,14 +142,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let engine = Engine::start(EngineConfig::default(), cancel.clone());
     let tally = Arc::new(Tally::default());
-    let schedule = Schedule::try_new(
-        args.interval,
-        args.interval / 2,
-        Schedule::DEFAULT_JITTER,
-        None,
-        None,
-        None,
-    )?;
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: args.interval,
+        timeout: args.interval / 2,
+        jitter: Schedule::DEFAULT_JITTER,
+        ..ScheduleSettings::default()
+    })?;
     let specs = (0..args.targets)
         .map(|i| {
             let url = format!("http://{}/health", nginx.addr()).parse()?;
@@ -157,14 +155,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 inner: HttpProbe::new(HttpSpec::get(url), Names::system()),
                 tally: tally.clone(),
             };
-            Ok(TargetSpec {
-                schedule,
-                thresholds: Thresholds::default(),
-                ..TargetSpec::new(
-                    TargetId::new(&format!("web-{i:03}"))?,
-                    ProbeSpec::Custom(CustomProbe::new(Arc::new(probe))),
-                )
-            })
+            Ok(TargetSpec::new(
+                TargetId::new(&format!("web-{i:03}"))?,
+                ProbeSpec::Custom(CustomProbe::new(Arc::new(probe))),
+            )
+            .with_schedule(schedule)
+            .with_thresholds(Thresholds::default()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut events = Collector::start(&engine);

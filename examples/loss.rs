@@ -83,7 +83,7 @@ use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
 use probe::verdict::{Cause, HealthState};
-use probe::verdict::{FlapPolicy, Schedule, Thresholds};
+use probe::verdict::{FlapPolicy, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;
@@ -168,8 +168,13 @@ impl Args {
     }
 
     fn schedule(&self) -> anyhow::Result<Schedule> {
-        Schedule::try_new(self.interval, self.timeout, 0.1, None, None, None)
-            .context("the schedule")
+        Schedule::try_new(ScheduleSettings {
+            interval: self.interval,
+            timeout: self.timeout,
+            jitter: 0.1,
+            ..ScheduleSettings::default()
+        })
+        .context("the schedule")
     }
 
     fn thresholds(&self) -> anyhow::Result<Thresholds> {

@@ -56,7 +56,7 @@ use probe::outcome::CheckResult;
 use probe::target::TargetId;
 use probe::tier::Probe;
 use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{FlapPolicy, Schedule, Thresholds};
+use probe::verdict::{FlapPolicy, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -229,28 +229,27 @@ async fn run(
     let rss_before = support::vm_rss()?;
     let cpu_before = support::cpu_ticks("self")?;
 
-    let schedule = Schedule::try_new(
-        args.interval,
-        (args.interval / 10).min(Duration::from_secs(1)),
-        args.jitter,
-        Some(args.interval),
-        None,
-        None,
-    )?;
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: args.interval,
+        timeout: (args.interval / 10).min(Duration::from_secs(1)),
+        jitter: args.jitter,
+        fast_interval: Some(args.interval),
+        ..ScheduleSettings::default()
+    })?;
     let probe = CustomProbe::new(noop.clone());
     let specs = (0..args.targets)
         .map(|i| {
-            Ok(TargetSpec {
-                id: TargetId::new(&format!("target-{i:07}"))?,
-                probe: ProbeSpec::Custom(probe.clone()),
-                schedule,
-                thresholds: Thresholds::default(),
-                flap: Some(FlapPolicy::default()),
-                maintenance: Vec::new(),
-                circuit_breaker: None,
-                skip_active_after: None,
-                dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
-            })
+            Ok(TargetSpec::new(
+                TargetId::new(&format!("target-{i:07}"))?,
+                ProbeSpec::Custom(probe.clone()),
+            )
+            .with_schedule(schedule)
+            .with_thresholds(Thresholds::default())
+            .with_flap(Some(FlapPolicy::default()))
+            .with_maintenance(Vec::new())
+            .with_circuit_breaker(None)
+            .with_skip_active_after(None)
+            .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let cancel = CancellationToken::new();

@@ -52,7 +52,7 @@ use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
 use probe::verdict::HealthState;
 use probe::verdict::SelfHealthConfig;
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use support::{exit, flag};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -284,25 +284,11 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
             cancel.clone(),
         );
         let mut events = engine.subscribe();
-        let schedule = Schedule::try_new(
-            args.interval,
-            args.timeout,
-            0.1,
-            None,
-            None,
-            Some(0.0),
-        )?;
+        let schedule = Schedule::try_new(ScheduleSettings { interval: args.interval, timeout: args.timeout, jitter: 0.1, backoff_jitter: Some(0.0), ..ScheduleSettings::default() })?;
         let specs = (0..args.targets)
             .map(|i| {
                 let address = Address::Socket(addrs[i % addrs.len()]);
-                Ok(TargetSpec {
-                    schedule,
-                    thresholds: Thresholds::new(
-                        std::num::NonZeroU32::MIN,
-                        std::num::NonZeroU32::new(args.fall).context("--fall must be >= 1")?,
-                    ),
-                    flap: None,
-                    ..TargetSpec::new(
+                Ok(TargetSpec::new(
                         TargetId::new(&format!("t{i}"))?,
                         ProbeSpec::Tcp(
                             TcpSpec::connect(address)
@@ -310,7 +296,12 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
                                 .with_expect(TcpExpect::Contains(b"PONG".to_vec()))
                         )
                     )
-                })
+.with_schedule(schedule)
+.with_thresholds(Thresholds::new(
+                        std::num::NonZeroU32::MIN,
+                        std::num::NonZeroU32::new(args.fall).context("--fall must be >= 1")?,
+                    ))
+.with_flap(None))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         engine.apply(specs)?;

@@ -101,7 +101,7 @@ use probe::target::{Address, TargetId};
 use probe::tier::Probe;
 use probe::tier::tcp::TcpSpec;
 use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{FlapPolicy, Schedule, Thresholds};
+use probe::verdict::{FlapPolicy, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -868,19 +868,18 @@ async fn engine_phase(
     counters: &Counters,
 ) -> anyhow::Result<(Measured, usize, EngineExtra)> {
     let rss0 = support::vm_rss()?;
-    let schedule = Schedule::try_new(
-        args.interval,
-        args.timeout(),
-        0.1,
-        Some(args.interval),
-        None,
-        None,
-    )?;
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: args.interval,
+        timeout: args.timeout(),
+        jitter: 0.1,
+        fast_interval: Some(args.interval),
+        ..ScheduleSettings::default()
+    })?;
     let specs = (0..args.targets)
         .map(|i| {
-            Ok(TargetSpec {
-                id: TargetId::new(&format!("tcp-{i:06}"))?,
-                probe: match args.probe {
+            Ok(TargetSpec::new(
+                TargetId::new(&format!("tcp-{i:06}"))?,
+                match args.probe {
                     ProbeKind::Tcp => ProbeSpec::Tcp(TcpSpec::connect(Address::Socket(
                         listeners[i % listeners.len()],
                     ))),
@@ -888,14 +887,14 @@ async fn engine_phase(
                         listeners[i % listeners.len()],
                     )))),
                 },
-                schedule,
-                thresholds: Thresholds::default(),
-                flap: Some(FlapPolicy::default()),
-                maintenance: Vec::new(),
-                circuit_breaker: None,
-                skip_active_after: None,
-                dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
-            })
+            )
+            .with_schedule(schedule)
+            .with_thresholds(Thresholds::default())
+            .with_flap(Some(FlapPolicy::default()))
+            .with_maintenance(Vec::new())
+            .with_circuit_breaker(None)
+            .with_skip_active_after(None)
+            .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
 

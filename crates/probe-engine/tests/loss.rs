@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use probe::verdict::Schedule;
+use probe::verdict::{Schedule, ScheduleSettings};
 use probe_engine::netns_or_skip;
 use probe_engine::testing::{AcceptServer, LossModel, poisson_upper};
 use serde_json::Value;
@@ -184,7 +184,13 @@ async fn syn_loss_keeps_readiness_and_real_outages_are_still_found_in_time() {
         }
     }
 
-    let schedule = Schedule::try_new(INTERVAL, TIMEOUT, 0.1, None, None, None).unwrap();
+    let schedule = Schedule::try_new(ScheduleSettings {
+        interval: INTERVAL,
+        timeout: TIMEOUT,
+        jitter: 0.1,
+        ..ScheduleSettings::default()
+    })
+    .unwrap();
     let model = LossModel {
         loss: f64::from(LOSS_PERCENT) / 100.0,
         fall: FALL,

@@ -69,7 +69,7 @@ pub use target::{Address, TargetId};
 pub use tier::http::HttpSpec;
 pub use tier::tcp::TcpSpec;
 pub use tier::{CustomProbe, Probe, ProbeSpec};
-pub use verdict::{FlapPolicy, HealthState, Schedule, Thresholds};
+pub use verdict::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 
 /// The README's Rust examples, compiled and run as this crate's doctests, so the README cannot
 /// drift from the API.

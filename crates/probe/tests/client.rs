@@ -28,7 +28,7 @@ use probe::target::TargetId;
 use probe::tier::ProbeSpec;
 use probe::tier::http::HttpSpec;
 use probe::verdict::HealthState;
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
@@ -135,16 +135,22 @@ fn topology(addrs: &[SocketAddr], interval: Duration, ejects: Ejects) -> Topolog
             .zip(addrs)
             .map(|(name, addr)| {
                 let url = format!("http://{addr}/health").parse().unwrap();
-                TargetSpec {
-                    schedule: Schedule::try_new(interval, interval / 2, 0.0, None, None, Some(0.0))
+                TargetSpec::new(id(name), ProbeSpec::Http(Box::new(HttpSpec::get(url))))
+                    .with_schedule(
+                        Schedule::try_new(ScheduleSettings {
+                            interval,
+                            timeout: interval / 2,
+                            jitter: 0.0,
+                            backoff_jitter: Some(0.0),
+                            ..ScheduleSettings::default()
+                        })
                         .unwrap(),
-                    thresholds: Thresholds::new(
+                    )
+                    .with_thresholds(Thresholds::new(
                         NonZeroU32::new(1).unwrap(),
                         NonZeroU32::new(3).unwrap(),
-                    ),
-                    flap: None,
-                    ..TargetSpec::new(id(name), ProbeSpec::Http(Box::new(HttpSpec::get(url))))
-                }
+                    ))
+                    .with_flap(None)
             })
             .collect(),
         nodes: vec![NodeSpec {

@@ -20,7 +20,7 @@ use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
 use probe::verdict::HealthState;
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -48,21 +48,22 @@ fn target(host: &str, port: u16, stale_for: Duration) -> TargetSpec {
         host: host.into(),
         port,
     };
-    TargetSpec {
-        schedule: Schedule::try_new(
-            Duration::from_millis(300),
-            Duration::from_millis(200),
-            0.0,
-            None,
-            None,
-            None,
+    TargetSpec::new(id, ProbeSpec::Tcp(TcpSpec::connect(address)))
+        .with_schedule(
+            Schedule::try_new(ScheduleSettings {
+                interval: Duration::from_millis(300),
+                timeout: Duration::from_millis(200),
+                jitter: 0.0,
+                ..ScheduleSettings::default()
+            })
+            .unwrap(),
         )
-        .unwrap(),
-        thresholds: Thresholds::new(1.try_into().unwrap(), 2.try_into().unwrap()),
-        flap: None,
-        dns_stale_for: stale_for,
-        ..TargetSpec::new(id, ProbeSpec::Tcp(TcpSpec::connect(address)))
-    }
+        .with_thresholds(Thresholds::new(
+            1.try_into().unwrap(),
+            2.try_into().unwrap(),
+        ))
+        .with_flap(None)
+        .with_dns_stale_for(stale_for)
 }
 
 fn start(resolver: Arc<Resolver>) -> (Engine, CancellationToken) {

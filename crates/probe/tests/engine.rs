@@ -14,7 +14,7 @@ use probe::target::TargetId;
 use probe::tier::Probe;
 use probe::tier::{CustomProbe, ProbeSpec};
 use probe::verdict::HealthState;
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -67,20 +67,29 @@ fn target(
     rise: u32,
     fall: u32,
 ) -> TargetSpec {
-    TargetSpec {
-        id: TargetId::new(id).unwrap(),
-        probe: ProbeSpec::Custom(CustomProbe::new(probe)),
-        schedule: Schedule::try_new(interval, interval / 2, jitter, None, None, Some(0.0)).unwrap(),
-        thresholds: Thresholds::new(
-            NonZeroU32::new(rise).unwrap(),
-            NonZeroU32::new(fall).unwrap(),
-        ),
-        flap: None,
-        maintenance: Vec::new(),
-        circuit_breaker: None,
-        skip_active_after: None,
-        dns_stale_for: TargetSpec::DEFAULT_DNS_STALE_FOR,
-    }
+    TargetSpec::new(
+        TargetId::new(id).unwrap(),
+        ProbeSpec::Custom(CustomProbe::new(probe)),
+    )
+    .with_schedule(
+        Schedule::try_new(ScheduleSettings {
+            interval,
+            timeout: interval / 2,
+            jitter,
+            backoff_jitter: Some(0.0),
+            ..ScheduleSettings::default()
+        })
+        .unwrap(),
+    )
+    .with_thresholds(Thresholds::new(
+        NonZeroU32::new(rise).unwrap(),
+        NonZeroU32::new(fall).unwrap(),
+    ))
+    .with_flap(None)
+    .with_maintenance(Vec::new())
+    .with_circuit_breaker(None)
+    .with_skip_active_after(None)
+    .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR)
 }
 
 fn start(max_in_flight: usize) -> (Engine, CancellationToken) {
@@ -231,14 +240,12 @@ async fn pool_grows_with_the_backlog() {
                 1,
                 1,
             );
-            t.schedule = Schedule::try_new(
-                Duration::from_millis(100),
-                Duration::from_millis(50),
-                0.0,
-                None,
-                None,
-                None,
-            )
+            t.schedule = Schedule::try_new(ScheduleSettings {
+                interval: Duration::from_millis(100),
+                timeout: Duration::from_millis(50),
+                jitter: 0.0,
+                ..ScheduleSettings::default()
+            })
             .unwrap();
             t
         })
@@ -1022,10 +1029,16 @@ async fn a_starved_engine_widens_timeouts_and_still_counts_refusals() {
     // A 1 s interval and a 100 ms timeout: room to widen it by 1 + multiplier.
     let timeout = Duration::from_millis(100);
     let interval = Duration::from_secs(1);
-    let spec = TargetSpec {
-        schedule: Schedule::try_new(interval, timeout, 0.0, None, None, Some(0.0)).unwrap(),
-        ..target("db", probe.clone(), interval, 0.0, 1, 1)
-    };
+    let spec = target("db", probe.clone(), interval, 0.0, 1, 1).with_schedule(
+        Schedule::try_new(ScheduleSettings {
+            interval,
+            timeout,
+            jitter: 0.0,
+            backoff_jitter: Some(0.0),
+            ..ScheduleSettings::default()
+        })
+        .unwrap(),
+    );
     engine.apply(vec![spec]).unwrap();
     started.recv().await.unwrap();
     assert_eq!(

@@ -233,13 +233,13 @@ async fn the_gate_reports_its_own_outcomes_to_the_engine() {
         .build()
         .unwrap();
     engine
-        .apply(vec![TargetSpec {
-            circuit_breaker: Some(breaker),
-            ..TargetSpec::new(
+        .apply(vec![
+            TargetSpec::new(
                 me.clone(),
                 ProbeSpec::Custom(CustomProbe::new(Arc::new(AlwaysUp))),
             )
-        }])
+            .with_circuit_breaker(Some(breaker)),
+        ])
         .unwrap();
     let gate = Gate::new(GateConfig::default());
     gate.startup_complete();

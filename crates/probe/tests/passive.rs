@@ -25,7 +25,7 @@ use probe::target::TargetId;
 use probe::tier::Probe;
 use probe::tier::{CustomProbe, ProbeSpec};
 use probe::verdict::{Cause, HealthState};
-use probe::verdict::{Schedule, Thresholds};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use tokio::sync::broadcast::Receiver;
 use tokio_util::sync::CancellationToken;
 
@@ -55,12 +55,22 @@ fn id(s: &str) -> TargetId {
 const SECOND: Duration = Duration::from_secs(1);
 
 fn target(name: &str, probe: Arc<Switch>) -> TargetSpec {
-    TargetSpec {
-        schedule: Schedule::try_new(SECOND, SECOND / 2, 0.0, None, None, Some(0.0)).unwrap(),
-        thresholds: Thresholds::new(NonZeroU32::new(1).unwrap(), NonZeroU32::new(3).unwrap()),
-        flap: None,
-        ..TargetSpec::new(id(name), ProbeSpec::Custom(CustomProbe::new(probe)))
-    }
+    TargetSpec::new(id(name), ProbeSpec::Custom(CustomProbe::new(probe)))
+        .with_schedule(
+            Schedule::try_new(ScheduleSettings {
+                interval: SECOND,
+                timeout: SECOND / 2,
+                jitter: 0.0,
+                backoff_jitter: Some(0.0),
+                ..ScheduleSettings::default()
+            })
+            .unwrap(),
+        )
+        .with_thresholds(Thresholds::new(
+            NonZeroU32::new(1).unwrap(),
+            NonZeroU32::new(3).unwrap(),
+        ))
+        .with_flap(None)
 }
 
 fn start() -> (Engine, CancellationToken) {
@@ -291,10 +301,7 @@ async fn open_circuits_make_pick_skip_members_then_fail_fast() {
     let mut events = engine.subscribe();
     let switches = switches();
     engine
-        .apply(pool(&switches, |t| TargetSpec {
-            circuit_breaker: Some(breaker()),
-            ..t
-        }))
+        .apply(pool(&switches, |t| t.with_circuit_breaker(Some(breaker()))))
         .unwrap();
     all_up(&engine, &mut events).await;
     // Open every circuit by operator command, one by one: pick avoids the open ones.
@@ -384,9 +391,8 @@ async fn real_traffic_stands_in_for_active_probes() {
     let mut events = engine.subscribe();
     let switches = switches();
     engine
-        .apply(pool(&switches, |t| TargetSpec {
-            skip_active_after: NonZeroU32::new(5),
-            ..t
+        .apply(pool(&switches, |t| {
+            t.with_skip_active_after(NonZeroU32::new(5))
         }))
         .unwrap();
     all_up(&engine, &mut events).await;
@@ -477,9 +483,11 @@ async fn a_failure_being_confirmed_is_not_a_verdict() {
     let (engine, cancel) = start();
     let mut events = engine.subscribe();
     let switches = switches();
-    let mut topology = pool(&switches, |t| TargetSpec {
-        thresholds: Thresholds::new(NonZeroU32::new(2).unwrap(), NonZeroU32::new(3).unwrap()),
-        ..t
+    let mut topology = pool(&switches, |t| {
+        t.with_thresholds(Thresholds::new(
+            NonZeroU32::new(2).unwrap(),
+            NonZeroU32::new(3).unwrap(),
+        ))
     });
     // `a` is critical to the pool, so a DOWN `a` marks it.
     topology.nodes[0].depends_on[0].critical = true;
@@ -630,10 +638,18 @@ fn picks_under_eight_threads_never_return_a_removed_member() {
         .unwrap();
     let (engine, cancel) = runtime.block_on(async { start() });
     let switches = switches();
-    let without_policy = |t: TargetSpec| TargetSpec {
+    let without_policy = |t: TargetSpec| {
         // Hours between runs: the probes stay out of the picture.
-        schedule: Schedule::try_new(3600 * SECOND, SECOND, 0.0, None, None, Some(0.0)).unwrap(),
-        ..t
+        t.with_schedule(
+            Schedule::try_new(ScheduleSettings {
+                interval: 3600 * SECOND,
+                timeout: SECOND,
+                jitter: 0.0,
+                backoff_jitter: Some(0.0),
+                ..ScheduleSettings::default()
+            })
+            .unwrap(),
+        )
     };
     runtime.block_on(async { engine.apply(pool(&switches, without_policy)).unwrap() });
     let removed = std::sync::atomic::AtomicBool::new(false);

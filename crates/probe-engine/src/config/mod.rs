@@ -107,7 +107,7 @@ use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
 use probe::verdict::BackoffError;
-use probe::verdict::{FlapPolicy, Schedule, ScheduleError, Thresholds};
+use probe::verdict::{FlapPolicy, Schedule, ScheduleError, ScheduleSettings, Thresholds};
 use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -637,14 +637,14 @@ impl Sched {
         if self.any_invalid() {
             return None;
         }
-        let schedule = Schedule::try_new(
-            self.interval.value().unwrap_or(Schedule::DEFAULT_INTERVAL),
-            self.timeout.value().unwrap_or(Schedule::DEFAULT_TIMEOUT),
-            self.jitter.value().unwrap_or(Schedule::DEFAULT_JITTER),
-            self.fast_interval.value(),
-            self.backoff_max.value(),
-            self.backoff_jitter.value(),
-        );
+        let schedule = Schedule::try_new(ScheduleSettings {
+            interval: self.interval.value().unwrap_or(Schedule::DEFAULT_INTERVAL),
+            timeout: self.timeout.value().unwrap_or(Schedule::DEFAULT_TIMEOUT),
+            jitter: self.jitter.value().unwrap_or(Schedule::DEFAULT_JITTER),
+            fast_interval: self.fast_interval.value(),
+            backoff_max: self.backoff_max.value(),
+            backoff_jitter: self.backoff_jitter.value(),
+        });
         let schedule = match schedule {
             Ok(schedule) => schedule,
             Err(e) => {
@@ -1107,18 +1107,16 @@ fn parse_target(
     };
 
     let spec = match (&id, probe, health, maintenance, passive) {
-        (Some((id, _)), Some(probe), Some(health), Some(maintenance), Some(passive)) => {
-            Some(TargetSpec {
-                schedule: health.schedule,
-                thresholds: health.thresholds,
-                flap: health.flap,
-                maintenance,
-                circuit_breaker: passive.circuit_breaker,
-                skip_active_after: passive.skip_active_after,
-                dns_stale_for: health.dns_stale_for,
-                ..TargetSpec::new(id.clone(), probe)
-            })
-        }
+        (Some((id, _)), Some(probe), Some(health), Some(maintenance), Some(passive)) => Some(
+            TargetSpec::new(id.clone(), probe)
+                .with_schedule(health.schedule)
+                .with_thresholds(health.thresholds)
+                .with_flap(health.flap)
+                .with_maintenance(maintenance)
+                .with_circuit_breaker(passive.circuit_breaker)
+                .with_skip_active_after(passive.skip_active_after)
+                .with_dns_stale_for(health.dns_stale_for),
+        ),
         _ => None,
     };
     ParsedTarget {

@@ -135,20 +135,19 @@ pub fn poisson_upper(lambda: f64, alpha: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use probe::verdict::ScheduleSettings;
 
     fn model(loss: f64) -> LossModel {
         LossModel {
             loss,
             fall: 3,
             rise: 2,
-            schedule: Schedule::try_new(
-                Duration::from_secs(1),
-                Duration::from_millis(500),
-                0.1,
-                None,
-                None,
-                None,
-            )
+            schedule: Schedule::try_new(ScheduleSettings {
+                interval: Duration::from_secs(1),
+                timeout: Duration::from_millis(500),
+                jitter: 0.1,
+                ..ScheduleSettings::default()
+            })
             .unwrap(),
         }
     }

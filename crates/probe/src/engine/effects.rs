@@ -665,7 +665,7 @@ mod tests {
     use crate::graph::{Dependency, NodeKind};
     use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
-    use crate::verdict::policy::{Schedule, Thresholds};
+    use crate::verdict::policy::{Schedule, ScheduleSettings, Thresholds};
     use crate::verdict::state::StateMachine;
 
     /// A probe that answers a script, says when it is through it, then repeats its last answer.
@@ -760,14 +760,13 @@ mod tests {
                 cancel.clone(),
             );
             let finished = Arc::new((AtomicUsize::new(0), Notify::new()));
-            let schedule = Schedule::try_new(
-                Duration::from_secs(60),
-                Duration::from_secs(59),
-                0.0,
-                None,
-                None,
-                Some(0.0),
-            )
+            let schedule = Schedule::try_new(ScheduleSettings {
+                interval: Duration::from_secs(60),
+                timeout: Duration::from_secs(59),
+                jitter: 0.0,
+                backoff_jitter: Some(0.0),
+                ..ScheduleSettings::default()
+            })
             .unwrap();
             let probes: Vec<Arc<Script>> = scripts
                 .iter()
@@ -785,14 +784,14 @@ mod tests {
             let targets = NAMES
                 .iter()
                 .zip(&probes)
-                .map(|(name, probe)| TargetSpec {
-                    schedule,
-                    thresholds: thresholds(),
-                    flap: None,
-                    ..TargetSpec::new(
+                .map(|(name, probe)| {
+                    TargetSpec::new(
                         TargetId::new(name).unwrap(),
                         ProbeSpec::Custom(CustomProbe::new(probe.clone())),
                     )
+                    .with_schedule(schedule)
+                    .with_thresholds(thresholds())
+                    .with_flap(None)
                 })
                 .collect();
             engine

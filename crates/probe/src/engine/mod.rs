@@ -375,7 +375,7 @@ mod tests {
     use super::*;
     use crate::outcome::CheckResult;
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
-    use crate::verdict::Schedule;
+    use crate::verdict::{Schedule, ScheduleSettings};
 
     struct Pass;
 
@@ -393,14 +393,12 @@ mod tests {
         let probe = ProbeSpec::Custom(CustomProbe::new(Arc::new(Pass)));
         let spec = |id: &str| TargetSpec::new(TargetId::new(id).unwrap(), probe.clone());
         let mut slow = spec("b");
-        slow.schedule = Schedule::try_new(
-            Duration::from_secs(60),
-            Duration::from_secs(1),
-            0.1,
-            None,
-            None,
-            None,
-        )
+        slow.schedule = Schedule::try_new(ScheduleSettings {
+            interval: Duration::from_secs(60),
+            timeout: Duration::from_secs(1),
+            jitter: 0.1,
+            ..ScheduleSettings::default()
+        })
         .unwrap();
         // Sorted by id, the odd one sits between the others.
         engine

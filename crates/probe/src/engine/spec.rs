@@ -10,12 +10,19 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use crate::passive::breaker::BreakerConfig;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
+use crate::verdict::maintenance::MaintenanceWindow;
 use crate::verdict::policy::{FlapPolicy, Schedule, Thresholds};
 
 /// Everything needed to run one target.
+///
+/// Built with [`TargetSpec::new`] and the `with_*` methods; the fields stay readable (and
+/// assignable), and the struct is `#[non_exhaustive]`, so a new setting is not a breaking
+/// change for embedders.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TargetSpec {
     /// The unique id.
     pub id: TargetId,
@@ -28,12 +35,12 @@ pub struct TargetSpec {
     /// When it counts as flapping; `None` turns flap detection off.
     pub flap: Option<FlapPolicy>,
     /// Declared maintenance windows.
-    pub maintenance: Vec<crate::verdict::maintenance::MaintenanceWindow>,
+    pub maintenance: Vec<MaintenanceWindow>,
     /// The circuit breaker that real calls to the target go through ([`Engine::pick`] and the
     /// client layer fail fast while it is open); `None` for none.
     ///
     /// [`Engine::pick`]: crate::Engine::pick
-    pub circuit_breaker: Option<crate::passive::breaker::BreakerConfig>,
+    pub circuit_breaker: Option<BreakerConfig>,
     /// Lets real traffic stand in for active probes: a run is skipped while the target is UP and
     /// at least this many passive successes, and no passive failure, were reported since the
     /// previous run. `None` always probes.
@@ -65,5 +72,54 @@ impl TargetSpec {
             skip_active_after: None,
             dns_stale_for: Self::DEFAULT_DNS_STALE_FOR,
         }
+    }
+
+    /// When to probe it.
+    #[must_use]
+    pub fn with_schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// How many results change its verdict.
+    #[must_use]
+    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.thresholds = thresholds;
+        self
+    }
+
+    /// When it counts as flapping; `None` turns flap detection off.
+    #[must_use]
+    pub fn with_flap(mut self, flap: Option<FlapPolicy>) -> Self {
+        self.flap = flap;
+        self
+    }
+
+    /// Its declared maintenance windows.
+    #[must_use]
+    pub fn with_maintenance(mut self, maintenance: Vec<MaintenanceWindow>) -> Self {
+        self.maintenance = maintenance;
+        self
+    }
+
+    /// The circuit breaker real calls to it go through; `None` for none.
+    #[must_use]
+    pub fn with_circuit_breaker(mut self, circuit_breaker: Option<BreakerConfig>) -> Self {
+        self.circuit_breaker = circuit_breaker;
+        self
+    }
+
+    /// Real traffic stands in for active probes after this many passive successes.
+    #[must_use]
+    pub fn with_skip_active_after(mut self, skip_active_after: Option<NonZeroU32>) -> Self {
+        self.skip_active_after = skip_active_after;
+        self
+    }
+
+    /// How long the last good DNS answer may stand in when the resolver has trouble.
+    #[must_use]
+    pub fn with_dns_stale_for(mut self, dns_stale_for: Duration) -> Self {
+        self.dns_stale_for = dns_stale_for;
+        self
     }
 }

@@ -40,7 +40,7 @@ use crate::target::TargetId;
 
 /// Something the scheduler runs periodically: the engine's per-target runtime.
 #[async_trait::async_trait]
-pub trait Job: Send + Sync + 'static {
+pub(crate) trait Job: Send + Sync + 'static {
     /// The target's id: jobs with the same id replace each other.
     fn id(&self) -> &TargetId;
     /// The settled period, used to place the first run.
@@ -115,7 +115,7 @@ impl Scheduler {
     ///
     /// # Panics
     /// Outside a tokio runtime, like `tokio::spawn`.
-    pub fn start(config: SchedulerConfig, cancel: CancellationToken) -> Self {
+    pub(crate) fn start(config: SchedulerConfig, cancel: CancellationToken) -> Self {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (jobs_tx, jobs_rx) = async_channel::bounded(config.max_in_flight.get());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -150,18 +150,18 @@ impl Scheduler {
     /// Makes room for `additional` jobs about to be inserted, so that a large insertion grows the
     /// dispatcher's tables once, up front, rather than rehashing a million entries in the middle
     /// of dispatching due runs.
-    pub fn reserve(&self, additional: usize) {
+    pub(crate) fn reserve(&self, additional: usize) {
         let _ = self.commands.send(Command::Reserve(additional));
     }
 
     /// Schedules `job`, replacing any job with the same id (its in-flight result is dropped).
-    pub fn insert(&self, job: Arc<dyn Job>) {
+    pub(crate) fn insert(&self, job: Arc<dyn Job>) {
         // Fails only after shutdown, when there is nothing left to schedule.
         let _ = self.commands.send(Command::Insert(job));
     }
 
     /// Stops scheduling the job with this id. A run in flight finishes but is not recorded.
-    pub fn remove(&self, id: &TargetId) {
+    pub(crate) fn remove(&self, id: &TargetId) {
         let _ = self.commands.send(Command::Remove(id.clone()));
     }
 
@@ -169,7 +169,7 @@ impl Scheduler {
     /// flight). The regular runs keep their grid, unless the extra run's result asks for an
     /// earlier one. Requests while a run is due or in flight count once, so a burst of failures
     /// from real traffic costs one extra probe.
-    pub fn expedite(&self, id: &TargetId) {
+    pub(crate) fn expedite(&self, id: &TargetId) {
         let _ = self.commands.send(Command::Expedite(id.clone()));
     }
 

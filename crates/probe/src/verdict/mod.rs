@@ -19,6 +19,6 @@ pub(crate) mod state;
 
 pub use backoff::{BackoffError, ExponentialBackoff};
 pub use maintenance::{MaintenanceWindow, WindowError, WindowStart};
-pub use policy::{FlapPolicy, Schedule, ScheduleError, Thresholds};
+pub use policy::{FlapPolicy, Schedule, ScheduleError, ScheduleSettings, Thresholds};
 pub use self_health::SelfHealthConfig;
 pub use state::{Cause, HealthState, Pending, Quality, Transition};

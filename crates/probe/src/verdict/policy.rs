@@ -50,6 +50,38 @@ pub enum ScheduleError {
     Backoff(#[from] crate::verdict::backoff::BackoffError),
 }
 
+/// What a [`Schedule`] is built from. The defaults are the daemon's: a 5 s interval, a 1 s
+/// timeout, 10% jitter; unset, the fast interval is half the interval, the DOWN backoff grows to
+/// four times the interval with a jitter of 0.5.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScheduleSettings {
+    /// The period while the target's state is settled.
+    pub interval: Duration,
+    /// The deadline of one run; below `interval`.
+    pub timeout: Duration,
+    /// The fraction of the interval each run may start late, at random.
+    pub jitter: f64,
+    /// The period while a verdict is pending; half the interval when unset.
+    pub fast_interval: Option<Duration>,
+    /// The cap of the DOWN backoff; four times the interval when unset.
+    pub backoff_max: Option<Duration>,
+    /// The jitter of the DOWN backoff; 0.5 when unset.
+    pub backoff_jitter: Option<f64>,
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        Self {
+            interval: Schedule::DEFAULT_INTERVAL,
+            timeout: Schedule::DEFAULT_TIMEOUT,
+            jitter: Schedule::DEFAULT_JITTER,
+            fast_interval: None,
+            backoff_max: None,
+            backoff_jitter: None,
+        }
+    }
+}
+
 /// When a target is probed.
 ///
 /// - `interval`: the period while the target's state is settled.
@@ -82,25 +114,22 @@ impl Schedule {
     /// The default jitter of the DOWN backoff.
     pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
 
-    /// Builds a schedule.
-    ///
-    /// Defaults when `None`:
-    /// - `fast_interval`: half the interval;
-    /// - `backoff_max`: four times the interval;
-    /// - `backoff_jitter`: 0.5.
+    /// Builds a schedule from `settings`, as every policy of the crate is built: a plain settings
+    /// struct in, a validated value or the first invalid field out.
     ///
     /// # Errors
     /// One [`ScheduleError`] naming the first invalid field: zero interval or timeout, timeout not
     /// below interval, jitter outside 0..=1, fast interval zero or above the interval, backoff max
     /// below the interval, backoff jitter outside 0..=1.
-    pub fn try_new(
-        interval: Duration,
-        timeout: Duration,
-        jitter: f64,
-        fast_interval: Option<Duration>,
-        backoff_max: Option<Duration>,
-        backoff_jitter: Option<f64>,
-    ) -> Result<Self, ScheduleError> {
+    pub fn try_new(settings: ScheduleSettings) -> Result<Self, ScheduleError> {
+        let ScheduleSettings {
+            interval,
+            timeout,
+            jitter,
+            fast_interval,
+            backoff_max,
+            backoff_jitter,
+        } = settings;
         if interval.is_zero() {
             return Err(ScheduleError::ZeroInterval);
         }
@@ -246,7 +275,14 @@ mod tests {
 
     #[test]
     fn schedule_is_validated() {
-        let s = |i, t| Schedule::try_new(i, t, 0.1, None, None, None);
+        let s = |i, t| {
+            Schedule::try_new(ScheduleSettings {
+                interval: i,
+                timeout: t,
+                jitter: 0.1,
+                ..ScheduleSettings::default()
+            })
+        };
         let sec = Duration::from_secs;
         assert!(s(sec(5), sec(1)).is_ok());
         assert_eq!(
@@ -261,15 +297,32 @@ mod tests {
             "timeout (1s) must be less than interval (1s)"
         );
         assert_eq!(
-            Schedule::try_new(sec(5), sec(1), 2.0, None, None, None),
+            Schedule::try_new(ScheduleSettings {
+                interval: sec(5),
+                timeout: sec(1),
+                jitter: 2.0,
+                ..ScheduleSettings::default()
+            }),
             Err(ScheduleError::JitterOutOfRange(2.0))
         );
         assert!(matches!(
-            Schedule::try_new(sec(5), sec(1), 0.1, Some(sec(6)), None, None),
+            Schedule::try_new(ScheduleSettings {
+                interval: sec(5),
+                timeout: sec(1),
+                jitter: 0.1,
+                fast_interval: Some(sec(6)),
+                ..ScheduleSettings::default()
+            }),
             Err(ScheduleError::FastIntervalOutOfRange { .. })
         ));
         assert!(matches!(
-            Schedule::try_new(sec(5), sec(1), 0.1, None, Some(sec(4)), None),
+            Schedule::try_new(ScheduleSettings {
+                interval: sec(5),
+                timeout: sec(1),
+                jitter: 0.1,
+                backoff_max: Some(sec(4)),
+                ..ScheduleSettings::default()
+            }),
             Err(ScheduleError::BackoffMaxBelowInterval { .. })
         ));
         assert_eq!(Schedule::default(), s(sec(5), sec(1)).unwrap());

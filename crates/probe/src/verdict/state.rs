@@ -553,6 +553,7 @@ pub(crate) fn jitter(step: Duration, fraction: f64, rng: &mut impl rand::Rng) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verdict::policy::ScheduleSettings;
     use HealthState::*;
     use Quality::{Degraded as D, Failed as F, Good as G};
     use proptest::prelude::*;
@@ -662,14 +663,14 @@ mod tests {
     fn deciding_and_the_next_delay_follow_the_verdict_and_what_is_pending() {
         let ms = Duration::from_millis;
         // Interval 1 s, fast 250 ms, backoff from 1 s up to 8 s without jitter.
-        let schedule = Schedule::try_new(
-            ms(1000),
-            ms(500),
-            0.0,
-            Some(ms(250)),
-            Some(ms(8000)),
-            Some(0.0),
-        )
+        let schedule = Schedule::try_new(ScheduleSettings {
+            interval: ms(1000),
+            timeout: ms(500),
+            jitter: 0.0,
+            fast_interval: Some(ms(250)),
+            backoff_max: Some(ms(8000)),
+            backoff_jitter: Some(0.0),
+        })
         .unwrap();
         let mut window = SuccessWindow::default();
         let mut rng = rand::rng();

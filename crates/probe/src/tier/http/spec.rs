@@ -214,6 +214,7 @@ pub enum TlsTrust {
 /// (URL, headers, status patterns, JSON paths, CA certificates), so a probe built from it can
 /// only fail at run time for run-time reasons.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct HttpSpec {
     /// What to request.
     pub url: HttpUrl,
