@@ -97,11 +97,6 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
             )
             .with_schedule(schedule)
             .with_thresholds(Thresholds::default())
-            .with_flap(Some(FlapPolicy::default()))
-            .with_maintenance(Vec::new())
-            .with_circuit_breaker(None)
-            .with_skip_active_after(None)
-            .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR)
         })
         .collect();
     let notify = Arc::new(Notify::new());
@@ -120,12 +115,7 @@ fn specs() -> (Vec<TargetSpec>, Arc<Notify>) {
             })
             .expect("valid sentinel schedule"),
         )
-        .with_thresholds(Thresholds::default())
-        .with_flap(Some(FlapPolicy::default()))
-        .with_maintenance(Vec::new())
-        .with_circuit_breaker(None)
-        .with_skip_active_after(None)
-        .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR),
+        .with_thresholds(Thresholds::default()),
     );
     (specs, notify)
 }

@@ -889,12 +889,7 @@ async fn engine_phase(
                 },
             )
             .with_schedule(schedule)
-            .with_thresholds(Thresholds::default())
-            .with_flap(Some(FlapPolicy::default()))
-            .with_maintenance(Vec::new())
-            .with_circuit_breaker(None)
-            .with_skip_active_after(None)
-            .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR))
+            .with_thresholds(Thresholds::default()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
 

@@ -86,10 +86,6 @@ fn target(
         NonZeroU32::new(fall).unwrap(),
     ))
     .with_flap(None)
-    .with_maintenance(Vec::new())
-    .with_circuit_breaker(None)
-    .with_skip_active_after(None)
-    .with_dns_stale_for(TargetSpec::DEFAULT_DNS_STALE_FOR)
 }
 
 fn start(max_in_flight: usize) -> (Engine, CancellationToken) {
@@ -1138,4 +1134,33 @@ fn readiness_answers_while_a_ten_thousand_target_apply_runs() {
     assert_eq!(engine.readiness().total, 10_000);
     cancel.cancel();
     runtime.block_on(engine.stopped());
+}
+
+/// A listing rebuilds only what changed: an unchanged target's copy is the previous listing's
+/// (the same `Arc`), a target that got a result since has a new one, and the listing says what
+/// `statuses` says.
+#[tokio::test(start_paused = true)]
+async fn a_listing_shares_the_copies_of_targets_that_did_not_change() {
+    let (engine, cancel) = start(4);
+    let slow = target("a-slow", Arc::new(Idle), Duration::from_secs(3600), 0.0, 1, 1);
+    let fast = target("b-fast", Arc::new(Idle), Duration::from_secs(1), 0.0, 1, 1);
+    engine.apply(vec![slow, fast]).unwrap();
+    // Both have run once (first runs fall within the interval, the slow one's anywhere in its
+    // hour), then the fast one runs again.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let first = engine.listing();
+    let again = engine.listing();
+    assert!(first.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = engine.listing();
+    assert!(Arc::ptr_eq(&first[0], &later[0]), "a-slow did not run again");
+    assert!(!Arc::ptr_eq(&first[1], &later[1]), "b-fast did");
+    assert!(later[1].consecutive_successes > first[1].consecutive_successes);
+    let statuses = engine.statuses();
+    assert_eq!(
+        later.iter().map(|s| (s.id.clone(), s.state)).collect::<Vec<_>>(),
+        statuses.iter().map(|s| (s.id.clone(), s.state)).collect::<Vec<_>>()
+    );
+    cancel.cancel();
+    engine.stopped().await;
 }

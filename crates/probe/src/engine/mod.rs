@@ -55,6 +55,7 @@ pub use view::{
 use crate::graph::Graph;
 use crate::passive::breaker::CircuitState;
 use crate::passive::call::Call;
+use crate::passive::outlier::MemberStatus;
 use crate::resolve::Resolver;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::target::TargetId;
@@ -164,6 +165,38 @@ impl Engine {
             status.pool = self.inner.hub().member(&status.id, now);
         }
         statuses
+    }
+
+    /// Every target's status, sorted by id, without history, for a listing served often: each
+    /// target's copy is shared with the previous listing while nothing of it changed, so a
+    /// caller that keeps what it derived from a copy (a serialised fragment, keyed by the
+    /// `Arc`'s pointer) redoes only the targets that changed. The graph is read under one lock
+    /// for all of them.
+    pub fn listing(&self) -> Vec<Arc<TargetStatus>> {
+        let targets = self.inner.targets.load_full();
+        let scores: Vec<(Option<f64>, bool)> = self.inner.hub().with_graph(|graph| {
+            targets
+                .keys()
+                .map(|id| {
+                    graph
+                        .status(id)
+                        .map_or((None, false), |n| (n.score, n.dependency_down))
+                })
+                .collect()
+        });
+        let now = Instant::now();
+        let members: std::collections::HashMap<TargetId, MemberStatus> = self
+            .inner
+            .hub()
+            .members(now)
+            .into_iter()
+            .map(|m| (m.id.clone(), m))
+            .collect();
+        targets
+            .values()
+            .zip(scores)
+            .map(|(target, score)| target.listed(score, members.get(target.id()).cloned(), now))
+            .collect()
     }
 
     /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked

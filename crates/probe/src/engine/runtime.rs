@@ -17,6 +17,7 @@ use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
 use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
+use crate::passive::outlier::MemberStatus;
 use crate::resolve::{Names, Resolver};
 use crate::scheduler::Job;
 use crate::target::TargetId;
@@ -154,6 +155,11 @@ struct Status {
     /// Set when the target leaves the engine: its late results no longer move anything.
     retired: bool,
     streak: Streak,
+    /// Bumped by every change of what [`Target::status`] shows, so that a listing rebuilds only
+    /// the targets that changed since the last one.
+    version: u32,
+    /// The last listing's copy, with the version it was built at.
+    listed: Option<(u32, Arc<TargetStatus>)>,
 }
 
 /// A target as the engine runs it.
@@ -197,6 +203,8 @@ impl Target {
                     count: 0,
                     epoch: 0,
                 },
+                version: 0,
+                listed: None,
             }),
             seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
             success: metrics::gauge!("probe_success", "target" => label.clone()),
@@ -218,6 +226,7 @@ impl Target {
         detail: impl FnOnce() -> Option<String>,
     ) {
         let Some(t) = t else { return };
+        status.version = status.version.wrapping_add(1);
         status.transitions += 1;
         if !status.retired {
             effects.transition(t, detail(), status.transitions, status.machine.is_ejected());
@@ -237,6 +246,7 @@ impl Target {
         {
             let mut status = self.status.lock();
             let reason = maintenance.info.reason.clone();
+            status.version = status.version.wrapping_add(1);
             status.maintenance = Some(Box::new(maintenance));
             let t = status.machine.start_maintenance();
             Self::book(&mut status, &mut effects, t, || Some(reason));
@@ -253,6 +263,7 @@ impl Target {
             let Some(ended) = status.maintenance.take() else {
                 return false;
             };
+            status.version = status.version.wrapping_add(1);
             if ended.info.source == MaintenanceSource::Window {
                 status.window_ended_early = Some(ended.info.until);
             }
@@ -289,6 +300,7 @@ impl Target {
             if status.machine.is_ejected() == out {
                 return;
             }
+            status.version = status.version.wrapping_add(1);
             let t = if out {
                 status.machine.eject()
             } else {
@@ -312,7 +324,42 @@ impl Target {
     /// fill in.
     pub fn status(&self, with_history: bool) -> TargetStatus {
         let circuit = self.circuit(Instant::now());
-        let status = self.status.lock();
+        self.view(&self.status.lock(), with_history, circuit)
+    }
+
+    /// The target's status for a listing, with its graph figures (`score`, `dependency_down`)
+    /// and pool standing: the previous listing's copy while none of it changed, so that a
+    /// listing of many targets builds only the few that did.
+    pub fn listed(
+        &self,
+        score: (Option<f64>, bool),
+        pool: Option<MemberStatus>,
+        now: Instant,
+    ) -> Arc<TargetStatus> {
+        let circuit = self.circuit(now);
+        let mut status = self.status.lock();
+        if let Some((version, listed)) = &status.listed
+            && *version == status.version
+            && (listed.score, listed.dependency_down) == score
+            && listed.pool == pool
+            && listed.circuit == circuit
+        {
+            return listed.clone();
+        }
+        let mut view = self.view(&status, false, circuit);
+        (view.score, view.dependency_down) = score;
+        view.pool = pool;
+        let view = Arc::new(view);
+        status.listed = Some((status.version, view.clone()));
+        view
+    }
+
+    fn view(
+        &self,
+        status: &Status,
+        with_history: bool,
+        circuit: Option<CircuitSnapshot>,
+    ) -> TargetStatus {
         let details = status.details.as_deref();
         TargetStatus {
             id: self.seat.id.clone(),
@@ -406,6 +453,7 @@ impl Target {
         let mut effects = Effects::default();
         let step = {
             let mut status = self.status.lock();
+            status.version = status.version.wrapping_add(1);
             self.sync_maintenance(&mut status, &mut effects, now, wall);
             if !deferred {
                 status.window.record(outcome.ok());
