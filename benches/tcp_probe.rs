@@ -21,8 +21,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use probe::target::Address;
 use probe::tier::Probe;
-use probe::tier::tcp::TcpProbe;
-use probe::tier::tcp::TcpSpec;
+use probe::tier::tcp::{TcpProbe, TcpSpec};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::time::Instant;
 

@@ -77,13 +77,11 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use probe::engine::Event;
-use probe::engine::TargetSpec;
+use probe::engine::{Event, TargetSpec};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
-use probe::verdict::{Cause, HealthState};
-use probe::verdict::{FlapPolicy, Schedule, ScheduleSettings, Thresholds};
+use probe::verdict::{Cause, FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;

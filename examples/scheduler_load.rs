@@ -54,9 +54,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder
 use probe::engine::TargetSpec;
 use probe::outcome::CheckResult;
 use probe::target::TargetId;
-use probe::tier::Probe;
-use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{FlapPolicy, Schedule, ScheduleSettings, Thresholds};
+use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -45,14 +45,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use probe::engine::TargetSpec;
-use probe::engine::{Engine, EngineConfig};
+use probe::engine::{Engine, EngineConfig, TargetSpec};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
-use probe::verdict::HealthState;
-use probe::verdict::SelfHealthConfig;
-use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
+use probe::verdict::{HealthState, Schedule, ScheduleSettings, SelfHealthConfig, Thresholds};
 use support::{exit, flag};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;

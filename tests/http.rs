@@ -20,12 +20,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use probe::outcome::{CheckResult, Failure, FailureReason, Severity, Signal, Verdict};
-use probe::tier::Probe;
-use probe::tier::ProbeSpec;
 use probe::tier::http::{
     CaBundle, DegradedIf, HeaderMatch, HttpProbe, HttpSpec, JsonMatch, JsonScalar, Match,
     SignalRule, StatusSet, TlsTrust,
 };
+use probe::tier::{Probe, ProbeSpec};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 

@@ -6,8 +6,7 @@ use std::time::Duration;
 use probe::outcome::{CheckResult, Failure, FailureReason, Verdict};
 use probe::target::Address;
 use probe::tier::Probe;
-use probe::tier::tcp::TcpProbe;
-use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
+use probe::tier::tcp::{CloseMode, TcpExpect, TcpProbe, TcpSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

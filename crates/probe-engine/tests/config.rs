@@ -16,8 +16,7 @@ use probe::tier::http::{
     HeaderMatch, HttpSpec, JsonMatch, JsonScalar, Method, StatusPattern, StatusSet, TlsTrust,
 };
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
-use probe::verdict::{FlapPolicy, Schedule, Thresholds};
-use probe::verdict::{MaintenanceWindow, WindowStart};
+use probe::verdict::{FlapPolicy, MaintenanceWindow, Schedule, Thresholds, WindowStart};
 use probe_engine::config::{self, Config, ConfigError, ConfigErrors};
 
 /// Joins lines, so that a case's line numbers are the indices (plus one) of its lines.

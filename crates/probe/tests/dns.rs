@@ -12,15 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dns::DnsServer;
-use probe::engine::TargetSpec;
-use probe::engine::TargetStatus;
+use probe::engine::{TargetSpec, TargetStatus};
 use probe::outcome::FailureReason;
 use probe::resolve::{LookupError, Resolver};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
-use probe::verdict::HealthState;
-use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
+use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::net::TcpListener;
 use tokio::time::Instant;

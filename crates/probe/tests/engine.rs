@@ -5,16 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use probe::engine::TargetSpec;
-use probe::engine::{Engine, EngineConfig, Topology, TopologyError};
+use probe::engine::{Engine, EngineConfig, TargetSpec, Topology, TopologyError};
 use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
-use probe::tier::Probe;
-use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::HealthState;
-use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
+use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -1142,7 +1139,14 @@ fn readiness_answers_while_a_ten_thousand_target_apply_runs() {
 #[tokio::test(start_paused = true)]
 async fn a_listing_shares_the_copies_of_targets_that_did_not_change() {
     let (engine, cancel) = start(4);
-    let slow = target("a-slow", Arc::new(Idle), Duration::from_secs(3600), 0.0, 1, 1);
+    let slow = target(
+        "a-slow",
+        Arc::new(Idle),
+        Duration::from_secs(3600),
+        0.0,
+        1,
+        1,
+    );
     let fast = target("b-fast", Arc::new(Idle), Duration::from_secs(1), 0.0, 1, 1);
     engine.apply(vec![slow, fast]).unwrap();
     // Both have run once (first runs fall within the interval, the slow one's anywhere in its
@@ -1153,13 +1157,22 @@ async fn a_listing_shares_the_copies_of_targets_that_did_not_change() {
     assert!(first.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let later = engine.listing();
-    assert!(Arc::ptr_eq(&first[0], &later[0]), "a-slow did not run again");
+    assert!(
+        Arc::ptr_eq(&first[0], &later[0]),
+        "a-slow did not run again"
+    );
     assert!(!Arc::ptr_eq(&first[1], &later[1]), "b-fast did");
     assert!(later[1].consecutive_successes > first[1].consecutive_successes);
     let statuses = engine.statuses();
     assert_eq!(
-        later.iter().map(|s| (s.id.clone(), s.state)).collect::<Vec<_>>(),
-        statuses.iter().map(|s| (s.id.clone(), s.state)).collect::<Vec<_>>()
+        later
+            .iter()
+            .map(|s| (s.id.clone(), s.state))
+            .collect::<Vec<_>>(),
+        statuses
+            .iter()
+            .map(|s| (s.id.clone(), s.state))
+            .collect::<Vec<_>>()
     );
     cancel.cancel();
     engine.stopped().await;

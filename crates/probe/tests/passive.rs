@@ -14,18 +14,15 @@ use probe::engine::{
 };
 use probe::graph::{Dependency, NodeKind, NodeSpec};
 use probe::outcome::{CheckResult, Failure, FailureReason};
-use probe::passive::PoolPolicy;
 use probe::passive::breaker::{BreakerConfig, CircuitState, Window};
 use probe::passive::outlier::{OutlierConfig, OutlierSettings};
 use probe::passive::recovery::{RecoveryConfig, RecoveryPhase, RecoverySettings};
 use probe::passive::slow_start::SlowStartConfig;
-use probe::passive::{Call, CallOutcome};
+use probe::passive::{Call, CallOutcome, PoolPolicy};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
-use probe::tier::Probe;
-use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{Cause, HealthState};
-use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
+use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::verdict::{Cause, HealthState, Schedule, ScheduleSettings, Thresholds};
 use tokio::sync::broadcast::Receiver;
 use tokio_util::sync::CancellationToken;
 

@@ -99,16 +99,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use probe::discovery::Declaration;
-use probe::engine::TargetSpec;
-use probe::engine::Topology;
+use probe::engine::{TargetSpec, Topology};
 use probe::graph::{GraphConfig, NodeKind};
 use probe::passive::PoolPolicy;
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
-use probe::verdict::BackoffError;
-use probe::verdict::{FlapPolicy, Schedule, ScheduleError, ScheduleSettings, Thresholds};
-use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
+use probe::verdict::{
+    BackoffError, FlapPolicy, MaintenanceWindow, Schedule, ScheduleError, ScheduleSettings,
+    Thresholds, WindowError, WindowStart,
+};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
