@@ -1,25 +1,24 @@
 //! The routes that change something: operator maintenance, reported calls, circuit commands,
 //! readmitting an ejected target, and the drain.
 //!
-//! Each handler first lets [`authorize`] decide, then validates its body into the library's types
-//! (with the limits an operator request must respect) before it touches the engine, and answers
-//! with the target as it now is.
+//! Each handler takes an [`Authorized`] extractor, so that none runs for a peer the guard refuses;
+//! it then validates its body into the library's types (with the limits an operator request must
+//! respect) before it touches the engine, and answers with the target as it now is.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use probe::engine::CircuitCommand;
 use probe::passive::{Call, CallOutcome};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::authorize;
+use super::auth::Authorized;
 use super::reads::detail;
 use super::{ApiError, ApiState, parse_id};
 
@@ -29,15 +28,13 @@ const MAX_MAINTENANCE: Duration = Duration::from_secs(30 * 86_400);
 /// `POST /v1/drain`: starts the stop sequence (idempotent); answers at once with 202.
 pub(super) async fn drain(
     State(state): State<Arc<ApiState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    authorize(state.token.as_deref(), peer, &headers)?;
+    Authorized(peer): Authorized,
+) -> Response {
     if !state.stop.is_cancelled() {
         tracing::info!(%peer, "drain requested through the API");
         state.stop.cancel();
     }
-    Ok((StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response())
+    (StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response()
 }
 
 /// The body of `PUT /v1/targets/{id}/maintenance`.
@@ -66,12 +63,10 @@ impl MaintenanceRequest {
 /// `PUT /v1/targets/{id}/maintenance`: operator maintenance, saved so that it survives a restart.
 pub(super) async fn start_maintenance(
     State(state): State<Arc<ApiState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    Authorized(_): Authorized,
     body: Result<Json<MaintenanceRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(state.token.as_deref(), peer, &headers)?;
     let id = parse_id(&id)?;
     let (reason, duration) = body
         .map_err(|e| e.body_text())
@@ -85,11 +80,9 @@ pub(super) async fn start_maintenance(
 /// `DELETE /v1/targets/{id}/maintenance`: ends operator maintenance, and saves that too.
 pub(super) async fn end_maintenance(
     State(state): State<Arc<ApiState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    Authorized(_): Authorized,
 ) -> Result<Response, ApiError> {
-    authorize(state.token.as_deref(), peer, &headers)?;
     let id = parse_id(&id)?;
     state.engine.end_maintenance(&id)?;
     persist(&state);
@@ -132,12 +125,10 @@ impl CallReport {
 /// `POST /v1/targets/{id}/calls`: what real traffic saw, for passive health.
 pub(super) async fn report_call(
     State(state): State<Arc<ApiState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    Authorized(_): Authorized,
     body: Result<Json<CallReport>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(state.token.as_deref(), peer, &headers)?;
     let id = parse_id(&id)?;
     let call = body
         .map_err(|e| e.body_text())
@@ -161,12 +152,10 @@ pub(super) struct CircuitRequest {
 /// `POST /v1/targets/{id}/circuit`: force the circuit open, disable it, or reset it to closed.
 pub(super) async fn command_circuit(
     State(state): State<Arc<ApiState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    Authorized(peer): Authorized,
     body: Result<Json<CircuitRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(state.token.as_deref(), peer, &headers)?;
     let id = parse_id(&id)?;
     let Json(request) = body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let command = match request.command.as_str() {
@@ -188,11 +177,9 @@ pub(super) async fn command_circuit(
 /// `DELETE /v1/targets/{id}/ejection`: an operator readmits an ejected target.
 pub(super) async fn clear_ejection(
     State(state): State<Arc<ApiState>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    Authorized(peer): Authorized,
 ) -> Result<Response, ApiError> {
-    authorize(state.token.as_deref(), peer, &headers)?;
     let id = parse_id(&id)?;
     state.engine.clear_ejection(&id)?;
     tracing::info!(%peer, target_id = %id, "ejection cleared through the API");

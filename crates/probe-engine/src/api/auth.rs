@@ -1,21 +1,43 @@
 //! Who may change things: the guard every mutation passes before it acts.
 //!
-//! One function, so that the rule lives in one place and is tested alone: with a configured
-//! token, every change needs `Authorization: Bearer <token>`, wherever it comes from; without
-//! one, changes are accepted from loopback peers only.
+//! The rule lives in one function, tested alone: with a configured token, every change needs
+//! `Authorization: Bearer <token>`, wherever it comes from; without one, changes are accepted
+//! from loopback peers only. Handlers meet it as the [`Authorized`] extractor, so that a change
+//! cannot be written without passing it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
-use super::ApiError;
+use super::{ApiError, ApiState};
+
+/// A request the guard let through, with its peer for the logs. Extracting it refuses the
+/// request (401 or 403) unless [`authorize`] accepts it; it needs the peer address, so the API
+/// must be served with `into_make_service_with_connect_info::<SocketAddr>()`.
+pub(super) struct Authorized(pub(super) SocketAddr);
+
+impl FromRequestParts<Arc<ApiState>> for Authorized {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, Response> {
+        let ConnectInfo(peer) = ConnectInfo::<SocketAddr>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        authorize(state.token.as_deref(), peer, &parts.headers)
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(peer))
+    }
+}
 
 /// Lets a mutation through, or says why not.
-pub(super) fn authorize(
-    token: Option<&str>,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-) -> Result<(), ApiError> {
+fn authorize(token: Option<&str>, peer: SocketAddr, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = token else {
         return if peer.ip().to_canonical().is_loopback() {
             Ok(())
