@@ -6,9 +6,10 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use parking_lot::Mutex;
 use probe::engine::{Engine, EngineError, MaintenanceInfo};
 use probe::target::TargetId;
 use serde::{Deserialize, Serialize};
@@ -60,7 +61,11 @@ struct StateFile {
 /// an API change meanwhile does not lose them.
 #[derive(Clone, Debug)]
 pub struct StateStore {
+    /// The state file.
     path: PathBuf,
+    /// Saved maintenance whose target has not appeared yet, shared by the store's clones (the
+    /// API saves, the topology loop restores). A blocking mutex: each use swaps or filters the
+    /// list at once and never waits for anything while holding it.
     pending: Arc<Mutex<Vec<SavedMaintenance>>>,
 }
 
@@ -84,7 +89,7 @@ impl StateStore {
     /// is reported and skipped: losing a maintenance flag must not keep the daemon down.
     pub fn load_pending(&self) {
         match self.load() {
-            Ok(saved) => *self.lock() = saved,
+            Ok(saved) => *self.pending.lock() = saved,
             Err(e) => tracing::error!(error = %e, "saved maintenance not restored"),
         }
     }
@@ -93,7 +98,7 @@ impl StateStore {
     /// the expired and invalid entries. The others keep waiting.
     pub fn restore(&self, engine: &Engine) {
         let now = SystemTime::now();
-        self.lock().retain(|entry| {
+        self.pending.lock().retain(|entry| {
             let left = entry
                 .until()
                 .and_then(|until| until.duration_since(now).ok());
@@ -117,13 +122,6 @@ impl StateStore {
                 }
             }
         });
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SavedMaintenance>> {
-        // The list is replaced or filtered whole; a poisoned lock still holds a usable list.
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The saved maintenance; none when the file does not exist yet.
@@ -164,7 +162,8 @@ impl StateStore {
             })
             .collect();
         maintenance.extend(
-            self.lock()
+            self.pending
+                .lock()
                 .iter()
                 .filter(|p| !entries.iter().any(|(id, _)| id.as_str() == p.target))
                 .cloned(),

@@ -14,9 +14,10 @@
 //!   graph, is left out (or held at its last valid value) without disturbing anything else.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use parking_lot::Mutex;
 use probe::discovery::{Catalog, Discovery, Merger, Rejection};
 use probe::engine::{Diff, Engine};
 use probe::resolve::{Resolver, ResolverConfig};
@@ -35,6 +36,8 @@ const ETCD: usize = 1;
 /// A handle on the daemon's topology: its status for the API, and reload requests.
 #[derive(Clone)]
 pub struct Topology {
+    /// What the loop publishes, read by the API. A blocking mutex: every update is a few field
+    /// writes and every read a copy, never held across an `.await`.
     shared: Arc<Mutex<Shared>>,
     reload: mpsc::Sender<()>,
 }
@@ -206,7 +209,7 @@ impl Topology {
 
     /// The current status.
     pub fn status(&self) -> TopologyStatus {
-        let shared = lock(&self.shared);
+        let shared = self.shared.lock();
         let etcd = shared.etcd.as_ref().map(|e| EtcdStatus {
             endpoints: e.endpoints.clone(),
             prefix: e.prefix.clone(),
@@ -221,13 +224,6 @@ impl Topology {
             rejected: shared.rejected.clone(),
         }
     }
-}
-
-fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    // Every update is a few field writes; a poisoned lock still holds a usable status.
-    shared
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The directory relative paths of etcd values are resolved against: the config directory, or
@@ -263,7 +259,7 @@ impl FileSource {
             let loaded = tokio::task::spawn_blocking(move || config::load(&path))
                 .await
                 .unwrap_or_else(|e| Err(config::file_error(&self.path, e.to_string())));
-            let mut shared = lock(&self.shared);
+            let mut shared = self.shared.lock();
             shared.files.last_reload = Some(SystemTime::now());
             match loaded {
                 Ok(config) => {
@@ -391,7 +387,7 @@ impl Loop {
         }
         let Some(config) = config else {
             self.merger.update(ETCD, Catalog::default());
-            lock(&self.shared).etcd = None;
+            self.shared.lock().etcd = None;
             return;
         };
         self.incarnations += 1;
@@ -429,7 +425,7 @@ impl Loop {
                 None
             }
         };
-        lock(&self.shared).etcd = Some(status);
+        self.shared.lock().etcd = Some(status);
         self.etcd = Some(RunningEtcd {
             config,
             incarnation,
@@ -458,7 +454,7 @@ impl Loop {
         if let Some(store) = self.store.as_ref().filter(|_| !diff.added.is_empty()) {
             store.restore(&self.engine);
         }
-        let mut shared = lock(&self.shared);
+        let mut shared = self.shared.lock();
         for rejection in merged
             .rejected
             .iter()

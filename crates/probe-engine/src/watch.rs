@@ -27,25 +27,41 @@
 //!
 //! # Debounce
 //! An editor's save or a ConfigMap swap is a burst of events; the trigger is sent once the
-//! directory has been quiet for the debounce delay, so the reload sees the finished state. A
-//! directory that never goes quiet still triggers at most ten debounce delays after the burst
-//! began.
+//! directory has been quiet for the debounce delay, so the reload sees the finished state.
+//!
+//! `notify-debouncer-mini` keeps that time, on a thread of its own. It debounces each path apart
+//! and sees neither the kind of an event nor whether it concerns the config, so it watches
+//! through a `ConfigWatcher`: the name filter above runs first, on notify's thread, and every
+//! event that concerns the config reaches the debouncer as an event of one path, the config's. A
+//! burst over several names (a temporary file renamed over the config, a symlink swap) is then
+//! one burst, and one trigger. (`notify-debouncer-full` keeps the kinds, but delays each event by
+//! the delay instead of waiting for quiet, so a burst longer than the delay would reload twice.)
+//!
+//! A directory that never goes quiet still triggers at most ten debounce delays after the burst
+//! began. The debouncer has no such bound: it only reports, about once a delay, that a burst goes
+//! on (`AnyContinuous`), so the count of those reports up to ten (`MAX_DEFER`) is kept here.
 //!
 //! # Losing the watch
 //! When the watched directory is removed, renamed, or replaced (checked every two seconds, for
 //! the cases inotify does not report), or when notify reports an error, the watch is rebuilt,
-//! retrying with a delay that doubles up to five seconds. Each new watch sends a trigger, since
-//! edits made while nothing was watching would otherwise be missed.
+//! retrying with a delay that doubles up to five seconds. The lost watch is kept until the new
+//! one is in place, so that a burst it saw before the loss (the files removed with their
+//! directory) still triggers. Each new watch sends a trigger, since edits made while nothing was
+//! watching would otherwise be missed.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::ops::ControlFlow;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
-use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::{Event, EventHandler, RecommendedWatcher, RecursiveMode, Watcher, WatcherKind};
+use notify_debouncer_mini::{
+    DebounceEventHandler, DebounceEventResult, DebouncedEventKind, Debouncer, new_debouncer_opt,
+};
+use parking_lot::Mutex;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -118,16 +134,21 @@ pub async fn watch_config(
         Ok(absolute) => absolute,
         Err(source) => return Err(WatchError::Path { path, source }),
     };
-    let mut debounce = Debounce::new(debounce.min(MAX_DEBOUNCE));
+    let debounce = debounce.min(MAX_DEBOUNCE);
     let mut failures: u32 = 0;
+    // The watch lost last, kept until the next one is in place: a burst it saw before the loss
+    // still sends its trigger.
+    let mut lost: Option<Armed> = None;
     loop {
         let armed = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
             () = trigger.closed() => return Ok(()),
-            armed = arm(path.clone()) => armed,
+            armed = arm(path.clone(), debounce, trigger.clone()) => armed,
         };
         match armed {
             Ok(mut armed) => {
+                // The new watch's own trigger covers whatever the lost one still had pending.
+                drop(lost.take());
                 tracing::info!(
                     config = %path.display(),
                     dir = %armed.dir.display(),
@@ -137,14 +158,17 @@ pub async fn watch_config(
                 if !offer(&trigger) {
                     return Ok(());
                 }
-                match watching(&mut armed, &mut debounce, &trigger, &cancel).await {
+                match watching(&mut armed, &trigger, &cancel).await {
                     Exit::Stop => return Ok(()),
-                    Exit::Lost(reason) => tracing::warn!(
-                        config = %path.display(),
-                        dir = %armed.dir.display(),
-                        reason = %reason,
-                        "config watch lost; rebuilding it"
-                    ),
+                    Exit::Lost(reason) => {
+                        tracing::warn!(
+                            config = %path.display(),
+                            dir = %armed.dir.display(),
+                            reason = %reason,
+                            "config watch lost; rebuilding it"
+                        );
+                        lost = Some(armed);
+                    }
                 }
             }
             // The first failure in a row is worth a warning; the retries that follow are not.
@@ -156,17 +180,15 @@ pub async fn watch_config(
             }
         }
         failures = failures.saturating_add(1);
-        let delay = retry_delay(failures);
-        if waiting(delay, &mut debounce, &trigger, &cancel)
-            .await
-            .is_break()
-        {
-            return Ok(());
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            () = trigger.closed() => return Ok(()),
+            () = tokio::time::sleep(retry_delay(failures)) => {}
         }
     }
 }
 
-/// Why a state of the watcher ended.
+/// Why a watch ended.
 enum Exit {
     /// Cancelled, or nobody listens for triggers any more.
     Stop,
@@ -174,10 +196,10 @@ enum Exit {
     Lost(String),
 }
 
-/// While a watch is in place: events feed the debounce, the debounce sends triggers.
+/// While a watch is in place: the debouncer sends the triggers on its own thread, so this only
+/// waits for the watch to be lost, or for the end.
 async fn watching(
     armed: &mut Armed,
-    debounce: &mut Debounce,
     trigger: &mpsc::Sender<()>,
     cancel: &CancellationToken,
 ) -> Exit {
@@ -187,51 +209,19 @@ async fn watching(
         tokio::select! {
             () = cancel.cancelled() => return Exit::Stop,
             () = trigger.closed() => return Exit::Stop,
-            seen = armed.seen.changed() => {
-                if seen.is_err() {
-                    return Exit::Lost("the notify thread ended".to_owned());
-                }
-                // A loss is sticky in the channel; a plain change only marks it changed.
-                if let Some(reason) = armed.seen.borrow_and_update().clone() {
-                    return Exit::Lost(reason);
-                }
-                debounce.event();
-            }
-            () = debounce.due() => {
-                debounce.clear();
-                if !offer(trigger) {
-                    return Exit::Stop;
-                }
+            changed = armed.lost.changed() => {
+                // The channel changes only when the watch is lost, and closes only when the
+                // debouncer's thread ended.
+                let reason = match changed {
+                    Ok(()) => armed.lost.borrow_and_update().clone(),
+                    Err(_) => None,
+                };
+                return Exit::Lost(reason.unwrap_or_else(|| "the debouncer's thread ended".to_owned()));
             }
             _ = recheck.tick() => {
                 let now = tokio::fs::metadata(&armed.dir).await.ok().map(|m| identity(&m));
                 if now != Some(armed.identity) {
                     return Exit::Lost("the directory was replaced or removed".to_owned());
-                }
-            }
-        }
-    }
-}
-
-/// While no watch is in place: wait `delay` before the next attempt, still sending a trigger
-/// that a burst seen before the loss has made due. Breaks when the watcher must stop.
-async fn waiting(
-    delay: Duration,
-    debounce: &mut Debounce,
-    trigger: &mpsc::Sender<()>,
-    cancel: &CancellationToken,
-) -> ControlFlow<()> {
-    let retry = tokio::time::sleep(delay);
-    tokio::pin!(retry);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return ControlFlow::Break(()),
-            () = trigger.closed() => return ControlFlow::Break(()),
-            () = &mut retry => return ControlFlow::Continue(()),
-            () = debounce.due() => {
-                debounce.clear();
-                if !offer(trigger) {
-                    return ControlFlow::Break(());
                 }
             }
         }
@@ -253,78 +243,143 @@ fn retry_delay(failures: u32) -> Duration {
     RETRY_MIN.saturating_mul(1 << doublings).min(RETRY_MAX)
 }
 
-/// When the pending trigger is due, if one is.
-struct Debounce {
-    /// How long the directory must stay quiet.
-    quiet: Duration,
-    /// The first event of the current burst: bounds how long a trigger can be deferred.
-    first: Option<Instant>,
-    /// When to send the trigger; `None` when nothing is pending.
-    due: Option<Instant>,
+/// Turns the debouncer's reports into triggers, on the debouncer's thread.
+struct Triggers {
+    /// Where triggers go; the async side notices when nobody listens any more.
+    trigger: mpsc::Sender<()>,
+    /// Set once, to the first reason the watch was lost.
+    lost: watch::Sender<Option<String>>,
+    /// How many times since the last trigger the debouncer reported that the burst goes on:
+    /// about once a debounce delay.
+    continuing: u32,
 }
 
-impl Debounce {
-    fn new(quiet: Duration) -> Self {
-        Self {
-            quiet,
-            first: None,
-            due: None,
+impl DebounceEventHandler for Triggers {
+    fn handle_event(&mut self, result: DebounceEventResult) {
+        match result {
+            // Every event is of the config's path (see `ConfigWatcher`): `Any` once it has been
+            // quiet for the delay, `AnyContinuous` while it is not.
+            Ok(events) => {
+                let quiet = events.iter().any(|e| e.kind == DebouncedEventKind::Any);
+                self.continuing = if quiet { 0 } else { self.continuing + 1 };
+                if quiet || self.continuing >= MAX_DEFER {
+                    self.continuing = 0;
+                    // A closed channel is noticed by the async side, which then stops.
+                    offer(&self.trigger);
+                }
+            }
+            Err(error) => {
+                self.lost.send_if_modified(|lost| {
+                    let first = lost.is_none();
+                    lost.get_or_insert_with(|| error.to_string());
+                    first
+                });
+            }
+        }
+    }
+}
+
+/// notify's watcher seen through the config's [`Filter`]: the watcher the debouncer runs.
+///
+/// Its `watch` takes the config's path, not a directory, and watches the directory [`Filter`]
+/// chooses for it. Of the events there, only those that concern the config are passed on, each
+/// as an event of the config's path (so that the debouncer, which debounces each path apart,
+/// debounces the config as one thing); a lost watch is passed on as an error, which the debouncer
+/// reports at once.
+struct ConfigWatcher {
+    /// notify's watcher; `None` only while being dropped.
+    inner: Option<RecommendedWatcher>,
+    /// The filter of the config watched, `None` before `watch`. Shared with notify's thread,
+    /// which holds the only other reference (so the count tells whether that thread is alive);
+    /// behind a mutex because `watch` sets it once that thread runs, which alone locks it after.
+    filter: Arc<Mutex<Option<Filter>>>,
+}
+
+impl Watcher for ConfigWatcher {
+    fn new<F: EventHandler>(mut handler: F, config: notify::Config) -> notify::Result<Self> {
+        let filter: Arc<Mutex<Option<Filter>>> = Arc::default();
+        let shared = Arc::clone(&filter);
+        let forward = move |event: notify::Result<Event>| {
+            let mut guard = shared.lock();
+            let Some(filter) = guard.as_mut() else {
+                return;
+            };
+            match filter.classify(event) {
+                None => {}
+                Some(Seen::Changed) => {
+                    let config = Event::new(EventKind::Any).add_path(filter.path.clone());
+                    handler.handle_event(Ok(config));
+                }
+                Some(Seen::Lost(reason)) => {
+                    handler.handle_event(Err(notify::Error::generic(&reason)))
+                }
+            }
+        };
+        let inner = RecommendedWatcher::new(forward, config)?;
+        Ok(Self {
+            inner: Some(inner),
+            filter,
+        })
+    }
+
+    fn watch(&mut self, path: &Path, _: RecursiveMode) -> notify::Result<()> {
+        let filter = Filter::new(path.to_path_buf());
+        let dir = filter.dir.clone();
+        // In place before the watch, so that none of its events is missed.
+        *self.filter.lock() = Some(filter);
+        match &mut self.inner {
+            Some(inner) => inner.watch(&dir, RecursiveMode::NonRecursive),
+            None => Err(notify::Error::generic("the watcher is being dropped")),
         }
     }
 
-    /// An event: the trigger moves to `quiet` from now, but no later than `MAX_DEFER` quiet
-    /// delays after the burst began.
-    fn event(&mut self) {
-        let now = Instant::now();
-        let first = *self.first.get_or_insert(now);
-        let latest = first + self.quiet * MAX_DEFER;
-        self.due = Some((now + self.quiet).min(latest));
+    /// Ends the watch of the config, whatever the path: there is only one.
+    fn unwatch(&mut self, _: &Path) -> notify::Result<()> {
+        let filter = self
+            .filter
+            .lock()
+            .take()
+            .ok_or_else(notify::Error::watch_not_found)?;
+        match &mut self.inner {
+            Some(inner) => inner.unwatch(&filter.dir),
+            None => Err(notify::Error::watch_not_found()),
+        }
     }
 
-    fn clear(&mut self) {
-        self.first = None;
-        self.due = None;
+    fn kind() -> WatcherKind {
+        RecommendedWatcher::kind()
     }
+}
 
-    /// Completes when the pending trigger is due; never when none is pending.
-    async fn due(&self) {
-        match self.due {
-            Some(due) => tokio::time::sleep_until(due).await,
-            None => std::future::pending().await,
+impl Drop for ConfigWatcher {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        if Arc::strong_count(&self.filter) == 1 {
+            // notify's thread is gone (it dropped our handler), which only happens if it
+            // panicked; the watcher's own drop would then panic on its closed channel. There is
+            // nothing left to stop, so the handle is leaked instead.
+            std::mem::forget(inner);
+        } else {
+            // Tells notify's thread to remove the watch, close inotify and exit.
+            drop(inner);
         }
     }
 }
 
 /// A watch in place.
 struct Armed {
-    /// Dropped to stop notify's thread; `None` only while being dropped.
-    watcher: Option<RecommendedWatcher>,
-    /// Marked changed by notify's thread for each event that concerns the config; holds the
-    /// reason once the watch is lost. A `watch` channel rather than a queue: the async side only
-    /// needs "something happened since I last looked", so the channel never grows and the
-    /// notify thread never blocks on it.
-    seen: watch::Receiver<Option<String>>,
+    /// Held for its drop, which stops the debouncer's thread and notify's.
+    _debouncer: Debouncer<ConfigWatcher>,
+    /// Holds the reason once the watch is lost, and changes only then. A `watch` channel: the
+    /// async side only needs "lost since I last looked", so nothing queues and the debouncer's
+    /// thread never blocks on it.
+    lost: watch::Receiver<Option<String>>,
     /// The directory watched.
     dir: PathBuf,
     /// `dir` once watched, to notice it being replaced.
     identity: Identity,
-}
-
-impl Drop for Armed {
-    fn drop(&mut self) {
-        let Some(watcher) = self.watcher.take() else {
-            return;
-        };
-        if self.seen.has_changed().is_err() {
-            // notify's thread is gone (it dropped our handler), which only happens if it
-            // panicked; the watcher's own drop would then panic on its closed channel. There is
-            // nothing left to stop, so the handle is leaked instead.
-            std::mem::forget(watcher);
-        } else {
-            // Tells notify's thread to remove the watch, close inotify and exit.
-            drop(watcher);
-        }
-    }
 }
 
 /// Why a watch could not be put in place.
@@ -341,30 +396,40 @@ enum ArmError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// Puts a watch in place for the config at `path` (absolute). Runs on the blocking pool: notify
-/// sets the watch up on its own thread and waits for it, and the filter reads symlinks.
-async fn arm(path: PathBuf) -> Result<Armed, ArmError> {
-    tokio::task::spawn_blocking(move || arm_blocking(path)).await?
+/// Puts a watch in place for the config at `path` (absolute), whose debouncer sends triggers on
+/// `trigger`. Runs on the blocking pool: notify sets the watch up on its own thread and waits for
+/// it, and the filter reads symlinks.
+async fn arm(
+    path: PathBuf,
+    debounce: Duration,
+    trigger: mpsc::Sender<()>,
+) -> Result<Armed, ArmError> {
+    tokio::task::spawn_blocking(move || arm_blocking(&path, debounce, trigger)).await?
 }
 
-fn arm_blocking(path: PathBuf) -> Result<Armed, ArmError> {
-    let mut filter = Filter::new(path);
-    let dir = filter.dir.clone();
-    let (tx, seen) = watch::channel(None);
-    let handler = move |event: notify::Result<Event>| match filter.classify(event) {
-        None => {}
-        Some(Seen::Changed) => tx.send_modify(|_| {}),
-        Some(Seen::Lost(reason)) => tx.send_modify(|lost| {
-            lost.get_or_insert(reason);
-        }),
-    };
+fn arm_blocking(
+    path: &Path,
+    debounce: Duration,
+    trigger: mpsc::Sender<()>,
+) -> Result<Armed, ArmError> {
+    // The directory `ConfigWatcher::watch` chooses for `path`, for errors and the recheck.
+    let dir = watched_dir(path);
     let notify_error = |source| ArmError::Notify {
         dir: dir.clone(),
         source,
     };
-    let mut watcher = notify::recommended_watcher(handler).map_err(notify_error)?;
-    watcher
-        .watch(&dir, RecursiveMode::NonRecursive)
+    let (lost_tx, lost) = watch::channel(None);
+    let triggers = Triggers {
+        trigger,
+        lost: lost_tx,
+        continuing: 0,
+    };
+    let config = notify_debouncer_mini::Config::default().with_timeout(debounce);
+    let mut debouncer =
+        new_debouncer_opt::<_, ConfigWatcher>(config, triggers).map_err(notify_error)?;
+    debouncer
+        .watcher()
+        .watch(path, RecursiveMode::NonRecursive)
         .map_err(notify_error)?;
     // After the watch: if the directory is replaced in between, the identity is the new one and
     // the next recheck rebuilds the watch.
@@ -373,8 +438,8 @@ fn arm_blocking(path: PathBuf) -> Result<Armed, ArmError> {
         source,
     })?;
     Ok(Armed {
-        watcher: Some(watcher),
-        seen,
+        _debouncer: debouncer,
+        lost,
         identity: identity(&metadata),
         dir,
     })
@@ -410,25 +475,11 @@ struct Filter {
 }
 
 impl Filter {
-    /// A filter for the config at `path` (absolute) as it is now: a directory is watched itself,
-    /// anything else (a file, or nothing yet) through its parent.
+    /// A filter for the config at `path` (absolute) as it is now, watched in [`watched_dir`].
     fn new(path: PathBuf) -> Self {
-        let parent = path
-            .parent()
-            .filter(|_| path.file_name().is_some())
-            .map(Path::to_path_buf);
-        match parent {
-            Some(dir) if !path.is_dir() => {
-                let names = Some(related_names(&path, &dir));
-                Self { path, dir, names }
-            }
-            // A directory, or a path without a file name (`/`, `a/..`), which can only be one.
-            _ => Self {
-                dir: path.clone(),
-                path,
-                names: None,
-            },
-        }
+        let dir = watched_dir(&path);
+        let names = (dir != path).then(|| related_names(&path, &dir));
+        Self { path, dir, names }
     }
 
     /// What `event` means for the config, if anything.
@@ -476,6 +527,16 @@ impl Filter {
     }
 }
 
+/// Where the config at `path` (absolute) is watched, as it is now: a directory itself, anything
+/// else (a file, or nothing yet) through its parent. A path without a file name (`/`, `a/..`)
+/// can only be a directory.
+fn watched_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if path.file_name().is_some() && !path.is_dir() => parent.to_path_buf(),
+        _ => path.to_path_buf(),
+    }
+}
+
 /// The names in `dir` whose changes can change what `path` (a file in `dir`) reads: its own
 /// name, the first component of each symlink target on the way that stays in `dir`, followed in
 /// turn, and `..data` (which a ConfigMap volume may create later).
@@ -509,6 +570,8 @@ fn related_names(path: &Path, dir: &Path) -> HashSet<OsString> {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
+
+    use notify_debouncer_mini::DebouncedEvent;
 
     use super::*;
 
@@ -648,6 +711,36 @@ mod tests {
         assert_eq!(filter.classify(Ok(written)), Some(Seen::Changed));
     }
 
+    /// The debouncer reports a burst that goes on about once a delay; the tenth such report
+    /// triggers, and so does the end of the burst.
+    #[test]
+    fn a_burst_that_goes_on_triggers_every_ten_delays_and_at_its_end() {
+        let (trigger, mut triggers) = mpsc::channel(8);
+        let (lost, _) = watch::channel(None);
+        let mut handler = Triggers {
+            trigger,
+            lost,
+            continuing: 0,
+        };
+        let mut report = |kind| {
+            let event = DebouncedEvent::new(PathBuf::from("/etc/probes/x.yaml"), kind);
+            handler.handle_event(Ok(vec![event]));
+            triggers.try_recv().is_ok()
+        };
+        for round in 0..2 {
+            for n in 1..MAX_DEFER {
+                assert!(
+                    !report(DebouncedEventKind::AnyContinuous),
+                    "round {round}: {n}"
+                );
+            }
+            assert!(report(DebouncedEventKind::AnyContinuous), "round {round}");
+        }
+        assert!(!report(DebouncedEventKind::AnyContinuous));
+        assert!(report(DebouncedEventKind::Any));
+        assert!(!report(DebouncedEventKind::AnyContinuous));
+    }
+
     #[test]
     fn retry_delay_doubles_up_to_its_cap() {
         assert_eq!(retry_delay(1), RETRY_MIN);
@@ -655,13 +748,17 @@ mod tests {
         assert_eq!(retry_delay(u32::MAX), RETRY_MAX);
     }
 
-    /// notify's thread owns the handler, and with it the sending side of `seen`: the channel
-    /// closing shows that dropping the watch ended that thread.
+    /// The debouncer's thread owns the handler, and with it the sending side of `lost`: the
+    /// channel closing shows that dropping the watch ended that thread (the drop stops notify's
+    /// own thread on the way, see `ConfigWatcher`).
     #[tokio::test]
     async fn dropping_the_watch_ends_the_notify_thread() {
         let dir = tempfile::tempdir().unwrap();
-        let armed = arm(dir.path().to_path_buf()).await.unwrap();
-        let mut seen = armed.seen.clone();
+        let (trigger, _triggers) = mpsc::channel(1);
+        let armed = arm(dir.path().to_path_buf(), Duration::from_millis(10), trigger)
+            .await
+            .unwrap();
+        let mut seen = armed.lost.clone();
         drop(armed);
         let closed = tokio::time::timeout(Duration::from_secs(5), async {
             while seen.changed().await.is_ok() {}

@@ -33,8 +33,8 @@ use probe::graph::{
 use probe::target::TargetId;
 use serde::Deserialize;
 
-use super::node::{Node, Pos, Sp, collect};
-use super::{Diags, did_you_mean, each, quote, value_of};
+use super::diagnostics::{did_you_mean, quote};
+use super::node::{Diags, Node, Pos, Sp, collect, each, value_of};
 
 #[derive(Deserialize)]
 #[serde(rename = "dependency", deny_unknown_fields)]

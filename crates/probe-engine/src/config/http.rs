@@ -18,8 +18,10 @@ use probe::tier::http::{
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
 
-use super::node::{Entries, Node, OneOrMany, Pos, Sp};
-use super::{Diags, Source, did_you_mean, duration, each, quote, value_of};
+use super::diagnostics::{did_you_mean, quote};
+use super::files::Source;
+use super::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
+use super::schedule::duration;
 
 /// The methods a probe may use. A health check has no business with `CONNECT` or `TRACE`.
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -36,7 +38,7 @@ pub(super) struct RawHttp {
     fresh_connection: Option<Sp<bool>>,
     expect: Option<Sp<RawExpect>>,
     degraded_if: Option<Sp<RawDegradedIf>>,
-    // Only checked to be a sequence here: each signal is then read on its own (`super::each`).
+    // Only checked to be a sequence here: each signal is then read on its own (`node::each`).
     signals: Option<Vec<IgnoredAny>>,
 }
 

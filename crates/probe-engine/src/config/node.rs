@@ -11,6 +11,10 @@
 //!
 //! Scalars keep their source text, so a plain `5` or `yes` can still be read as a string, the way
 //! YAML schema-less parsing reads it when the target type asks for a string.
+//!
+//! The module also owns reading a document into the tree ([`yaml_options`], [`syntax_error`])
+//! and the two lookups every section's parser uses on it ([`value_of`], [`each`]), so that no
+//! section reaches into the tree's shape by itself.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -18,6 +22,8 @@ use std::marker::PhantomData;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
+
+use super::diagnostics::{did_you_mean, quote};
 
 /// A 1-based line and column in the source text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,6 +45,9 @@ impl Pos {
         }
     }
 }
+
+/// Errors of one file: position and message.
+pub(crate) type Diags = Vec<(Pos, String)>;
 
 /// One node of the document tree with its position.
 #[derive(Debug)]
@@ -469,7 +478,7 @@ impl fmt::Display for DeErr {
             }
             ErrKind::UnknownField { field, expected } => {
                 write!(f, "unknown field {field:?} in {context}")?;
-                match super::did_you_mean(field, expected.iter().copied()) {
+                match did_you_mean(field, expected.iter().copied()) {
                     Some(best) => write!(f, ", did you mean {best:?}?"),
                     None => {
                         let list: Vec<String> = expected.iter().map(|k| format!("{k:?}")).collect();
@@ -493,7 +502,7 @@ fn describe_unexpected(unexpected: de::Unexpected<'_>) -> String {
         U::Signed(n) => format!("integer {n}"),
         U::Float(n) => format!("number {n}"),
         U::Char(c) => format!("string {:?}", c.to_string()),
-        U::Str(s) => format!("string {}", super::quote(s)),
+        U::Str(s) => format!("string {}", quote(s)),
         U::Unit | U::Option => "null".to_owned(),
         U::Seq => "a sequence".to_owned(),
         U::Map => "a mapping".to_owned(),
@@ -576,7 +585,7 @@ impl<'a> NodeDe<'a> {
         self.node.entries().iter().any(|(k, _)| {
             self.cx.excluded.contains(&k.id())
                 && k.text(self.cx.src)
-                    .is_some_and(|text| text == name || super::did_you_mean(text, [name]).is_some())
+                    .is_some_and(|text| text == name || did_you_mean(text, [name]).is_some())
         })
     }
 }
@@ -833,4 +842,72 @@ pub(crate) fn collect<T: DeserializeOwned>(
         "too many errors in this section; the rest of it was not checked".to_owned(),
     ));
     (None, errors)
+}
+
+/// Parser options that keep hostile input cheap: bounded nesting, aliases and sizes, no
+/// includes. Duplicate keys are passed through so that they are reported per section (with the
+/// rest of the section's errors) instead of failing the whole file.
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: 32,
+            max_aliases: 10_000,
+            max_anchors: 10_000,
+            max_nodes: 250_000,
+            max_total_scalar_bytes: 16 * 1024 * 1024,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 100_000,
+        },
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::PassThrough,
+        strict_booleans: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
+        with_snippet: false,
+    }
+}
+
+/// Where a syntax error is and what it says.
+pub(crate) fn syntax_error(e: &serde_saphyr::Error) -> (Pos, String) {
+    let pos = e.location().map_or(Pos::NONE, Pos::of);
+    let message = serde_saphyr::MessageFormatter::format_message(
+        &serde_saphyr::UserMessageFormatter,
+        e.without_snippet(),
+    );
+    (pos, format!("invalid YAML: {message}"))
+}
+
+/// The value of `key` in the mapping `node`, unless absent or null.
+pub(crate) fn value_of<'a>(node: &'a Node, src: &str, key: &str) -> Option<&'a Node> {
+    node.entries()
+        .iter()
+        .find(|(k, _)| k.text(src) == Some(key))
+        .map(|(_, value)| value)
+        .filter(|value| !matches!(value.kind, Kind::Null))
+}
+
+/// Deserializes every item of the sequence `node` on its own, so that each item reports its own
+/// structural errors (deserialized as part of the list, the first error would drop the whole
+/// list). An item with structural errors is `None`: checking its values would report the
+/// consequences of what was dropped from it. Each item comes with its position.
+pub(crate) fn each<T: DeserializeOwned>(
+    node: Option<&Node>,
+    src: &str,
+    diags: &mut Diags,
+) -> Vec<Option<(T, Pos)>> {
+    let Some(Node {
+        kind: Kind::Seq(items),
+        ..
+    }) = node
+    else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|item| {
+            let (value, errors) = collect::<T>(item, src);
+            let clean = errors.is_empty();
+            diags.extend(errors);
+            value.filter(|_| clean).map(|value| (value, item.pos))
+        })
+        .collect()
 }

@@ -96,8 +96,8 @@ use probe::passive::recovery::{RecoveryConfig, RecoveryConfigError, RecoverySett
 use probe::passive::slow_start::{SlowStartConfig, SlowStartConfigError};
 use serde::Deserialize;
 
-use super::node::{Pos, Sp};
-use super::{Diags, Slot, duration};
+use super::node::{Diags, Pos, Sp};
+use super::schedule::{Slot, checked, count, duration};
 
 // ---------------------------------------------------------------------------------------------
 // Raw schema.
@@ -331,7 +331,7 @@ impl Passive {
     pub fn parse(raw: &RawPassive<'_>, diags: &mut Diags) -> Self {
         Self {
             breaker: block(raw.circuit_breaker, |r| r.enabled.as_ref(), breaker, diags),
-            skip_active_after: super::count(raw.skip_active_after, "skip_active_after", diags),
+            skip_active_after: count(raw.skip_active_after, "skip_active_after", diags),
             outlier: block(raw.outlier, |r| r.enabled.as_ref(), outlier, diags),
             recovery: block(raw.recovery, |_| None, recovery, diags),
             slow_start: block(raw.slow_start, |r| r.enabled.as_ref(), slow_start, diags),
@@ -642,27 +642,6 @@ pub(super) fn target_only(name: &str) -> Option<&'static str> {
 
 // ---------------------------------------------------------------------------------------------
 // One value at a time, with the library's rules and messages.
-
-/// A located number accepted by `ok`; otherwise `message` is reported at the value.
-pub(super) fn checked<T: Copy>(
-    raw: Option<&Sp<T>>,
-    ok: impl Fn(T) -> bool,
-    message: impl Fn(T) -> String,
-    diags: &mut Diags,
-) -> Slot<T> {
-    let Some(raw) = raw else {
-        return Slot::Absent;
-    };
-    if ok(raw.value) {
-        Slot::Set {
-            value: raw.value,
-            key: raw.key,
-        }
-    } else {
-        diags.push((raw.pos, message(raw.value)));
-        Slot::Invalid
-    }
-}
 
 /// A humantime duration (at most a day) accepted by `ok`; otherwise `message` is reported at the
 /// value.

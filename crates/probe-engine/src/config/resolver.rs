@@ -22,8 +22,9 @@ use std::time::Duration;
 use probe::resolve::ResolverConfig;
 use serde::Deserialize;
 
-use super::node::{Node, Sp, collect};
-use super::{Diags, duration_at_most, quote};
+use super::diagnostics::quote;
+use super::node::{Diags, Node, Sp, collect};
+use super::schedule::duration_at_most;
 
 #[derive(Deserialize)]
 #[serde(rename = "resolver", deny_unknown_fields)]

@@ -18,8 +18,10 @@ use probe::tier::http::expand_env;
 use probe_etcd::{ClientCert, Credentials, SourceConfig, TlsFiles};
 use serde::Deserialize;
 
-use super::node::{Node, Sp, collect};
-use super::{Diags, Slot, Source, duration, quote};
+use super::diagnostics::quote;
+use super::files::Source;
+use super::node::{Diags, Node, Sp, collect};
+use super::schedule::{Slot, duration};
 
 #[derive(Deserialize)]
 #[serde(rename = "topology", deny_unknown_fields)]

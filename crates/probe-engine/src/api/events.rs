@@ -1,0 +1,57 @@
+//! `GET /v1/events`: the engine's state changes as Server-Sent Events.
+//!
+//! The one long-lived answer of the API, so it is the one that must end by itself: the stream
+//! stops when the daemon shuts down, and a subscriber too slow for the engine's broadcast is told
+//! how many events it missed (a `lagged` event) rather than being cut off.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::sse::{self, KeepAlive, Sse};
+use futures_util::Stream;
+use probe::engine::Event;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::shared::ApiState;
+use super::views::rfc3339;
+
+/// `GET /v1/events`: every state change as an SSE `transition` event with a JSON body.
+pub(super) async fn events(
+    State(state): State<Arc<ApiState>>,
+) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
+    let receiver = state.engine.subscribe();
+    let shutdown = state.shutdown.clone();
+    let stream = futures_util::stream::unfold(
+        (receiver, shutdown),
+        |(mut receiver, shutdown)| async move {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return None,
+                next = receiver.recv() => match next {
+                    Ok(event) => transition_event(&event),
+                    Err(RecvError::Lagged(missed)) => sse::Event::default()
+                        .event("lagged")
+                        .data(json!({ "missed": missed }).to_string()),
+                    Err(RecvError::Closed) => return None,
+                },
+            };
+            Some((Ok(event), (receiver, shutdown)))
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+fn transition_event(e: &Event) -> sse::Event {
+    sse::Event::default().event("transition").data(
+        json!({
+            "target": e.target.as_str(),
+            "from": e.from.as_str(),
+            "to": e.to.as_str(),
+            "cause": e.cause.as_str(),
+            "at": rfc3339(e.at),
+            "detail": e.detail,
+        })
+        .to_string(),
+    )
+}

@@ -1,0 +1,97 @@
+//! The health API: views of the engine's snapshot (never a probe on request), plus the few
+//! operator actions.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /livez` | 200 until the daemon has stopped (dependencies never fail it) |
+//! | `GET /readyz` | 200 when ready, else 503 with a reason: not while starting or stopping; then from the `readiness` policy when the config has one, else when every target is UP, DEGRADED or in MAINTENANCE |
+//! | `GET /startupz` | 200 once the daemon has loaded its config and listens |
+//! | `POST /v1/drain` | stops the daemon as `SIGTERM` does: not ready, drain, exit |
+//! | `GET /v1/targets` | every target's status as JSON, with its score |
+//! | `GET /v1/targets/{id}` | one target with its recent results |
+//! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
+//! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
+//! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
+//! | `DELETE /v1/targets/{id}/maintenance` | end it |
+//! | `POST /v1/targets/{id}/calls` | report a real call: `{"status": 503, "latency_ms": 12}` or `{"outcome": "timeout", "latency_ms": 1000}`; it feeds the target's circuit breaker and pools, and a failure re-probes a healthy target at once |
+//! | `POST /v1/targets/{id}/circuit` | command its circuit breaker: `{"command": "force_open"}`, `"disable"` or `"reset"` |
+//! | `DELETE /v1/targets/{id}/ejection` | put an ejected target back in its pools (permanent ejections too), through slow start |
+//! | `GET /v1/events` | state changes as Server-Sent Events |
+//! | `GET /v1/topology` | where targets come from: the files and etcd, their state, rejected entries |
+//! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
+//! | `GET /metrics` | Prometheus text exposition |
+//!
+//! Errors are JSON `{"error": "..."}`: 400 for a malformed id, body or query, 401/403 for a refused
+//! mutation, 404 for an unknown target or path, 405 for a wrong method, 409 for a conflict.
+//!
+//! Mutations are accepted from loopback peers only, unless a token is configured; then every
+//! mutation needs `Authorization: Bearer <token>`, wherever it comes from.
+//!
+//! The `/v1` routes are admitted through the daemon's [`Gate`](probe::gate::Gate): once it drains they answer 503
+//! with `Connection: close`, while the health routes and `/metrics` keep answering.
+//!
+//! This module is the wiring only: the state the handlers read, the router, and the error answer
+//! and helpers every handler shares. The handlers live by what they do, so that a route's code is
+//! found from its method: `reads` (the routes that only look, no authorization), `actions` (every
+//! change, each let through by `auth` first), `events` (the SSE stream) and `health_json`
+//! (`/health`); `views` holds the JSON shapes the answers are made of.
+
+mod actions;
+mod auth;
+mod events;
+mod health_json;
+mod reads;
+mod shared;
+mod views;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use probe::gate::GateLayer;
+
+pub use shared::ApiState;
+use shared::error;
+
+/// Builds the router. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`: the
+/// mutation guard needs the peer address.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/v1/targets", get(reads::targets))
+        .route("/v1/targets/{id}", get(reads::target))
+        .route("/v1/targets/{id}/explain", get(reads::explain))
+        .route("/v1/graph", get(reads::graph))
+        .route(
+            "/v1/targets/{id}/maintenance",
+            axum::routing::put(actions::start_maintenance).delete(actions::end_maintenance),
+        )
+        .route(
+            "/v1/targets/{id}/calls",
+            axum::routing::post(actions::report_call),
+        )
+        .route(
+            "/v1/targets/{id}/circuit",
+            axum::routing::post(actions::command_circuit),
+        )
+        .route(
+            "/v1/targets/{id}/ejection",
+            axum::routing::delete(actions::clear_ejection),
+        )
+        .route("/v1/events", get(events::events))
+        .route("/v1/topology", get(reads::topology))
+        .route("/v1/drain", axum::routing::post(actions::drain))
+        .layer(GateLayer::new(state.gate.clone()))
+        // Added after the layer: not admitted through the gate, so they answer while draining.
+        .route("/livez", get(reads::livez))
+        .route("/readyz", get(reads::readyz))
+        .route("/startupz", get(reads::startupz))
+        .route("/health", get(health_json::health))
+        .route("/metrics", get(reads::metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
+        .method_not_allowed_fallback(|| async {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        })
+        // Shared, not cloned: axum hands every request its own copy of the state.
+        .with_state(Arc::new(state))
+}

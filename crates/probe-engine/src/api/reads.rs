@@ -1,0 +1,219 @@
+//! The routes that only look: liveness, readiness and startup (answered by the gate), the
+//! targets, one target, an explanation, the graph, the topology's sources, and `/metrics`.
+//!
+//! None needs authorization and none changes anything; each answers from the engine's snapshot,
+//! never from a probe run on request. Those that walk every target do it on a blocking thread
+//! ([`blocking`]).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use probe::engine::{Engine, EngineError};
+use probe::target::TargetId;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::shared::{ApiError, ApiState, blocking, error, parse_id};
+use super::views::{ChildView, EdgeView, NodeView, TargetDetail, TargetList, rfc3339};
+use crate::topology::TopologyStatus;
+
+/// `GET /livez`: the gate's liveness; dependencies never fail it.
+pub(super) async fn livez(State(state): State<Arc<ApiState>>) -> Response {
+    state.gate.liveness().into_response()
+}
+
+/// `GET /startupz`: the gate's startup check, passed once the config is loaded and the API
+/// listens.
+pub(super) async fn startupz(State(state): State<Arc<ApiState>>) -> Response {
+    state.gate.startup().into_response()
+}
+
+/// `GET /readyz`. Not `Check::into_response`: the daemon's answers name what they are about.
+pub(super) async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
+    match state.gate.readiness().reason {
+        None => (StatusCode::OK, "ready\n").into_response(),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /metrics`: the Prometheus text exposition, with the engine's gauges published first so
+/// that a scrape sees them current.
+pub(super) async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
+    let Some(handle) = state.metrics.clone() else {
+        return error(StatusCode::NOT_FOUND, "metrics are not enabled");
+    };
+    blocking("rendering metrics", move || {
+        state.engine.publish_gauges();
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            handle.render(),
+        )
+            .into_response()
+    })
+    .await
+}
+
+/// `GET /v1/targets`: every target's status.
+pub(super) async fn targets(State(state): State<Arc<ApiState>>) -> Response {
+    blocking("listing targets", move || {
+        Json(TargetList::from(state.engine.statuses().as_slice())).into_response()
+    })
+    .await
+}
+
+/// One target with its recent results: `GET /v1/targets/{id}`'s answer, and what a change to
+/// a target answers with, so that the caller sees its effect.
+pub(super) fn detail(engine: &Engine, id: &TargetId) -> Result<Response, ApiError> {
+    let status = engine
+        .status(id)
+        .ok_or_else(|| EngineError::UnknownTarget(id.clone()))?;
+    Ok(Json(TargetDetail::from(&status)).into_response())
+}
+
+/// `GET /v1/targets/{id}`.
+pub(super) async fn target(
+    State(state): State<Arc<ApiState>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    detail(&state.engine, &parse_id(&id)?)
+}
+
+/// `GET /v1/targets/{id}/explain`: the node's score and state, and each dependency's part.
+pub(super) async fn explain(
+    State(state): State<Arc<ApiState>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let explanation = state.engine.with_graph(|g| g.explain(&id)).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no target or group {:?}", id.as_str()),
+        )
+    })?;
+    let children: Vec<ChildView> = explanation.children.iter().map(ChildView::from).collect();
+    Ok(Json(json!({
+        "node": NodeView::from(&explanation.node),
+        "stability": explanation.stability,
+        "summary": explanation.to_string(),
+        "children": children,
+    }))
+    .into_response())
+}
+
+/// The query of `GET /v1/graph`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GraphQuery {
+    format: Option<String>,
+}
+
+/// `GET /v1/graph`: every node and edge as JSON, or as Graphviz DOT with `?format=dot`.
+pub(super) async fn graph(
+    State(state): State<Arc<ApiState>>,
+    query: Result<Query<GraphQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    match query.format.as_deref() {
+        None | Some("json") => {
+            let export = state.engine.with_graph(probe::graph::Graph::export);
+            let nodes: Vec<NodeView> = export.nodes.iter().map(NodeView::from).collect();
+            let edges: Vec<EdgeView> = export.edges.iter().map(EdgeView::from).collect();
+            Ok(Json(json!({ "nodes": nodes, "edges": edges })).into_response())
+        }
+        Some("dot") => Ok((
+            [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+            state.engine.with_graph(probe::graph::Graph::to_dot),
+        )
+            .into_response()),
+        Some(other) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("unknown format {other:?}: expected \"json\" or \"dot\""),
+        )),
+    }
+}
+
+/// `GET /v1/topology`: the sources, their state, and the entries left out.
+pub(super) async fn topology(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
+    let TopologyStatus {
+        generation,
+        last_change,
+        files,
+        etcd,
+        rejected,
+    } = state.topology.status();
+    let mut sources = vec![json!({
+        "name": "files",
+        "state": if files.last_error.is_empty() { "synced" } else { "error" },
+        "path": files.path.display().to_string(),
+        "files": files.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        "last_reload": files.last_reload.map(rfc3339),
+        "last_error": files.last_error,
+        "last_good_generation": files.last_good_generation,
+    })];
+    if let Some(etcd) = etcd {
+        let mut source = json!({
+            "name": "etcd",
+            "endpoints": etcd.endpoints,
+            "prefix": etcd.prefix,
+        });
+        match (&etcd.sync, &etcd.error) {
+            (Some(sync), _) => {
+                let (since, last_error) = match &sync.state {
+                    probe_etcd::SyncState::Stale { since, last_error } => {
+                        (Some(rfc3339(*since)), Some(last_error.clone()))
+                    }
+                    probe_etcd::SyncState::Syncing { last_error } => (None, last_error.clone()),
+                    probe_etcd::SyncState::Synced => (None, None),
+                };
+                source["state"] = json!(sync.state.as_str());
+                source["stale_since"] = json!(since);
+                source["last_error"] = json!(last_error);
+                source["revision"] = json!(sync.revision);
+                source["entries"] = json!(sync.entries);
+                source["last_change"] = json!(sync.last_change.map(rfc3339));
+                source["last_resync"] = json!(sync.last_resync.map(rfc3339));
+            }
+            // Not started (its TLS files cannot be read, say): the same fields, with nothing
+            // synced.
+            (None, error) => {
+                source["state"] = json!("error");
+                source["stale_since"] = serde_json::Value::Null;
+                source["last_error"] = json!(error);
+                source["revision"] = serde_json::Value::Null;
+                source["entries"] = serde_json::Value::Null;
+                source["last_change"] = serde_json::Value::Null;
+                source["last_resync"] = serde_json::Value::Null;
+            }
+        }
+        sources.push(source);
+    }
+    let rejected: Vec<serde_json::Value> = rejected
+        .iter()
+        .map(|r| {
+            json!({
+                "source": r.source,
+                "name": r.name,
+                "origin": r.origin,
+                "reason": r.reason,
+                "kept_previous": r.kept_previous,
+            })
+        })
+        .collect();
+    Json(json!({
+        "generation": generation,
+        "last_change": last_change.map(rfc3339),
+        "sources": sources,
+        "rejected": rejected,
+    }))
+}

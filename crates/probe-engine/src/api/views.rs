@@ -1,0 +1,350 @@
+//! The JSON shapes of the API's answers, built from the engine's types.
+//!
+//! Their field names are a public contract, so they are declared here once, apart from the
+//! handlers, and never derived from the library's types (a field renamed there must not rename
+//! one here). Times are RFC 3339 with milliseconds; the engine's monotonic instants are turned
+//! into wall-clock times on the way out.
+
+use std::time::SystemTime;
+
+use probe::engine::{MaintenanceInfo, TargetStatus};
+use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
+use probe::outcome::{Outcome, Signal};
+use probe::passive::breaker::CircuitSnapshot;
+use probe::passive::outlier::MemberStatus;
+use probe::passive::recovery::RecoveryPhase;
+use probe::verdict::{HealthState, Pending};
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// `GET /v1/targets`'s body.
+#[derive(Serialize)]
+pub(super) struct TargetList {
+    targets: Vec<TargetView>,
+}
+
+impl From<&[TargetStatus]> for TargetList {
+    fn from(statuses: &[TargetStatus]) -> Self {
+        Self {
+            targets: statuses.iter().map(TargetView::from).collect(),
+        }
+    }
+}
+
+/// One target with its recent results, oldest first.
+#[derive(Serialize)]
+pub(super) struct TargetDetail {
+    #[serde(flatten)]
+    target: TargetView,
+    history: Vec<OutcomeView>,
+}
+
+impl From<&TargetStatus> for TargetDetail {
+    fn from(status: &TargetStatus) -> Self {
+        Self {
+            target: TargetView::from(status),
+            history: status.history.iter().map(OutcomeView::from).collect(),
+        }
+    }
+}
+
+/// One target as `/v1/targets` shows it. Field names are a public contract.
+#[derive(Serialize)]
+struct TargetView {
+    id: String,
+    state: &'static str,
+    healthy: bool,
+    flapping: bool,
+    /// A change of verdict being confirmed; `null` when the results agree with the state.
+    pending: Option<PendingView>,
+    last: Option<LastView>,
+    last_failure: Option<FailureView>,
+    degraded_reasons: Vec<String>,
+    signals: Vec<SignalView>,
+    maintenance: Option<MaintenanceView>,
+    consecutive_successes: u32,
+    consecutive_failures: u32,
+    transitions: u64,
+    interval_ms: u128,
+    timeout_ms: u128,
+    /// The dependency-graph score; `null` while unknown.
+    score: Option<f64>,
+    dependency_down: bool,
+    /// Its share of its pool's traffic in `[0, 1]`; `null` when it is in no pool.
+    weight: Option<f64>,
+    /// Whether a pool has it out.
+    ejected: bool,
+    /// The ejection and recovery while it is out; `null` otherwise.
+    ejection: Option<EjectionView>,
+    /// Its circuit breaker; `null` without one.
+    circuit: Option<CircuitView>,
+}
+
+/// A confirmation in progress, as HAProxy shows "UP 1/3".
+#[derive(Serialize)]
+struct PendingView {
+    toward: &'static str,
+    count: u32,
+    of: u32,
+}
+
+impl From<Pending> for PendingView {
+    fn from(p: Pending) -> Self {
+        Self {
+            toward: p.toward.as_str(),
+            count: p.count,
+            of: p.of,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct EjectionView {
+    /// `ejected`, `cooling_down`, `probation` or `permanent`.
+    phase: &'static str,
+    reason: Option<&'static str>,
+    since: Option<String>,
+    /// When the ejection time ends; `null` when permanent.
+    until: Option<String>,
+    times_ejected: Option<u32>,
+    /// Passes counted so far on probation.
+    passes: Option<u32>,
+    permanent: bool,
+}
+
+#[derive(Serialize)]
+struct CircuitView {
+    /// `closed`, `open`, `half_open`, `forced_open` or `disabled`.
+    state: &'static str,
+    calls: u64,
+    failures: u64,
+    slow_calls: u64,
+    failure_rate: f64,
+    slow_call_rate: f64,
+    open_until: Option<String>,
+    reopens: u32,
+}
+
+/// The wall-clock time of an engine instant.
+fn wall(at: Instant) -> SystemTime {
+    let now = Instant::now();
+    if at >= now {
+        SystemTime::now() + (at - now)
+    } else {
+        SystemTime::now() - (now - at)
+    }
+}
+
+impl From<&MemberStatus> for EjectionView {
+    fn from(m: &MemberStatus) -> Self {
+        let ejection = m.ejection.as_ref();
+        Self {
+            phase: m.phase.as_str(),
+            reason: ejection.map(|e| e.reason.as_str()),
+            since: ejection.map(|e| rfc3339(wall(e.since))),
+            until: ejection.and_then(|e| e.until).map(|at| rfc3339(wall(at))),
+            times_ejected: ejection.map(|e| e.times_ejected),
+            passes: match m.phase {
+                RecoveryPhase::Probation { passes } => Some(passes),
+                _ => None,
+            },
+            permanent: matches!(m.phase, RecoveryPhase::Permanent(_)),
+        }
+    }
+}
+
+impl From<&CircuitSnapshot> for CircuitView {
+    fn from(c: &CircuitSnapshot) -> Self {
+        Self {
+            state: c.state.as_str(),
+            calls: c.calls,
+            failures: c.failures,
+            slow_calls: c.slow_calls,
+            failure_rate: c.failure_rate,
+            slow_call_rate: c.slow_call_rate,
+            open_until: c.open_until.map(|at| rfc3339(wall(at))),
+            reopens: c.reopens,
+        }
+    }
+}
+
+/// A graph node as `/v1/graph` and explanations show it. Field names are a public contract.
+#[derive(Serialize)]
+pub(super) struct NodeView {
+    id: String,
+    kind: &'static str,
+    /// `null` for a group.
+    state: Option<&'static str>,
+    /// `null` while unknown.
+    score: Option<f64>,
+    /// Whether the score is unknown: no results yet below the node.
+    unknown: bool,
+    dependency_down: bool,
+}
+
+#[derive(Serialize)]
+pub(super) struct EdgeView {
+    from: String,
+    to: String,
+    /// Normalised: a node's edges sum to 1.
+    weight: f64,
+    critical: bool,
+}
+
+#[derive(Serialize)]
+pub(super) struct ChildView {
+    #[serde(flatten)]
+    node: NodeView,
+    weight: f64,
+    critical: bool,
+    /// Critical and DOWN: this dependency caps the parent.
+    caps: bool,
+}
+
+impl From<&NodeStatus> for NodeView {
+    fn from(n: &NodeStatus) -> Self {
+        Self {
+            id: n.id.to_string(),
+            kind: match n.kind {
+                NodeKind::Probed => "target",
+                NodeKind::Group => "group",
+            },
+            state: n.state.map(HealthState::as_str),
+            score: n.score,
+            unknown: n.score.is_none(),
+            dependency_down: n.dependency_down,
+        }
+    }
+}
+
+impl From<&Edge> for EdgeView {
+    fn from(e: &Edge) -> Self {
+        Self {
+            from: e.from.to_string(),
+            to: e.to.to_string(),
+            weight: e.weight,
+            critical: e.critical,
+        }
+    }
+}
+
+impl From<&ChildExplanation> for ChildView {
+    fn from(c: &ChildExplanation) -> Self {
+        Self {
+            node: NodeView::from(&c.node),
+            weight: c.weight,
+            critical: c.critical,
+            caps: c.caps,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct OutcomeView {
+    ok: bool,
+    degraded: bool,
+    latency_ms: f64,
+    reason: Option<&'static str>,
+    at: String,
+}
+
+/// The latest run: its outcome, and what the check worked around to reach it.
+#[derive(Serialize)]
+struct LastView {
+    #[serde(flatten)]
+    outcome: OutcomeView,
+    note: Option<String>,
+}
+
+#[derive(Serialize)]
+struct FailureView {
+    reason: &'static str,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct SignalView {
+    name: String,
+    severity: &'static str,
+}
+
+#[derive(Serialize)]
+struct MaintenanceView {
+    reason: String,
+    source: &'static str,
+    until: String,
+}
+
+impl From<&Outcome> for OutcomeView {
+    fn from(o: &Outcome) -> Self {
+        Self {
+            ok: o.ok(),
+            degraded: o.degraded(),
+            latency_ms: o.latency().as_secs_f64() * 1000.0,
+            reason: o.reason().map(|r| r.as_str()),
+            at: rfc3339(o.at()),
+        }
+    }
+}
+
+impl From<&Signal> for SignalView {
+    fn from(s: &Signal) -> Self {
+        Self {
+            name: s.name.to_string(),
+            severity: s.severity.as_str(),
+        }
+    }
+}
+
+impl From<&MaintenanceInfo> for MaintenanceView {
+    fn from(m: &MaintenanceInfo) -> Self {
+        Self {
+            reason: m.reason.clone(),
+            source: m.source.as_str(),
+            until: rfc3339(m.until),
+        }
+    }
+}
+
+impl From<&TargetStatus> for TargetView {
+    fn from(s: &TargetStatus) -> Self {
+        Self {
+            id: s.id.to_string(),
+            state: s.state.as_str(),
+            healthy: s.healthy(),
+            flapping: s.flapping,
+            pending: s.pending.map(PendingView::from),
+            last: s.last.as_ref().map(|o| LastView {
+                outcome: OutcomeView::from(o),
+                note: s.note.clone(),
+            }),
+            last_failure: s.last_failure.as_ref().map(|f| FailureView {
+                reason: f.reason.as_str(),
+                detail: f.detail.clone(),
+            }),
+            degraded_reasons: s.degraded_reasons.clone(),
+            signals: s.signals.iter().map(SignalView::from).collect(),
+            maintenance: s.maintenance.as_ref().map(MaintenanceView::from),
+            consecutive_successes: s.consecutive_successes,
+            consecutive_failures: s.consecutive_failures,
+            transitions: s.transitions,
+            interval_ms: s.schedule.interval().as_millis(),
+            timeout_ms: s.schedule.timeout().as_millis(),
+            score: s.score,
+            dependency_down: s.dependency_down,
+            weight: s.pool.as_ref().map(|m| m.weight),
+            ejected: s.pool.as_ref().is_some_and(|m| m.ejected),
+            ejection: s
+                .pool
+                .as_ref()
+                .filter(|m| m.ejected)
+                .map(EjectionView::from),
+            circuit: s.circuit.as_ref().map(CircuitView::from),
+        }
+    }
+}
+
+/// A wall-clock time as the API shows it: RFC 3339, UTC, milliseconds.
+pub(super) fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
+}
