@@ -189,6 +189,7 @@ impl Daemon {
             shutdown: self.cancel.clone(),
             gate: self.gate.clone(),
             stop: self.stop.clone(),
+            listing: Default::default(),
         });
         self.gate.startup_complete();
         tracing::info!(%addr, "listening");

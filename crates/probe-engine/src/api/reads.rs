@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::shared::{ApiError, ApiState, blocking, error, parse_id};
-use super::views::{ChildView, EdgeView, NodeView, TargetDetail, TargetList, rfc3339};
+use super::views::{ChildView, EdgeView, NodeView, TargetDetail, rfc3339};
 use crate::topology::TopologyStatus;
 
 /// `GET /livez`: the gate's liveness; dependencies never fail it.
@@ -67,7 +67,13 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
 /// `GET /v1/targets`: every target's status.
 pub(super) async fn targets(State(state): State<Arc<ApiState>>) -> Response {
     blocking("listing targets", move || {
-        Json(TargetList::from(state.engine.statuses().as_slice())).into_response()
+        match state.listing.render(&state.engine.listing()) {
+            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("listing targets: {e}"),
+            ),
+        }
     })
     .await
 }

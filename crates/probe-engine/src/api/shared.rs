@@ -13,6 +13,7 @@ use probe::target::TargetId;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::views::ListingCache;
 use crate::persist::StateStore;
 use crate::topology::Topology;
 
@@ -34,6 +35,8 @@ pub struct ApiState {
     pub gate: Gate,
     /// Cancelled to start the stop sequence (`POST /v1/drain`).
     pub stop: CancellationToken,
+    /// `/v1/targets`' serialised views, kept between requests.
+    pub(crate) listing: ListingCache,
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

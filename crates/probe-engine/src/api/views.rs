@@ -5,7 +5,11 @@
 //! one here). Times are RFC 3339 with milliseconds; the engine's monotonic instants are turned
 //! into wall-clock times on the way out.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::SystemTime;
+
+use parking_lot::Mutex;
 
 use probe::engine::{MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
@@ -13,21 +17,44 @@ use probe::outcome::{Outcome, Signal};
 use probe::passive::breaker::CircuitSnapshot;
 use probe::passive::outlier::MemberStatus;
 use probe::passive::recovery::RecoveryPhase;
+use probe::target::TargetId;
 use probe::verdict::{HealthState, Pending};
 use serde::Serialize;
 use tokio::time::Instant;
 
-/// `GET /v1/targets`'s body.
-#[derive(Serialize)]
-pub(super) struct TargetList {
-    targets: Vec<TargetView>,
+/// `GET /v1/targets`'s body, `{"targets": [...]}`, put together from each target's serialised
+/// view. A view is serialised again only when the engine hands out a new copy of the target's
+/// status ([`Engine::listing`](probe::engine::Engine::listing)), so a listing of 10k targets
+/// probed every second redoes the few that changed since the last request, not all of them.
+#[derive(Default)]
+pub(crate) struct ListingCache {
+    fragments: Mutex<Fragments>,
 }
 
-impl From<&[TargetStatus]> for TargetList {
-    fn from(statuses: &[TargetStatus]) -> Self {
-        Self {
-            targets: statuses.iter().map(TargetView::from).collect(),
+/// Each target's serialised view, with the copy of its status it was made from.
+type Fragments = HashMap<TargetId, (Arc<TargetStatus>, Vec<u8>)>;
+
+impl ListingCache {
+    /// The body for `listing`; the targets no longer listed are forgotten.
+    pub(super) fn render(&self, listing: &[Arc<TargetStatus>]) -> serde_json::Result<Vec<u8>> {
+        let mut fragments = self.fragments.lock();
+        let mut kept = HashMap::with_capacity(listing.len());
+        let mut body = Vec::with_capacity(fragments.values().map(|(_, f)| f.len() + 1).sum());
+        body.extend_from_slice(b"{\"targets\":[");
+        for (i, status) in listing.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            let fragment = match fragments.remove(&status.id) {
+                Some((copy, fragment)) if Arc::ptr_eq(&copy, status) => fragment,
+                _ => serde_json::to_vec(&TargetView::from(&**status))?,
+            };
+            body.extend_from_slice(&fragment);
+            kept.insert(status.id.clone(), (status.clone(), fragment));
         }
+        body.extend_from_slice(b"]}");
+        *fragments = kept;
+        Ok(body)
     }
 }
 
