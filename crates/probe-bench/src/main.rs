@@ -1,0 +1,106 @@
+//! `probe-bench`: the load harnesses `scripts/bench` runs, one subcommand each, and the writer of
+//! `BENCHMARKS.md`.
+//!
+//! ```text
+//! cargo build --release -p probe-bench
+//! ./target/release/probe-bench <SUBCOMMAND> [FLAGS]    # --help on any of them lists its flags
+//! ```
+//!
+//! One binary rather than one example each: the harnesses share their fixtures ([`support`])
+//! and their dependencies, which an example cannot declare apart from the root package's tests,
+//! and a subcommand's flags are declared once, with their defaults, so `--help` and the errors
+//! come from clap. Every harness prints its figures as `RESULT` lines through
+//! [`support::result`], the only writer of that format; `report` reads them back.
+//!
+//! Some harnesses start this same binary again as a helper process (the HTTP server of
+//! `http-load`; the responder, prober and burners of `starve`), through flags hidden from
+//! `--help`: a process of its own keeps the helper's CPU out of the prober's figures.
+
+mod api_load;
+mod detection;
+mod drain;
+mod etcd_load;
+mod http_load;
+mod keepalive;
+mod loss;
+mod report;
+mod scheduler_load;
+mod starve;
+mod support;
+mod tcp_load;
+
+use clap::{Parser, Subcommand};
+
+/// The benchmark harnesses of probe-engine and the report writer.
+#[derive(Parser)]
+#[command(name = "probe-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// TCP probes per CPU-second: the engine vs a bare tokio loop vs blackbox_exporter.
+    TcpLoad(tcp_load::Args),
+    /// HTTP probes per CPU-second, pooled and fresh connections, vs blackbox_exporter.
+    HttpLoad(http_load::Args),
+    /// Scheduling lag, spread and memory with many no-op targets.
+    SchedulerLoad(scheduler_load::Args),
+    /// The daemon's health API under wrk while it probes 10k targets a second.
+    ApiLoad(api_load::Args),
+    /// Time to DOWN vs theory, false DOWN rate vs the binomial model, a blackhole cascade.
+    Detection(detection::Args),
+    /// False DOWNs of a CPU-starved prober with and without self-health awareness.
+    Starve(starve::Args),
+    /// An order_service instance stopped behind haproxy, with and without a drain delay.
+    Drain(drain::Args),
+    /// Real SYN loss in network namespaces vs the binomial model (needs root and nft).
+    Loss(loss::Args),
+    /// Pooled HTTP probes against nginx closing kept-alive connections.
+    Keepalive(keepalive::Args),
+    /// The etcd topology source at scale, against a throw-away etcd.
+    EtcdLoad(etcd_load::Args),
+    /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
+    Report(report::Args),
+    /// Prints one RESULT line, for a figure a script derives from a log.
+    Result(ResultArgs),
+}
+
+/// One figure, as the harnesses print theirs.
+#[derive(clap::Args)]
+struct ResultArgs {
+    /// The scenario the figure belongs to.
+    #[arg(long)]
+    scenario: String,
+    /// The figure's name.
+    #[arg(long)]
+    metric: String,
+    /// Its value.
+    #[arg(long, allow_negative_numbers = true)]
+    value: f64,
+    /// Its unit.
+    #[arg(long)]
+    unit: String,
+}
+
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
+        Command::TcpLoad(args) => tcp_load::run(args),
+        Command::HttpLoad(args) => http_load::run(args),
+        Command::SchedulerLoad(args) => scheduler_load::run(args),
+        Command::ApiLoad(args) => api_load::run(args),
+        Command::Detection(args) => detection::run(args),
+        Command::Starve(args) => starve::run(args),
+        Command::Drain(args) => drain::run(args),
+        Command::Loss(args) => loss::run(args),
+        Command::Keepalive(args) => keepalive::run(args),
+        Command::EtcdLoad(args) => etcd_load::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Result(figure) => {
+            support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);
+            Ok(())
+        }
+    };
+    support::exit(result)
+}
