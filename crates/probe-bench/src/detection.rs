@@ -225,33 +225,34 @@ enum Which {
     Cascade,
 }
 
-/// Flags of scenario `detection`.
+/// Flags of scenario `detection`. Each flag's id is its long name: the three scenarios' flags
+/// share field names, and clap tells arguments apart by id.
 #[derive(clap::Args)]
 struct DetArgs {
     /// Targets of scenario detection, each with its own listener.
-    #[arg(long = "det-targets", default_value_t = 50)]
+    #[arg(id = "det-targets", long = "det-targets", default_value_t = 50)]
     targets: usize,
     /// Of them, listeners closed (connects refused).
-    #[arg(long = "det-refused", default_value_t = 20)]
+    #[arg(id = "det-refused", long = "det-refused", default_value_t = 20)]
     refused: usize,
     /// Of them, listeners blackholed (connects time out).
-    #[arg(long = "det-blackholed", default_value_t = 20)]
+    #[arg(id = "det-blackholed", long = "det-blackholed", default_value_t = 20)]
     blackholed: usize,
     /// The targets' interval, in ms.
-    #[arg(long = "det-interval-ms", value_name = "MS", default_value = "500", value_parser = support::millis)]
+    #[arg(id = "det-interval-ms", long = "det-interval-ms", value_name = "MS", default_value = "500", value_parser = support::millis)]
     interval: Duration,
     /// The fast interval while a verdict is pending, in ms (default: the interval, so the
     /// theory applies as stated).
-    #[arg(long = "det-fast-ms", value_name = "MS", value_parser = support::millis)]
+    #[arg(id = "det-fast-ms", long = "det-fast-ms", value_name = "MS", value_parser = support::millis)]
     fast: Option<Duration>,
     /// The probe timeout, in ms.
-    #[arg(long = "det-timeout-ms", value_name = "MS", default_value = "100", value_parser = support::millis)]
+    #[arg(id = "det-timeout-ms", long = "det-timeout-ms", value_name = "MS", default_value = "100", value_parser = support::millis)]
     timeout: Duration,
     /// Consecutive failures to DOWN.
-    #[arg(long = "det-fall", default_value_t = 3)]
+    #[arg(id = "det-fall", long = "det-fall", default_value_t = 3)]
     fall: u32,
     /// Consecutive passes to UP.
-    #[arg(long = "det-rise", default_value_t = 1)]
+    #[arg(id = "det-rise", long = "det-rise", default_value_t = 1)]
     rise: u32,
 }
 
@@ -265,28 +266,33 @@ impl DetArgs {
 #[derive(clap::Args)]
 struct FdArgs {
     /// Targets of scenario false-down.
-    #[arg(long = "fd-targets", default_value_t = 800)]
+    #[arg(id = "fd-targets", long = "fd-targets", default_value_t = 800)]
     targets: usize,
     /// Reply listeners they are spread over.
-    #[arg(long = "fd-listeners", default_value_t = 8)]
+    #[arg(id = "fd-listeners", long = "fd-listeners", default_value_t = 8)]
     listeners: usize,
     /// The targets' interval, in ms.
-    #[arg(long = "fd-interval-ms", value_name = "MS", default_value = "200", value_parser = support::millis)]
+    #[arg(id = "fd-interval-ms", long = "fd-interval-ms", value_name = "MS", default_value = "200", value_parser = support::millis)]
     interval: Duration,
     /// The probe timeout, in ms (long, so that a fixture briefly starved of CPU is no failure).
-    #[arg(long = "fd-timeout-ms", value_name = "MS", default_value = "150", value_parser = support::millis)]
+    #[arg(id = "fd-timeout-ms", long = "fd-timeout-ms", value_name = "MS", default_value = "150", value_parser = support::millis)]
     timeout: Duration,
     /// Consecutive failures to DOWN.
-    #[arg(long = "fd-fall", default_value_t = 2)]
+    #[arg(id = "fd-fall", long = "fd-fall", default_value_t = 2)]
     fall: u32,
     /// Consecutive passes to UP.
-    #[arg(long = "fd-rise", default_value_t = 2)]
+    #[arg(id = "fd-rise", long = "fd-rise", default_value_t = 2)]
     rise: u32,
     /// Probability that a listener closes a connection without replying, in (0, 1).
-    #[arg(long = "fd-drop", value_name = "P", default_value_t = 0.05)]
+    #[arg(
+        id = "fd-drop",
+        long = "fd-drop",
+        value_name = "P",
+        default_value_t = 0.05
+    )]
     drop_p: f64,
     /// The counting window, in seconds.
-    #[arg(long = "fd-duration-s", value_name = "S", default_value = "6", value_parser = support::secs)]
+    #[arg(id = "fd-duration-s", long = "fd-duration-s", value_name = "S", default_value = "6", value_parser = support::secs)]
     duration: Duration,
 }
 
@@ -294,31 +300,40 @@ struct FdArgs {
 #[derive(clap::Args)]
 struct CasArgs {
     /// Targets of scenario cascade.
-    #[arg(long = "cas-targets", default_value_t = 4000)]
+    #[arg(id = "cas-targets", long = "cas-targets", default_value_t = 4000)]
     targets: usize,
     /// The share of them that is blackholed, in (0, 1).
-    #[arg(long = "cas-fraction", value_name = "F", default_value_t = 0.1)]
+    #[arg(
+        id = "cas-fraction",
+        long = "cas-fraction",
+        value_name = "F",
+        default_value_t = 0.1
+    )]
     fraction: f64,
     /// Listeners of the healthy targets.
-    #[arg(long = "cas-listeners", default_value_t = 8)]
+    #[arg(id = "cas-listeners", long = "cas-listeners", default_value_t = 8)]
     listeners: usize,
     /// Listeners of the targets to blackhole.
-    #[arg(long = "cas-bh-listeners", default_value_t = 2)]
+    #[arg(
+        id = "cas-bh-listeners",
+        long = "cas-bh-listeners",
+        default_value_t = 2
+    )]
     bh_listeners: usize,
     /// The targets' interval, in ms.
-    #[arg(long = "cas-interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
+    #[arg(id = "cas-interval-ms", long = "cas-interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
     interval: Duration,
     /// The probe timeout, in ms.
-    #[arg(long = "cas-timeout-ms", value_name = "MS", default_value = "250", value_parser = support::millis)]
+    #[arg(id = "cas-timeout-ms", long = "cas-timeout-ms", value_name = "MS", default_value = "250", value_parser = support::millis)]
     timeout: Duration,
     /// The window before the blackhole, in seconds.
-    #[arg(long = "cas-baseline-s", value_name = "S", default_value = "3", value_parser = support::secs)]
+    #[arg(id = "cas-baseline-s", long = "cas-baseline-s", value_name = "S", default_value = "3", value_parser = support::secs)]
     baseline: Duration,
     /// The window after it, in seconds.
-    #[arg(long = "cas-after-s", value_name = "S", default_value = "3", value_parser = support::secs)]
+    #[arg(id = "cas-after-s", long = "cas-after-s", value_name = "S", default_value = "3", value_parser = support::secs)]
     after: Duration,
     /// The goal for the scheduler lag's p99 after the blackhole, in ms.
-    #[arg(long = "cas-lag-goal-ms", value_name = "MS", default_value = "10", value_parser = support::millis)]
+    #[arg(id = "cas-lag-goal-ms", long = "cas-lag-goal-ms", value_name = "MS", default_value = "10", value_parser = support::millis)]
     lag_goal: Duration,
 }
 

@@ -104,3 +104,65 @@ fn main() -> std::process::ExitCode {
     };
     support::exit(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    /// Clap checks a command's definition (ids that clash, defaults its parsers refuse) only in
+    /// debug builds and only for the subcommand used: this checks every one at once.
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The command lines `scripts/bench` runs, each subcommand on its defaults and the helper
+    /// processes' command lines parse.
+    #[test]
+    fn the_bench_command_lines_parse() {
+        let lines = [
+            "tcp-load --scenario tcp --duration-s 1 --warmup-s 0.5",
+            "tcp-load --scenario tcp --duration-s 2 --warmup-s 0.5",
+            "http-load --duration-s 1 --warmup-s 0.5",
+            "tcp-load --scenario scale-100k-tcp --targets 100000 --interval-ms 10000 --phase \
+             engine --warmup-s 11 --duration-s 2",
+            "scheduler-load --scenario scale-1m --targets 1000000 --metrics lag --interval-s 10 \
+             --intervals 3",
+            "detection --scenario all --fd-duration-s 3 --cas-baseline-s 2 --cas-after-s 3",
+            "starve --starve-first-s 4 --duration-s 1",
+            "api-load --duration-s 2",
+            "drain --before-s 0.5",
+            "loss --duration-s 20",
+            "keepalive --duration-s 10",
+            "tcp-load --scenario hygiene --targets 2000 --interval-ms 100 --phase engine \
+             --warmup-s 2 --duration-s 300 --windows 5",
+            "result --scenario hygiene --metric eaddrnotavail_lines --value 0 --unit lines",
+            "report LOGS OUT.md",
+            "http-load",
+            "scheduler-load",
+            "detection",
+            "starve",
+            "drain",
+            "loss",
+            "keepalive",
+            "etcd-load",
+            "tcp-load --floor-timeout --phase floor",
+            "drain --modes no-delay",
+            "loss --losses 1,2,3",
+            // The helper processes the harnesses start.
+            "http-load --serve 1",
+            "starve --serve",
+            "starve --burn",
+            "starve --probe on --addrs 127.0.0.2:1,127.0.0.3:2 --targets 500 --interval-ms 500 \
+             --timeout-ms 50 --fall 2 --starve-first-s 4 --duration-s 1",
+        ];
+        for line in lines {
+            let argv = std::iter::once("probe-bench").chain(line.split_whitespace());
+            if let Err(e) = Cli::try_parse_from(argv) {
+                panic!("{line}: {e}");
+            }
+        }
+    }
+}
