@@ -1,6 +1,8 @@
 //! Criterion benchmark: the dependency graph at 100k nodes and 300k edges.
 //!
-//! The graph is a random layered DAG from a fixed seed, shaped like a service estate: 50k probed
+//! The graph is a random layered DAG from a fixed seed (a seeded `StdRng`: the same graph on
+//! every run of a build; `Cargo.lock` pins the `rand` whose stream it is), shaped like a service
+//! estate: 50k probed
 //! leaves, then layers of 25k, 13k, 7k, 3.5k and 1.5k nodes (80% probed, 20% groups), each with
 //! 6 distinct dependencies, 80% on the layer just below and 20% on any lower layer; weights from
 //! {0.5, 1, 2, 4}, 10% critical. Every probed node starts with a full window of results
@@ -31,37 +33,16 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
 use probe::target::TargetId;
 use probe::verdict::{HealthState, Quality};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-/// SplitMix64: a tiny deterministic generator, so the graph is the same on every run without a
-/// dependency on `rand`'s stream stability.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// True with probability `p`.
-    fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64) < p * (1u64 << 53) as f64
-    }
-
-    fn quality(&mut self) -> Quality {
-        match self.below(100) {
-            0..70 => Quality::Good,
-            70..85 => Quality::Degraded,
-            _ => Quality::Failed,
-        }
+/// A result's quality: 70% good, 15% degraded, 15% failed.
+fn quality(rng: &mut StdRng) -> Quality {
+    match rng.random_range(0..100) {
+        0..70 => Quality::Good,
+        70..85 => Quality::Degraded,
+        _ => Quality::Failed,
     }
 }
 
@@ -76,20 +57,20 @@ fn node_id(i: usize) -> TargetId {
     TargetId::new(&format!("svc-{i:06}")).expect("valid bench id")
 }
 
-fn dependency(rng: &mut Rng, ids: &[TargetId], child: usize) -> Dependency {
+fn dependency(rng: &mut StdRng, ids: &[TargetId], child: usize) -> Dependency {
     Dependency {
-        weight: WEIGHTS[rng.below(WEIGHTS.len())],
-        critical: rng.chance(0.1),
+        weight: WEIGHTS[rng.random_range(0..WEIGHTS.len())],
+        critical: rng.random_bool(0.1),
         ..Dependency::new(ids[child].clone(), "bench")
     }
 }
 
 /// Picks `count` distinct children with `pick`, as dependencies.
 fn children(
-    rng: &mut Rng,
+    rng: &mut StdRng,
     ids: &[TargetId],
     count: usize,
-    mut pick: impl FnMut(&mut Rng) -> usize,
+    mut pick: impl FnMut(&mut StdRng) -> usize,
 ) -> Vec<Dependency> {
     let mut chosen: Vec<usize> = Vec::with_capacity(count);
     while chosen.len() < count {
@@ -104,8 +85,8 @@ fn children(
         .collect()
 }
 
-fn kind(rng: &mut Rng) -> NodeKind {
-    if rng.chance(0.2) {
+fn kind(rng: &mut StdRng) -> NodeKind {
+    if rng.random_bool(0.2) {
         NodeKind::Group
     } else {
         NodeKind::Probed
@@ -115,7 +96,7 @@ fn kind(rng: &mut Rng) -> NodeKind {
 /// The layered DAG described in the module docs. Node `i`'s id is `svc-i`; ids are not in
 /// topological order of declaration, as specs are listed top layer first.
 fn layered() -> Vec<NodeSpec> {
-    let mut rng = Rng(SEED);
+    let mut rng = StdRng::seed_from_u64(SEED);
     let n: usize = LAYERS.iter().sum();
     let ids: Vec<TargetId> = (0..n).map(node_id).collect();
     let mut specs = Vec::with_capacity(n);
@@ -131,10 +112,10 @@ fn layered() -> Vec<NodeSpec> {
                 }
             } else {
                 let depends_on = children(&mut rng, &ids, FAN_OUT, |rng| {
-                    if rng.chance(0.8) {
-                        below + rng.below(start - below)
+                    if rng.random_bool(0.8) {
+                        rng.random_range(below..start)
                     } else {
-                        rng.below(start)
+                        rng.random_range(0..start)
                     }
                 });
                 NodeSpec {
@@ -154,7 +135,7 @@ fn layered() -> Vec<NodeSpec> {
 /// A uniform random DAG: node `i >= 3` depends on 3 distinct nodes below `i`; nodes 0..3 are
 /// leaves. 100k nodes, ~300k edges.
 fn uniform() -> Vec<NodeSpec> {
-    let mut rng = Rng(SEED);
+    let mut rng = StdRng::seed_from_u64(SEED);
     let n: usize = LAYERS.iter().sum();
     let ids: Vec<TargetId> = (0..n).map(node_id).collect();
     (0..n)
@@ -162,7 +143,7 @@ fn uniform() -> Vec<NodeSpec> {
             let (kind, depends_on) = if i < 3 {
                 (NodeKind::Probed, Vec::new())
             } else {
-                let deps = children(&mut rng, &ids, 3, |rng| rng.below(i));
+                let deps = children(&mut rng, &ids, 3, |rng| rng.random_range(0..i));
                 (kind(&mut rng), deps)
             };
             NodeSpec {
@@ -183,12 +164,12 @@ fn state_after(quality: Quality) -> HealthState {
 }
 
 /// Builds the graph and fills every probed node's window.
-fn filled(specs: &[NodeSpec], rng: &mut Rng) -> Graph {
+fn filled(specs: &[NodeSpec], rng: &mut StdRng) -> Graph {
     let config = GraphConfig::default();
     let mut graph = Graph::build(config, specs).expect("the bench graph is valid");
     for spec in specs.iter().filter(|s| s.kind == NodeKind::Probed) {
         for _ in 0..config.window() {
-            let q = rng.quality();
+            let q = quality(rng);
             graph
                 .record(&spec.id, q, state_after(q))
                 .expect("probed node");
@@ -208,14 +189,14 @@ fn leaves(specs: &[NodeSpec]) -> Vec<TargetId> {
 
 /// Times `updates` single leaf results one by one and prints the distribution.
 fn latency(name: &str, specs: &[NodeSpec], updates: usize) {
-    let mut rng = Rng(SEED ^ 1);
+    let mut rng = StdRng::seed_from_u64(SEED ^ 1);
     let mut graph = filled(specs, &mut rng);
     let leaves = leaves(specs);
     let mut times = Vec::with_capacity(updates);
     let mut rescored = Vec::with_capacity(updates);
     for _ in 0..updates {
-        let leaf = &leaves[rng.below(leaves.len())];
-        let q = rng.quality();
+        let leaf = &leaves[rng.random_range(0..leaves.len())];
+        let q = quality(&mut rng);
         let start = Instant::now();
         let n = graph.record(leaf, q, state_after(q)).expect("probed leaf");
         times.push(start.elapsed());
@@ -250,13 +231,16 @@ fn graph_100k(c: &mut Criterion) {
         b.iter_with_large_drop(|| Graph::build(GraphConfig::default(), black_box(&specs)));
     });
 
-    let mut rng = Rng(SEED ^ 2);
+    let mut rng = StdRng::seed_from_u64(SEED ^ 2);
     let mut graph = filled(&specs, &mut rng);
     group.bench_function("full_rescore", |b| b.iter(|| graph.full_rescore()));
 
     let leaves = leaves(&specs);
     let results: Vec<(TargetId, Quality)> = (0..4096)
-        .map(|_| (leaves[rng.below(leaves.len())].clone(), rng.quality()))
+        .map(|_| {
+            let leaf = leaves[rng.random_range(0..leaves.len())].clone();
+            (leaf, quality(&mut rng))
+        })
         .collect();
     let mut next = 0;
     group.sample_size(50);

@@ -13,7 +13,7 @@
 //! [`netns_or_skip!`](crate::netns_or_skip) makes a test say `SKIPPED: <why>` and return (under
 //! `CI`, where the suite must run in full, a skip fails the test instead).
 //!
-//! [`LossModel`] is the binomial model those tests and the loss benchmark (`examples/loss.rs`)
+//! [`LossModel`] is the binomial model those tests and the loss benchmark (`probe-bench loss`)
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
 //!

@@ -1,8 +1,8 @@
 //! Load harness: the daemon's health API under load, while it probes 10k TCP targets a second.
 //!
 //! ```text
-//! cargo build --release -p probe-engine --bin probe-engine
-//! cargo run --release --example api_load -- [--targets 10000] [--interval-ms 1000]
+//! cargo build --release -p probe-engine -p probe-bench --bin probe-engine --bin probe-bench
+//! ./target/release/probe-bench api-load [--targets 10000] [--interval-ms 1000]
 //!     [--listeners 16] [--duration-s 10] [--wrk-threads 2] [--connections 64]
 //!     [--paths /readyz,/v1/targets] [--daemon PATH] [--wrk PATH] [--up-timeout-s 60]
 //! ```
@@ -11,8 +11,9 @@
 //!    thread each, accept and drop, as in `tcp_load`), in this process.
 //! 2. **Daemon**: writes a config of `--targets` TCP connect targets spread over them, every
 //!    `--interval-ms` (jitter 0.1, fast interval = interval, timeout half the interval, at most
-//!    1 s, `rise` 1 so that start-up takes one interval), and starts the real daemon binary (`--daemon`, default `probe-engine` next to this
-//!    example's directory, i.e. `target/release/probe-engine`) as
+//!    1 s, `rise` 1 so that start-up takes one interval), and starts the real daemon binary
+//!    (`--daemon`, default `probe-engine` next to this binary, i.e.
+//!    `target/release/probe-engine`) as
 //!    `probe-engine run --config DIR --listen 127.0.0.1:PORT` with `RUST_LOG=warn`.
 //! 3. Waits until `/readyz` answers 200 (without a `readiness` policy, every target is UP),
 //!    then one interval more, so that the start-up's transitions are over.
@@ -31,10 +32,6 @@
 //! `RESULT scenario=api metric=<name> value=<number> unit=<unit>` for `scripts/bench`; goal:
 //! `/readyz` at least 50k requests per second with p99 at most 5 ms.
 
-#[path = "support/mod.rs"]
-mod support;
-use support::ChildGuard;
-
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -47,95 +44,73 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::time::Instant;
 
-const USAGE: &str = "usage: api_load [--targets N] [--interval-ms MS] [--listeners N] \
-[--duration-s S] [--wrk-threads N] [--connections N] [--paths P1,P2] [--daemon PATH] \
-[--wrk PATH] [--up-timeout-s S]";
+use crate::support::{self, ChildGuard, TICKS_PER_SEC};
 
-/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`.
-const TICKS_PER_SEC: f64 = 100.0;
-
-struct Args {
+/// Flags of `probe-bench api-load`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// TCP connect targets of the daemon.
+    #[arg(long, default_value_t = 10_000)]
     targets: usize,
+    /// Each target's interval, in ms.
+    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
     interval: Duration,
+    /// Loopback listeners the targets are spread over, on 127.0.0.2 and up (1 to 250).
+    #[arg(long, default_value_t = 16)]
     listeners: usize,
+    /// Each wrk run's duration, in whole seconds (wrk's `-d`).
+    #[arg(long = "duration-s", value_name = "S", default_value_t = 10)]
     duration: u64,
+    /// wrk's threads (`-t`).
+    #[arg(long, default_value_t = 2)]
     wrk_threads: usize,
+    /// wrk's connections (`-c`), at least one per thread.
+    #[arg(long, default_value_t = 64)]
     connections: usize,
+    /// The API paths wrk runs against, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "/readyz,/v1/targets")]
     paths: Vec<String>,
+    /// The daemon binary (default: `probe-engine` next to this binary).
+    #[arg(long, value_name = "PATH")]
     daemon: Option<PathBuf>,
+    /// The wrk binary.
+    #[arg(long, value_name = "PATH", default_value = "wrk")]
     wrk: String,
+    /// How long the daemon may take to be ready, in seconds.
+    #[arg(long = "up-timeout-s", value_name = "S", default_value = "60", value_parser = support::secs)]
     up_timeout: Duration,
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            targets: 10_000,
-            interval: Duration::from_millis(1000),
-            listeners: 16,
-            duration: 10,
-            wrk_threads: 2,
-            connections: 64,
-            paths: vec!["/readyz".into(), "/v1/targets".into()],
-            daemon: None,
-            wrk: "wrk".into(),
-            up_timeout: Duration::from_secs(60),
-        };
-        for (flag, value) in support::flags(USAGE)? {
-            match flag.as_str() {
-                "--targets" => args.targets = support::flag(&flag, &value)?,
-                "--interval-ms" => {
-                    args.interval = Duration::from_millis(support::flag(&flag, &value)?)
-                }
-                "--listeners" => args.listeners = support::flag(&flag, &value)?,
-                "--duration-s" => args.duration = support::flag(&flag, &value)?,
-                "--wrk-threads" => args.wrk_threads = support::flag(&flag, &value)?,
-                "--connections" => args.connections = support::flag(&flag, &value)?,
-                "--paths" => {
-                    args.paths = value
-                        .split(',')
-                        .filter(|p| !p.is_empty())
-                        .map(str::to_owned)
-                        .collect()
-                }
-                "--daemon" => args.daemon = Some(value.into()),
-                "--wrk" => args.wrk = value,
-                "--up-timeout-s" => {
-                    args.up_timeout = Duration::from_secs(support::flag(&flag, &value)?)
-                }
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
-        }
-        if args.targets == 0
-            || args.listeners == 0
-            || args.listeners > 250
-            || args.duration == 0
-            || args.wrk_threads == 0
-            || args.connections < args.wrk_threads
-            || args.paths.is_empty()
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.targets == 0
+            || self.listeners == 0
+            || self.listeners > 250
+            || self.duration == 0
+            || self.wrk_threads == 0
+            || self.connections < self.wrk_threads
+            || self.paths.iter().all(String::is_empty)
         {
             bail!(
                 "--targets, --duration-s, --wrk-threads must be at least 1, --listeners 1..=250, \
                  --connections at least --wrk-threads, --paths not empty"
             );
         }
-        if args.interval < Duration::from_millis(10) {
+        if self.interval < Duration::from_millis(10) {
             bail!("--interval-ms must be at least 10");
         }
-        Ok(args)
+        Ok(())
     }
 }
 
-fn main() -> std::process::ExitCode {
-    support::exit(Args::parse().and_then(run))
-}
-
-fn run(args: Args) -> anyhow::Result<()> {
+/// Runs `probe-bench api-load`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
     let daemon = match &args.daemon {
         Some(path) => path.clone(),
         None => std::env::current_exe()?
             .parent()
-            .and_then(|examples| examples.parent())
             .context("locating target/release")?
             .join("probe-engine"),
     };
@@ -229,7 +204,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     std::thread::sleep(args.interval);
     support::result("api", "ready_after", up_after.as_secs_f64(), "s");
 
-    for path in &args.paths {
+    for path in args.paths.iter().filter(|p| !p.is_empty()) {
         let probes0 = accepted.load(Ordering::Relaxed);
         let (cpu0, at0) = (support::cpu_ticks(&pid)?, Instant::now());
         let url = format!("http://{api}{path}");

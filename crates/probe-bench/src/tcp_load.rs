@@ -1,7 +1,7 @@
 //! Load harness: probes per CPU-second of the real engine's TCP tier, against a bare tokio floor.
 //!
 //! ```text
-//! cargo run --release --example tcp_load -- [--targets 1000] [--interval-ms 100]
+//! probe-bench tcp-load [--targets 1000] [--interval-ms 100]
 //!     [--duration-s 10] [--warmup-s 1] [--ports 4] [--threads 2]
 //!     [--metrics count|prometheus] [--floor-tasks N] [--floor-timeout]
 //!     [--phase all|both|engine|floor|blackbox] [--max-in-flight N] [--probe tcp|lean]
@@ -81,10 +81,6 @@
 //! from `/proc/net/tcp` by state, `TIME_WAIT` in particular (should be 0: the prober resets, and
 //! the listener's close never ends in `TIME_WAIT` either, since the peer never sends a FIN).
 
-#[path = "support/mod.rs"]
-mod support;
-use support::RunCounter;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -105,52 +101,101 @@ use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: tcp_load [--targets N] [--interval-ms MS] [--duration-s S] \
-[--warmup-s S] [--ports N] [--threads N] [--metrics count|prometheus] [--floor-tasks N] \
-[--floor-timeout] [--phase all|both|engine|floor|blackbox] [--max-in-flight N] \
-[--probe tcp|lean] [--blackbox PATH|none] [--blackbox-concurrency N] [--scenario NAME] \
-[--windows N]";
+use crate::support::{self, RunCounter, TICKS_PER_SEC, lock};
 
-/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`, 100 on every Linux ABI.
-const TICKS_PER_SEC: f64 = 100.0;
 /// Floor tasks when the engine phase does not run to set the concurrency.
 const DEFAULT_FLOOR_TASKS: usize = 4;
 /// The thread-name prefix of the listener threads, to tell their CPU apart.
 const LISTENER_THREAD: &str = "tcp-listen-";
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// How the engine's runs and failures are counted.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum MetricsMode {
+    /// A recorder that only counts, with relaxed atomics.
     Count,
+    /// The Prometheus recorder configured like the daemon's, to show what real metrics cost.
     Prometheus,
 }
 
-struct Args {
+/// Flags of `probe-bench tcp-load`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// TCP connect targets of the engine phase.
+    #[arg(long, default_value_t = 1000)]
     targets: usize,
+    /// Each target's interval, in ms (the rate is targets / interval).
+    #[arg(long = "interval-ms", value_name = "MS", default_value = "100", value_parser = support::millis)]
     interval: Duration,
+    /// Measured time of each phase, in seconds (fractions allowed).
+    #[arg(long = "duration-s", value_name = "S", default_value = "10", value_parser = support::secs)]
     duration: Duration,
+    /// Warm-up of each phase before it is measured, in seconds.
+    #[arg(long = "warmup-s", value_name = "S", default_value = "1", value_parser = support::secs)]
     warmup: Duration,
+    /// Loopback listeners (accept and drop), one OS thread each.
+    #[arg(long, default_value_t = 4)]
     ports: usize,
+    /// Worker threads of the tokio runtime.
+    #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// How the engine's runs are counted.
+    #[arg(long, value_enum, default_value_t = MetricsMode::Count)]
     metrics: MetricsMode,
+    /// Tasks of the floor phase (default: the engine's workers at the end of its phase).
+    #[arg(long)]
     floor_tasks: Option<usize>,
+    /// Wraps each floor connect in `tokio::time::timeout`, as a real prober would.
+    #[arg(long)]
     floor_timeout: bool,
-    phases: Phases,
+    /// Which phases run: all, engine and floor (both), or one of them.
+    #[arg(long, value_enum, default_value_t = Phase::All)]
+    phase: Phase,
+    /// Caps the engine's worker pool.
+    #[arg(long)]
     max_in_flight: Option<usize>,
+    /// The engine phase's probe: the library's TCP tier, or a connect-only experiment.
+    #[arg(long, value_enum, default_value_t = ProbeKind::Tcp)]
     probe: ProbeKind,
-    blackbox: Option<String>,
+    /// blackbox_exporter's binary, or `none` to skip its phase.
+    #[arg(
+        long,
+        value_name = "PATH|none",
+        default_value = "prometheus-blackbox-exporter"
+    )]
+    blackbox: String,
+    /// Concurrent `/probe` requests driving blackbox_exporter.
+    #[arg(long, default_value_t = 64)]
     blackbox_concurrency: usize,
+    /// The `scenario` of the RESULT lines.
+    #[arg(long, default_value = "tcp")]
     scenario: String,
     /// Consecutive windows the engine phase's measured time is cut into (1: one figure).
+    #[arg(long, default_value_t = 1)]
     windows: u32,
 }
 
 /// Which probe the engine phase runs.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ProbeKind {
     /// The library's TCP tier (`ProbeSpec::Tcp`): what the daemon runs.
     Tcp,
-    /// [`LeanConnect`], a custom probe: an experiment, not a product path.
+    /// `LeanConnect`, a custom connect-only probe: an experiment, not a product path.
     Lean,
+}
+
+/// The `--phase` choices.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Phase {
+    /// Engine, floor and blackbox_exporter.
+    All,
+    /// Engine and floor.
+    Both,
+    /// The engine only.
+    Engine,
+    /// The floor only.
+    Floor,
+    /// blackbox_exporter only.
+    Blackbox,
 }
 
 /// Which phases run.
@@ -162,101 +207,44 @@ struct Phases {
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            targets: 1000,
-            interval: Duration::from_millis(100),
-            duration: Duration::from_secs(10),
-            warmup: Duration::from_secs(1),
-            ports: 4,
-            threads: 2,
-            metrics: MetricsMode::Count,
-            floor_tasks: None,
-            floor_timeout: false,
-            phases: Phases {
-                engine: true,
-                floor: true,
-                blackbox: true,
-            },
-            max_in_flight: None,
-            probe: ProbeKind::Tcp,
-            blackbox: Some("prometheus-blackbox-exporter".into()),
-            blackbox_concurrency: 64,
-            scenario: "tcp".into(),
-            windows: 1,
-        };
-        for (flag, value) in support::flags(USAGE)? {
-            match flag.as_str() {
-                "--targets" => args.targets = support::flag(&flag, &value)?,
-                "--interval-ms" => {
-                    args.interval = Duration::from_millis(support::flag(&flag, &value)?)
-                }
-                "--duration-s" => args.duration = support::secs(&flag, &value)?,
-                "--warmup-s" => args.warmup = support::secs(&flag, &value)?,
-                "--windows" => args.windows = support::flag(&flag, &value)?,
-                "--ports" => args.ports = support::flag(&flag, &value)?,
-                "--threads" => args.threads = support::flag(&flag, &value)?,
-                "--floor-tasks" => args.floor_tasks = Some(support::flag(&flag, &value)?),
-                "--floor-timeout" => args.floor_timeout = true,
-                "--max-in-flight" => args.max_in_flight = Some(support::flag(&flag, &value)?),
-                "--probe" => {
-                    args.probe = match value.as_str() {
-                        "tcp" => ProbeKind::Tcp,
-                        "lean" => ProbeKind::Lean,
-                        other => bail!("--probe {other:?}: expected tcp or lean"),
-                    }
-                }
-                "--phase" => {
-                    let (engine, floor, blackbox) = match value.as_str() {
-                        "all" => (true, true, true),
-                        "both" => (true, true, false),
-                        "engine" => (true, false, false),
-                        "floor" => (false, true, false),
-                        "blackbox" => (false, false, true),
-                        other => bail!(
-                            "--phase {other:?}: expected all, both, engine, floor or blackbox"
-                        ),
-                    };
-                    args.phases = Phases {
-                        engine,
-                        floor,
-                        blackbox,
-                    };
-                }
-                "--blackbox" => {
-                    let path = value;
-                    args.blackbox = (path != "none").then_some(path);
-                }
-                "--blackbox-concurrency" => {
-                    args.blackbox_concurrency = support::flag(&flag, &value)?
-                }
-                "--scenario" => args.scenario = value,
-                "--metrics" => {
-                    args.metrics = match value.as_str() {
-                        "count" => MetricsMode::Count,
-                        "prometheus" => MetricsMode::Prometheus,
-                        other => bail!("--metrics {other:?}: expected count or prometheus"),
-                    }
-                }
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
-        }
-        if args.targets == 0 || args.ports == 0 || args.threads == 0 {
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.targets == 0 || self.ports == 0 || self.threads == 0 {
             bail!("--targets, --ports and --threads must be at least 1");
         }
-        if args.interval < Duration::from_millis(2) || args.duration.is_zero() {
-            bail!("--interval-ms must be at least 2 and --duration-s at least 1");
+        if self.interval < Duration::from_millis(2) || self.duration.is_zero() {
+            bail!("--interval-ms must be at least 2 and --duration-s above 0");
         }
-        if args.windows == 0 {
+        if self.windows == 0 {
             bail!("--windows must be at least 1");
         }
-        if args.blackbox_concurrency == 0 {
+        if self.blackbox_concurrency == 0 {
             bail!("--blackbox-concurrency must be at least 1");
         }
-        if args.floor_tasks == Some(0) {
+        if self.floor_tasks == Some(0) {
             bail!("--floor-tasks must be at least 1");
         }
-        Ok(args)
+        Ok(())
+    }
+
+    fn phases(&self) -> Phases {
+        let (engine, floor, blackbox) = match self.phase {
+            Phase::All => (true, true, true),
+            Phase::Both => (true, true, false),
+            Phase::Engine => (true, false, false),
+            Phase::Floor => (false, true, false),
+            Phase::Blackbox => (false, false, true),
+        };
+        Phases {
+            engine,
+            floor,
+            blackbox,
+        }
+    }
+
+    /// blackbox_exporter's binary, unless `--blackbox none`.
+    fn blackbox(&self) -> Option<&str> {
+        (self.blackbox != "none").then_some(self.blackbox.as_str())
     }
 
     /// The probe timeout: half the interval, at most one second.
@@ -269,22 +257,19 @@ impl Args {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    support::exit(try_main())
-}
-
-fn try_main() -> anyhow::Result<()> {
-    let args = Args::parse()?;
+/// Runs `probe-bench tcp-load`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
     let counters = install_metrics(args.metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
-    runtime.block_on(run(args, counters))
+    runtime.block_on(run_phases(args, counters))
 }
 
-async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
+async fn run_phases(args: Args, counters: Counters) -> anyhow::Result<()> {
     let listeners = start_listeners(args.ports)?;
     let ports: Vec<u16> = listeners.iter().map(SocketAddr::port).collect();
     println!(
@@ -307,7 +292,8 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
         args.duration.as_secs_f64()
     );
 
-    let (engine, workers, extra) = if args.phases.engine {
+    let phases = args.phases();
+    let (engine, workers, extra) = if phases.engine {
         let (measured, workers, extra) = engine_phase(&args, &listeners, &counters).await?;
         (Some(measured), workers, Some(extra))
     } else {
@@ -315,13 +301,13 @@ async fn run(args: Args, counters: Counters) -> anyhow::Result<()> {
     };
     let engine_tw = socket_states(&ports)?;
     let floor_tasks = args.floor_tasks.unwrap_or(workers);
-    let floor = if args.phases.floor {
+    let floor = if phases.floor {
         Some(floor_phase(&args, &listeners, floor_tasks).await?)
     } else {
         None
     };
-    let blackbox = match (&args.blackbox, args.phases.blackbox) {
-        (Some(path), true) => match which(path) {
+    let blackbox = match (args.blackbox(), phases.blackbox) {
+        (Some(path), true) => match support::which(path) {
             Some(binary) => Some(blackbox_phase(&args, &listeners, &binary).await?),
             None => {
                 println!(
@@ -556,17 +542,6 @@ fn phase_results(result: &impl Fn(&str, f64, &str), name: &str, m: &Measured) {
     }
 }
 
-/// `path` if it names a file, else the first `PATH` entry holding it.
-fn which(path: &str) -> Option<std::path::PathBuf> {
-    let direct = std::path::PathBuf::from(path);
-    if path.contains('/') {
-        return direct.is_file().then_some(direct);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(path))
-        .find(|candidate| candidate.is_file())
-}
-
 /// What the engine phase measured besides [`Measured`].
 struct EngineExtra {
     /// `VmRSS` growth from before the specs existed to the end of the window, per target.
@@ -723,10 +698,6 @@ impl Drop for SocketSampler {
             let _ = thread.join();
         }
     }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Counts the sockets on 127.0.0.0/8 now (local address; `/proc/net/tcp` prints it as the hex

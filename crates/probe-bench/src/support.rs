@@ -1,8 +1,6 @@
-//! What the load harnesses share: flag parsing, exit codes, CPU and memory accounting from
-//! `/proc`, and a collector of an engine's state changes.
-//!
-//! Included by each harness with `#[path]`; each uses a subset.
-#![allow(dead_code)]
+//! What the harnesses share: the one writer of the `RESULT` lines, flag value parsers, exit
+//! codes, CPU and memory accounting from `/proc`, loopback listeners, child processes,
+//! blackbox_exporter, and a collector of an engine's state changes.
 
 use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
@@ -18,34 +16,6 @@ use probe::verdict::HealthState;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// The command line's `--flag value` pairs, in order. `-h` or `--help` prints `usage` and exits;
-/// a flag without its value is an error that shows `usage`.
-pub fn flags(usage: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let mut pairs = Vec::new();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            println!("{usage}");
-            std::process::exit(0);
-        }
-        let value = it
-            .next()
-            .with_context(|| format!("{flag} needs a value\n{usage}"))?;
-        pairs.push((flag, value));
-    }
-    Ok(pairs)
-}
-
-/// Parses a flag's value, naming the flag when it is invalid.
-pub fn flag<T: std::str::FromStr>(flag: &str, value: &str) -> anyhow::Result<T>
-where
-    T::Err: std::error::Error + Send + Sync + 'static,
-{
-    value
-        .parse()
-        .with_context(|| format!("{flag} {value:?} is not valid"))
-}
 
 /// Exit status for a harness run: errors print as `error: ...` and exit 1, without a panic.
 pub fn exit(result: anyhow::Result<()>) -> ExitCode {
@@ -81,14 +51,7 @@ pub fn cpu_ticks(pid: &str) -> anyhow::Result<u64> {
 
 /// This process's resident set size in bytes (`VmRSS` of `/proc/self/status`).
 pub fn vm_rss() -> anyhow::Result<u64> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS in /proc/self/status")?;
-    Ok(kib * 1024)
+    vm_rss_of("self")
 }
 
 /// Busy CPU ticks of the whole machine so far, all CPUs together: every field of the `cpu` line
@@ -126,10 +89,63 @@ pub fn vm_rss_of(pid: &str) -> anyhow::Result<u64> {
     Ok(kib * 1024)
 }
 
-/// Prints one figure in the result protocol that `scripts/bench` collects:
-/// `RESULT scenario=<name> metric=<name> value=<number> unit=<unit>`.
+/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat` and of `/proc/stat`, 100 on every
+/// Linux ABI.
+pub const TICKS_PER_SEC: f64 = 100.0;
+
+/// Prints one figure in the result protocol that `scripts/bench` counts and `probe-bench report`
+/// collects: `RESULT scenario=<name> metric=<name> value=<number> unit=<unit>`.
+///
+/// The only writer of these lines, so that the format the two readers parse lives in one place.
+/// Values have six decimals; a figure without any sample (a percentile of nothing, a ratio over
+/// zero) is not finite and prints as `value=nan`, which the report leaves out.
 pub fn result(scenario: &str, metric: &str, value: f64, unit: &str) {
-    println!("RESULT scenario={scenario} metric={metric} value={value:.6} unit={unit}");
+    if value.is_finite() {
+        println!("RESULT scenario={scenario} metric={metric} value={value:.6} unit={unit}");
+    } else {
+        println!("RESULT scenario={scenario} metric={metric} value=nan unit={unit}");
+    }
+}
+
+/// A flag's number of seconds, fractions allowed (`0.5`), as a duration: a clap value parser,
+/// so that a negative, non-numeric or too large value is refused naming its flag.
+pub fn secs(value: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = value.parse().map_err(|e| format!("{e}"))?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))
+}
+
+/// A flag's whole number of milliseconds, as a duration: a clap value parser.
+pub fn millis(value: &str) -> Result<std::time::Duration, String> {
+    let ms: u64 = value.parse().map_err(|e| format!("{e}"))?;
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// `path` if it names a file, else the first `PATH` entry holding it, then `/usr/sbin` (where
+/// Debian puts haproxy, outside a user's `PATH`): the peers are found as a shell would, or not
+/// at all.
+pub fn which(path: &str) -> Option<std::path::PathBuf> {
+    let direct = std::path::PathBuf::from(path);
+    if path.contains('/') {
+        return direct.is_file().then_some(direct);
+    }
+    let path_dirs = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    path_dirs
+        .into_iter()
+        .chain([std::path::PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Nearest-rank percentile `q` of sorted values (NaN when empty): with 20 samples p99 is the
+/// maximum, which is what a small sample honestly says.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
 }
 
 /// An accept-and-drop listener on `ip` (any free port, backlog 4096) served by its own OS thread
@@ -292,14 +308,6 @@ impl Blackbox {
             }
         }
     }
-}
-
-/// Parses a number of seconds, fractions allowed (`0.5`), as a duration, naming the flag when it
-/// is invalid (negative, not a number, too large).
-pub fn secs(flag: &str, value: &str) -> anyhow::Result<std::time::Duration> {
-    let secs: f64 = self::flag(flag, value)?;
-    std::time::Duration::try_from_secs_f64(secs)
-        .with_context(|| format!("{flag} {value:?} is not a number of seconds"))
 }
 
 /// Every state change of one engine, as received from [`Engine::subscribe`].

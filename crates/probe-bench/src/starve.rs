@@ -2,16 +2,16 @@
 //! awareness ([`probe::verdict`]).
 //!
 //! ```text
-//! cargo run --release --example starve -- [--targets 500] [--interval-ms 500]
+//! probe-bench starve [--targets 500] [--interval-ms 500]
 //!     [--timeout-ms 50] [--fall 2] [--starve-first-s 4] [--duration-s 20] [--burners 4]
 //! ```
 //!
-//! Three kinds of processes, all this binary:
+//! Three kinds of processes, all this binary (`starve` with a flag hidden from `--help`):
 //! - a **responder** (`--serve`, started with `nice -n -5`, which needs root; otherwise at the
 //!   default priority): four listeners on 127.0.0.2..5 that answer `PONG` to `PING`;
-//! - a **prober** (`--probe`, started with `nice -n 19`): the engine with `--targets` TCP targets
-//!   (send `PING`, expect `PONG`, `--timeout-ms`, `--interval-ms`, `fall` `--fall`, `rise` 1,
-//!   jitter 0.1) spread over the listeners, with self-health awareness on or off;
+//! - a **prober** (`--probe on|off`, started with `nice -n 19`): the engine with `--targets` TCP
+//!   targets (send `PING`, expect `PONG`, `--timeout-ms`, `--interval-ms`, `fall` `--fall`,
+//!   `rise` 1, jitter 0.1) spread over the listeners, with self-health awareness on or off;
 //! - **burners** (`--burn`, at the default priority): `--burners` busy loops, twice the cores by
 //!   default, so the prober gets the leftovers of the CPU, as a prober does beside a noisy
 //!   neighbour or in a throttled container.
@@ -34,12 +34,9 @@
 //! `RESULT scenario=self-protection metric=false_down_{off,on} value=N unit=transitions`, and the
 //! run ends with `metric=ratio` (on / off; goal <= 0.1) and `metric=max_multiplier_on`.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -50,83 +47,80 @@ use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
 use probe::verdict::{HealthState, Schedule, ScheduleSettings, SelfHealthConfig, Thresholds};
-use support::{exit, flag};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-struct Args {
+use crate::support;
+
+/// Flags of `probe-bench starve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// TCP targets of each prober.
+    #[arg(long, default_value_t = 500)]
     targets: usize,
+    /// Each target's interval, in ms.
+    #[arg(long = "interval-ms", value_name = "MS", default_value = "500", value_parser = support::millis)]
     interval: Duration,
+    /// The probe timeout, in ms: short, so that a starved prober misses it.
+    #[arg(long = "timeout-ms", value_name = "MS", default_value = "50", value_parser = support::millis)]
     timeout: Duration,
+    /// Consecutive failures to DOWN.
+    #[arg(long, default_value_t = 2)]
     fall: u32,
+    /// How long the burners starve the prober before DOWNs count, in seconds.
+    #[arg(long = "starve-first-s", value_name = "S", default_value = "4", value_parser = support::secs)]
     starve_first: Duration,
+    /// How long DOWNs are counted, in seconds.
+    #[arg(long = "duration-s", value_name = "S", default_value = "20", value_parser = support::secs)]
     duration: Duration,
+    /// Busy-loop processes (default: twice the cores).
+    #[arg(long, default_value_t = 2 * std::thread::available_parallelism().map_or(2, |n| n.get()))]
     burners: usize,
+    /// Runs as the responder process.
+    #[arg(long, hide = true, conflicts_with_all = ["probe", "burn"])]
+    serve: bool,
+    /// Runs as a prober process, with self-health awareness on or off.
+    #[arg(long, hide = true, value_name = "on|off", requires = "addrs")]
+    probe: Option<SelfHealth>,
+    /// The responder's listeners, for a prober.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    addrs: Vec<SocketAddr>,
+    /// Runs as a burner process.
+    #[arg(long, hide = true, conflicts_with = "probe")]
+    burn: bool,
 }
 
-enum Role {
-    Main(Args),
-    Serve,
-    Probe(Args, bool, Vec<SocketAddr>),
-    Burn,
+/// A prober's self-health awareness.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SelfHealth {
+    /// On: the engine discounts its own lateness.
+    On,
+    /// Off: every timeout counts.
+    Off,
 }
 
-fn parse() -> anyhow::Result<Role> {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut args = Args {
-        targets: 500,
-        interval: Duration::from_millis(500),
-        timeout: Duration::from_millis(50),
-        fall: 2,
-        starve_first: Duration::from_secs(4),
-        duration: Duration::from_secs(20),
-        burners: 2 * cores,
-    };
-    let mut role = "main".to_owned();
-    let mut self_health = false;
-    let mut addrs = Vec::new();
-    let mut it = std::env::args().skip(1);
-    while let Some(name) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{name} needs a value"));
-        match name.as_str() {
-            "--targets" => args.targets = flag(&name, &value()?)?,
-            "--interval-ms" => args.interval = Duration::from_millis(flag(&name, &value()?)?),
-            "--timeout-ms" => args.timeout = Duration::from_millis(flag(&name, &value()?)?),
-            "--fall" => args.fall = flag(&name, &value()?)?,
-            "--duration-s" => args.duration = support::secs(&name, &value()?)?,
-            "--starve-first-s" => args.starve_first = support::secs(&name, &value()?)?,
-            "--burners" => args.burners = flag(&name, &value()?)?,
-            "--serve" => role = "serve".into(),
-            "--burn" => role = "burn".into(),
-            "--probe" => {
-                role = "probe".into();
-                self_health = value()? == "on";
-            }
-            "--addrs" => {
-                for a in value()?.split(',') {
-                    addrs.push(flag("--addrs", a)?);
-                }
-            }
-            other => bail!("unknown flag {other}"),
+impl SelfHealth {
+    fn name(self) -> &'static str {
+        match self {
+            Self::On => "on",
+            Self::Off => "off",
         }
     }
-    Ok(match role.as_str() {
-        "serve" => Role::Serve,
-        "burn" => Role::Burn,
-        "probe" => Role::Probe(args, self_health, addrs),
-        _ => Role::Main(args),
-    })
 }
 
-fn main() -> ExitCode {
-    exit(parse().and_then(|role| match role {
-        Role::Main(args) => orchestrate(&args),
-        Role::Serve => serve(),
-        Role::Probe(args, on, addrs) => probe(&args, on, &addrs),
-        Role::Burn => loop {
+/// Runs `probe-bench starve`, or one of its helper processes.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.serve {
+        serve()
+    } else if args.burn {
+        loop {
             std::hint::spin_loop();
-        },
-    }))
+        }
+    } else if let Some(self_health) = args.probe {
+        probe(&args, self_health == SelfHealth::On, &args.addrs)
+    } else {
+        orchestrate(&args)
+    }
 }
 
 /// Starts this binary with `args`, under `nice -n <niceness>`.
@@ -136,6 +130,7 @@ fn spawn(niceness: i32, args: &[String]) -> anyhow::Result<Child> {
         .arg("-n")
         .arg(niceness.to_string())
         .arg(exe)
+        .arg("starve")
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -166,10 +161,10 @@ fn orchestrate(args: &Args) -> anyhow::Result<()> {
         args.duration
     );
     let mut counts = Vec::new();
-    for mode in ["off", "on"] {
+    for mode in [SelfHealth::Off, SelfHealth::On] {
         let prober_args = vec![
             "--probe".to_owned(),
-            mode.to_owned(),
+            mode.name().to_owned(),
             "--addrs".into(),
             addrs.clone(),
             "--targets".into(),
@@ -211,7 +206,8 @@ fn orchestrate(args: &Args) -> anyhow::Result<()> {
             .lines()
             .find_map(|l| {
                 l.strip_prefix(&format!(
-                    "RESULT scenario=self-protection metric=false_down_{mode} value="
+                    "RESULT scenario=self-protection metric=false_down_{} value=",
+                    mode.name()
                 ))
             })
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
@@ -224,7 +220,7 @@ fn orchestrate(args: &Args) -> anyhow::Result<()> {
     let _ = responder.wait();
     let (off, on) = (counts[0], counts[1]);
     let ratio = if off > 0.0 { on / off } else { f64::NAN };
-    println!("RESULT scenario=self-protection metric=ratio value={ratio:.3} unit=on/off");
+    support::result("self-protection", "ratio", ratio, "on/off");
     println!("false DOWN transitions while starved: {off} without self-health, {on} with it");
     Ok(())
 }
@@ -281,24 +277,30 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
             cancel.clone(),
         );
         let mut events = engine.subscribe();
-        let schedule = Schedule::try_new(ScheduleSettings { interval: args.interval, timeout: args.timeout, jitter: 0.1, backoff_jitter: Some(0.0), ..ScheduleSettings::default() })?;
+        let schedule = Schedule::try_new(ScheduleSettings {
+            interval: args.interval,
+            timeout: args.timeout,
+            jitter: 0.1,
+            backoff_jitter: Some(0.0),
+            ..ScheduleSettings::default()
+        })?;
         let specs = (0..args.targets)
             .map(|i| {
                 let address = Address::Socket(addrs[i % addrs.len()]);
                 Ok(TargetSpec::new(
-                        TargetId::new(&format!("t{i}"))?,
-                        ProbeSpec::Tcp(
-                            TcpSpec::connect(address)
-                                .with_send(b"PING\n")
-                                .with_expect(TcpExpect::Contains(b"PONG".to_vec()))
-                        )
-                    )
-.with_schedule(schedule)
-.with_thresholds(Thresholds::new(
-                        std::num::NonZeroU32::MIN,
-                        std::num::NonZeroU32::new(args.fall).context("--fall must be >= 1")?,
-                    ))
-.with_flap(None))
+                    TargetId::new(&format!("t{i}"))?,
+                    ProbeSpec::Tcp(
+                        TcpSpec::connect(address)
+                            .with_send(b"PING\n")
+                            .with_expect(TcpExpect::Contains(b"PONG".to_vec())),
+                    ),
+                )
+                .with_schedule(schedule)
+                .with_thresholds(Thresholds::new(
+                    std::num::NonZeroU32::MIN,
+                    std::num::NonZeroU32::new(args.fall).context("--fall must be >= 1")?,
+                ))
+                .with_flap(None))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         engine.apply(specs)?;
@@ -339,13 +341,18 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
         }
         sampler.abort();
         let mode = if self_health { "on" } else { "off" };
-        println!(
-            "RESULT scenario=self-protection metric=false_down_{mode} value={downs} unit=transitions"
+        support::result(
+            "self-protection",
+            &format!("false_down_{mode}"),
+            downs as f64,
+            "transitions",
         );
         if self_health {
-            println!(
-                "RESULT scenario=self-protection metric=max_multiplier_on value={} unit=x",
-                max_multiplier.load(Ordering::Relaxed)
+            support::result(
+                "self-protection",
+                "max_multiplier_on",
+                f64::from(max_multiplier.load(Ordering::Relaxed)),
+                "x",
             );
         }
         cancel.cancel();

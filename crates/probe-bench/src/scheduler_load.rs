@@ -1,7 +1,7 @@
 //! Load harness: scheduling lag, spread and memory of the engine with 100k no-op targets.
 //!
 //! ```text
-//! cargo run --release --example scheduler_load -- [--targets 100000] [--interval-s 10]
+//! probe-bench scheduler-load [--targets 100000] [--interval-s 10]
 //!     [--intervals 3] [--jitter 0.1] [--threads 2] [--history 32] [--metrics full|lag]
 //!     [--upkeep-s 5] [--scenario scheduler]
 //! ```
@@ -41,9 +41,6 @@
 //! Every figure is also printed as a line `RESULT scenario=<--scenario, default scheduler>
 //! metric=<name> value=<number> unit=<unit>` for `scripts/bench`.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -60,78 +57,69 @@ use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: scheduler_load [--targets N] [--interval-s S] [--intervals N] \
-[--jitter F] [--threads N] [--history N] [--metrics full|lag] [--upkeep-s S] \
-[--scenario NAME]";
+use crate::support::{self, TICKS_PER_SEC};
 
 const LAG: &str = "probe_scheduler_lag_seconds";
 const BUCKET: Duration = Duration::from_millis(100);
-/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/self/stat`.
-const TICKS_PER_SEC: f64 = 100.0;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// What the Prometheus recorder is given.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum MetricsMode {
+    /// Every metric, configured like the daemon's: RSS includes the per-target series.
     Full,
+    /// The scheduler lag only: RSS is the engine's own footprint.
     Lag,
 }
 
-struct Args {
+/// Flags of `probe-bench scheduler-load`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// No-op targets.
+    #[arg(long, default_value_t = 100_000)]
     targets: usize,
+    /// Each target's interval, in seconds.
+    #[arg(long = "interval-s", value_name = "S", default_value = "10", value_parser = support::secs)]
     interval: Duration,
+    /// How many intervals the run lasts (at least 3: every target runs twice, then the steady
+    /// state).
+    #[arg(long, default_value_t = 3)]
     intervals: u32,
+    /// Start jitter, as a fraction of the interval.
+    #[arg(long, default_value_t = 0.1)]
     jitter: f64,
+    /// Worker threads of the tokio runtime.
+    #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Results kept per target (16 bytes each).
+    #[arg(long, default_value_t = EngineConfig::default().history)]
     history: usize,
+    /// What the Prometheus recorder is given.
+    #[arg(long, value_enum, default_value_t = MetricsMode::Full)]
     metrics: MetricsMode,
-    upkeep: Option<Duration>,
+    /// Seconds between metric upkeeps, on a thread of their own (0: never, as with a recorder
+    /// nobody scrapes).
+    #[arg(long = "upkeep-s", value_name = "S", default_value = "5", value_parser = support::secs)]
+    upkeep: Duration,
+    /// The `scenario` of the RESULT lines.
+    #[arg(long, default_value = "scheduler")]
     scenario: String,
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            targets: 100_000,
-            interval: Duration::from_secs(10),
-            intervals: 3,
-            jitter: 0.1,
-            threads: 2,
-            history: EngineConfig::default().history,
-            metrics: MetricsMode::Full,
-            upkeep: Some(Duration::from_secs(5)),
-            scenario: "scheduler".into(),
-        };
-        for (flag, value) in support::flags(USAGE)? {
-            match flag.as_str() {
-                "--targets" => args.targets = support::flag(&flag, &value)?,
-                "--interval-s" => {
-                    args.interval = Duration::from_secs(support::flag(&flag, &value)?)
-                }
-                "--intervals" => args.intervals = support::flag(&flag, &value)?,
-                "--jitter" => args.jitter = support::flag(&flag, &value)?,
-                "--threads" => args.threads = support::flag(&flag, &value)?,
-                "--history" => args.history = support::flag(&flag, &value)?,
-                "--scenario" => args.scenario = value,
-                "--upkeep-s" => {
-                    let secs: u64 = support::flag(&flag, &value)?;
-                    args.upkeep = (secs > 0).then(|| Duration::from_secs(secs));
-                }
-                "--metrics" => {
-                    args.metrics = match value.as_str() {
-                        "full" => MetricsMode::Full,
-                        "lag" => MetricsMode::Lag,
-                        other => bail!("--metrics {other:?}: expected full or lag"),
-                    }
-                }
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.targets == 0 || self.threads == 0 || self.interval.is_zero() {
+            bail!("--targets and --threads must be at least 1, --interval-s above 0");
         }
-        if args.targets == 0 || args.threads == 0 || args.interval.is_zero() {
-            bail!("--targets, --threads and --interval-s must be at least 1");
-        }
-        if args.intervals < 3 {
+        if self.intervals < 3 {
             bail!("--intervals must be at least 3, so every target runs at least twice");
         }
-        Ok(args)
+        Ok(())
+    }
+
+    /// How often upkeep runs, if at all.
+    fn upkeep(&self) -> Option<Duration> {
+        (!self.upkeep.is_zero()).then_some(self.upkeep)
     }
 
     fn run_for(&self) -> Duration {
@@ -139,19 +127,16 @@ impl Args {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    support::exit(try_main())
-}
-
-fn try_main() -> anyhow::Result<()> {
-    let args = Args::parse()?;
+/// Runs `probe-bench scheduler-load`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
     let handle = install_metrics(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
-    runtime.block_on(run(args, handle))
+    runtime.block_on(measure(args, handle))
 }
 
 /// The no-op probe: counts its start in the current 100 ms bucket and succeeds.
@@ -171,7 +156,7 @@ impl Probe for Noop {
     }
 }
 
-async fn run(
+async fn measure(
     args: Args,
     handle: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
@@ -179,7 +164,7 @@ async fn run(
         "scheduler_load: {} targets, interval {} s, jitter {}, {} intervals, {} runtime threads, \
          history {}, metrics={}, upkeep every {}",
         args.targets,
-        args.interval.as_secs(),
+        args.interval.as_secs_f64(),
         args.jitter,
         args.intervals,
         args.threads,
@@ -188,8 +173,8 @@ async fn run(
             MetricsMode::Full => "full",
             MetricsMode::Lag => "lag",
         },
-        args.upkeep
-            .map_or_else(|| "never".to_owned(), |d| format!("{} s", d.as_secs()))
+        args.upkeep()
+            .map_or_else(|| "never".to_owned(), |d| format!("{} s", d.as_secs_f64()))
     );
     // The exporter's rolling summary silently drops a sample older than its first bucket, and the
     // first bucket starts at the first sample it is fed, newest first. One sample recorded and
@@ -201,7 +186,7 @@ async fn run(
     // takes long enough (about half a second the first time, when every distribution is created)
     // that doing it on a runtime worker would stall the scheduler and show up as lag.
     let upkeep_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let upkeep = match args.upkeep {
+    let upkeep = match args.upkeep() {
         Some(every) => {
             let handle = handle.clone();
             let stop = upkeep_stop.clone();
@@ -255,7 +240,9 @@ async fn run(
         cancel.clone(),
     );
     let applied = Instant::now();
-    engine.apply(specs).expect("targets without dependencies");
+    engine
+        .apply(specs)
+        .map_err(|e| anyhow::anyhow!("applying the targets: {e}"))?;
     let apply_time = applied.elapsed();
 
     // Every target is UP (rise = 2) once it has run twice. The first run is at most one interval
@@ -461,7 +448,8 @@ async fn run(
     Ok(())
 }
 
-/// `VmRSS` of this process, in bytes.
+/// Installs the Prometheus recorder, given every metric or the lag only (`--metrics`), with
+/// summaries whose buckets cover the whole run.
 fn install_metrics(args: &Args) -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
     const DURATION_BUCKETS: &[f64] = &[
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,

@@ -2,14 +2,14 @@
 //! connections and with a fresh connection per probe, against Prometheus' blackbox_exporter.
 //!
 //! ```text
-//! cargo run --release --example http_load -- [--duration-s 10] [--warmup-s 2]
+//! probe-bench http-load [--duration-s 10] [--warmup-s 2]
 //!     [--concurrency 64] [--threads 1] [--server-threads 1]
 //!     [--mode both|reuse|fresh] [--blackbox PATH|none] [--blackbox-concurrency 64]
 //! ```
 //!
 //! **Server**: a minimal axum server (`GET /ready` answers `200`, a small JSON body) runs in a
-//! child process (this same binary with `--serve`, `--server-threads` tokio workers), so that its
-//! CPU is not counted as the prober's. It is shared by every phase.
+//! child process (this same binary as `http-load --serve N`, `--server-threads` tokio workers),
+//! so that its CPU is not counted as the prober's. It is shared by every phase.
 //!
 //! **Prober phases** (`reuse`, then `fresh`): this process runs `--concurrency` tasks on a
 //! `--threads`-worker tokio runtime, each with its own [`HttpProbe`] (as the engine has one per
@@ -38,10 +38,6 @@
 //! printed as a line `RESULT scenario=http metric=<name> value=<number> unit=<unit>` for
 //! `scripts/bench`.
 
-#[path = "support/mod.rs"]
-mod support;
-use support::ChildGuard;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -55,12 +51,8 @@ use probe::tier::Probe;
 use probe::tier::http::{HttpProbe, HttpSpec};
 use tokio::time::Instant;
 
-const USAGE: &str = "usage: http_load [--duration-s S] [--warmup-s S] [--concurrency N] \
-[--threads N] [--server-threads N] [--mode both|reuse|fresh] [--blackbox PATH|none] \
-[--blackbox-concurrency N]";
+use crate::support::{self, ChildGuard, TICKS_PER_SEC};
 
-/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`, 100 on every Linux ABI.
-const TICKS_PER_SEC: f64 = 100.0;
 /// The per-probe timeout, for the library's probes and blackbox_exporter's module alike.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The goal: the library in fresh-connection mode against blackbox_exporter, per CPU-second.
@@ -68,85 +60,77 @@ const GOAL_RATIO: f64 = 8.0;
 /// The body the test server answers with.
 const BODY: &str = r#"{"status":"UP"}"#;
 
-struct Args {
+/// Flags of `probe-bench http-load`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Measured time of each phase, in seconds (fractions allowed).
+    #[arg(long = "duration-s", value_name = "S", default_value = "10", value_parser = support::secs)]
     duration: Duration,
+    /// Warm-up of each phase before it is measured, in seconds.
+    #[arg(long = "warmup-s", value_name = "S", default_value = "2", value_parser = support::secs)]
     warmup: Duration,
+    /// Concurrent probes of the prober phases, each in its own checking loop.
+    #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Worker threads of the prober's tokio runtime.
+    #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Worker threads of the server process.
+    #[arg(long, default_value_t = 1)]
     server_threads: usize,
-    reuse: bool,
-    fresh: bool,
-    blackbox: Option<String>,
+    /// The prober phases: kept-alive connections (reuse), a fresh one per probe, or both.
+    #[arg(long, value_enum, default_value_t = Mode::Both)]
+    mode: Mode,
+    /// blackbox_exporter's binary, or `none` to skip its phase.
+    #[arg(
+        long,
+        value_name = "PATH|none",
+        default_value = "prometheus-blackbox-exporter"
+    )]
+    blackbox: String,
+    /// Concurrent `/probe` requests driving blackbox_exporter.
+    #[arg(long, default_value_t = 64)]
     blackbox_concurrency: usize,
+    /// Runs as the server process with this many threads (how the harness starts its server).
+    #[arg(long, value_name = "THREADS", hide = true)]
+    serve: Option<usize>,
+}
+
+/// The `--mode` choices.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Both prober phases, reuse then fresh.
+    Both,
+    /// Kept-alive connections only.
+    Reuse,
+    /// A fresh connection per probe only.
+    Fresh,
 }
 
 impl Args {
-    fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Self> {
-        let mut args = Self {
-            duration: Duration::from_secs(10),
-            warmup: Duration::from_secs(2),
-            concurrency: 64,
-            threads: 1,
-            server_threads: 1,
-            reuse: true,
-            fresh: true,
-            blackbox: Some("prometheus-blackbox-exporter".into()),
-            blackbox_concurrency: 64,
-        };
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
-            match flag.as_str() {
-                "--duration-s" => args.duration = support::secs(&flag, &value()?)?,
-                "--warmup-s" => args.warmup = support::secs(&flag, &value()?)?,
-                "--concurrency" => args.concurrency = support::flag(&flag, &value()?)?,
-                "--threads" => args.threads = support::flag(&flag, &value()?)?,
-                "--server-threads" => args.server_threads = support::flag(&flag, &value()?)?,
-                "--blackbox-concurrency" => {
-                    args.blackbox_concurrency = support::flag(&flag, &value()?)?
-                }
-                "--blackbox" => {
-                    let path = value()?;
-                    args.blackbox = (path != "none").then_some(path);
-                }
-                "--mode" => {
-                    (args.reuse, args.fresh) = match value()?.as_str() {
-                        "both" => (true, true),
-                        "reuse" => (true, false),
-                        "fresh" => (false, true),
-                        other => bail!("--mode {other:?}: expected both, reuse or fresh"),
-                    }
-                }
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
-        }
-        if args.duration.is_zero()
-            || args.concurrency == 0
-            || args.threads == 0
-            || args.server_threads == 0
-            || args.blackbox_concurrency == 0
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.duration.is_zero()
+            || self.concurrency == 0
+            || self.threads == 0
+            || self.server_threads == 0
+            || self.blackbox_concurrency == 0
         {
-            bail!("--duration-s, --concurrency, the thread counts must be at least 1");
+            bail!("--duration-s must be above 0, --concurrency and the thread counts at least 1");
         }
-        Ok(args)
+        Ok(())
     }
 }
 
-fn main() -> std::process::ExitCode {
-    let mut argv = std::env::args().skip(1).peekable();
-    let result = if argv.peek().map(String::as_str) == Some("--serve") {
-        argv.next();
-        serve(argv)
-    } else {
-        Args::parse(argv).and_then(run)
-    };
-    support::exit(result)
+/// Runs `probe-bench http-load`, or its server process with `--serve`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.serve {
+        Some(threads) => serve(threads),
+        None => {
+            args.validate()?;
+            measure_all(args)
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -154,11 +138,7 @@ fn main() -> std::process::ExitCode {
 
 /// `--serve THREADS`: binds 127.0.0.1:0, prints the port on stdout, serves until stdin closes
 /// (the harness holds it open, so the server cannot outlive the harness).
-fn serve(mut argv: impl Iterator<Item = String>) -> anyhow::Result<()> {
-    let threads: usize = support::flag(
-        "--serve",
-        &argv.next().context("--serve needs a thread count")?,
-    )?;
+fn serve(threads: usize) -> anyhow::Result<()> {
     std::thread::spawn(|| {
         let mut sink = Vec::new();
         let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
@@ -188,7 +168,7 @@ fn serve(mut argv: impl Iterator<Item = String>) -> anyhow::Result<()> {
 
 fn start_server(threads: usize) -> anyhow::Result<(ChildGuard, SocketAddr)> {
     let mut child = Command::new(std::env::current_exe()?)
-        .args(["--serve", &threads.to_string()])
+        .args(["http-load", "--serve", &threads.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -327,7 +307,7 @@ async fn measure(
 // ---------------------------------------------------------------------------------------------
 // Phases.
 
-fn run(args: Args) -> anyhow::Result<()> {
+fn measure_all(args: Args) -> anyhow::Result<()> {
     let (server, addr) = start_server(args.server_threads)?;
     let server_pid = server.pid().to_string();
     let target = format!("http://{addr}/ready");
@@ -346,7 +326,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         .build()?;
     let mut phases = Vec::new();
     let mut time_waits = Vec::new();
-    for (name, fresh, wanted) in [("reuse", false, args.reuse), ("fresh", true, args.fresh)] {
+    let (want_reuse, want_fresh) = match args.mode {
+        Mode::Both => (true, true),
+        Mode::Reuse => (true, false),
+        Mode::Fresh => (false, true),
+    };
+    for (name, fresh, wanted) in [("reuse", false, want_reuse), ("fresh", true, want_fresh)] {
         if !wanted {
             continue;
         }
@@ -364,9 +349,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         println!("{name}: TIME_WAIT sockets towards the server port: {tw}");
         time_waits.push((name, tw));
     }
-    let blackbox = match &args.blackbox {
+    let blackbox = match (args.blackbox != "none").then_some(args.blackbox.as_str()) {
         None => None,
-        Some(path) => match which(path) {
+        Some(path) => match support::which(path) {
             Some(binary) => {
                 Some(runtime.block_on(blackbox_phase(&args, &binary, &target, &server_pid))?)
             }
@@ -490,17 +475,6 @@ fn time_wait(port: u16) -> anyhow::Result<usize> {
                 .any(|a| port_of(a) == Some(port))
         })
         .count())
-}
-
-/// `path` if it names a file, else the first `PATH` entry holding it.
-fn which(path: &str) -> Option<std::path::PathBuf> {
-    let direct = std::path::PathBuf::from(path);
-    if path.contains('/') {
-        return direct.is_file().then_some(direct);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(path))
-        .find(|candidate| candidate.is_file())
 }
 
 async fn blackbox_phase(

@@ -1,7 +1,7 @@
 //! Load harness: the etcd topology source at scale, against a throw-away etcd on loopback.
 //!
 //! ```text
-//! cargo run --release --example etcd_load -- [--targets 10000] [--burst 1000] [--batch 100]
+//! probe-bench etcd-load [--targets 10000] [--burst 1000] [--batch 100]
 //! ```
 //!
 //! The harness starts `etcd` (Debian's `etcd-server`; `scripts/setup` installs it) with
@@ -17,9 +17,6 @@
 //! - **memory**: `VmRSS` before the topology layer starts, once all targets are scheduled, and
 //!   after the burst, with the growth per target.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -31,39 +28,43 @@ use probe_etcd::testing::TestEtcd;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: etcd_load [--targets N] [--burst N] [--batch N]";
+use crate::support;
 
 /// The longest the harness waits for the engine to catch up.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-struct Args {
+/// Flags of `probe-bench etcd-load`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Keys written, one TCP target each.
+    #[arg(long, default_value_t = 10_000)]
     targets: usize,
+    /// Keys rewritten at once after start-up (at most --targets).
+    #[arg(long, default_value_t = 1_000)]
     burst: usize,
+    /// Keys per transaction, within etcd's limit of 128.
+    #[arg(long, default_value_t = 100)]
     batch: usize,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        targets: 10_000,
-        burst: 1_000,
-        batch: 100,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(name) = it.next() {
-        let value = it
-            .next()
-            .with_context(|| format!("{name} needs a value; {USAGE}"))?;
-        match name.as_str() {
-            "--targets" => args.targets = support::flag(&name, &value)?,
-            "--burst" => args.burst = support::flag(&name, &value)?,
-            "--batch" => args.batch = support::flag(&name, &value)?,
-            _ => bail!("unknown flag {name}; {USAGE}"),
+impl Args {
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.burst > self.targets || self.batch == 0 || self.batch > 128 {
+            bail!("--burst must be at most --targets, --batch within 1..=128 (etcd's txn limit)");
         }
+        Ok(())
     }
-    if args.burst > args.targets || args.batch == 0 || args.batch > 128 {
-        bail!("--burst must be at most --targets, --batch within 1..=128 (etcd's txn limit)");
-    }
-    Ok(args)
+}
+
+/// Runs `probe-bench etcd-load`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(measure(args))
 }
 
 fn id(i: usize) -> String {
@@ -120,7 +121,7 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn measure(args: Args) -> anyhow::Result<()> {
     let etcd = TestEtcd::start().await.context("starting etcd")?;
     let mut client = etcd.client().await.context("connecting to etcd")?;
     let written = Instant::now();
@@ -202,15 +203,4 @@ async fn run(args: Args) -> anyhow::Result<()> {
     cancel.cancel();
     engine.stopped().await;
     Ok(())
-}
-
-fn main() -> std::process::ExitCode {
-    let result = parse_args().and_then(|args| {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the runtime")?
-            .block_on(run(args))
-    });
-    support::exit(result)
 }

@@ -1,7 +1,7 @@
 //! Detection-quality harness: how fast and how truthfully the real engine turns TCP targets DOWN.
 //!
 //! ```text
-//! cargo run --release --example detection -- [--scenario detection|false-down|cascade|all]
+//! probe-bench detection [--scenario detection|false-down|cascade|all]
 //!     [--threads 2] [--fixture-threads 1] [--seed 1]
 //!     [--det-targets 50] [--det-refused 20] [--det-blackholed 20] [--det-interval-ms 500]
 //!     [--det-fast-ms MS] [--det-timeout-ms 100] [--det-fall 3] [--det-rise 1]
@@ -24,8 +24,8 @@
 //!
 //! Every figure is printed as one machine-readable line,
 //! `RESULT scenario=<name> metric=<name> value=<number> unit=<unit>`; the other lines are for
-//! people. Values have three decimals; a figure without any sample (e.g. a percentile when no
-//! victim went DOWN) prints `value=nan`. Each scenario ends with a `goal_met` line (1 or 0,
+//! people. A figure without any sample (e.g. a percentile when no victim went DOWN) prints
+//! `value=nan`. Each scenario ends with a `goal_met` line (1 or 0,
 //! `unit=bool`). The exit status is 0 whether or not a goal is met (only a harness error exits 1).
 //!
 //! # Fixtures
@@ -40,7 +40,7 @@
 //!   on.
 //! - **accept**: accept and close at once (enough for a connect probe).
 //! - **reply**: accept, then write `OK\n` (one `send(2)`) and close, or, with probability
-//!   `--fd-drop` decided per connection by a seeded PRNG (`--seed`), close without a byte. The
+//!   `--fd-drop` decided per connection by a seeded `StdRng` (`--seed`), close without a byte. The
 //!   targets probe with `expect: "OK"`, so a dropped connection fails deterministically (`body`:
 //!   the peer closed before the match) and a kept one passes.
 //!
@@ -171,10 +171,6 @@
 //! as above), `wrong_reason` (blackholed targets whose last failure is not a timeout),
 //! `events_lagged`, `goal_met`.
 
-#[path = "support/mod.rs"]
-mod support;
-use support::{Collector, RunCounter};
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -190,6 +186,8 @@ use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
 use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
@@ -197,18 +195,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: detection [--scenario detection|false-down|cascade|all] \
-[--threads N] [--fixture-threads N] [--seed N] \
-[--det-targets N] [--det-refused N] [--det-blackholed N] [--det-interval-ms MS] [--det-fast-ms MS] \
-[--det-timeout-ms MS] [--det-fall N] [--det-rise N] \
-[--fd-targets N] [--fd-listeners N] [--fd-interval-ms MS] [--fd-timeout-ms MS] [--fd-fall N] \
-[--fd-rise N] [--fd-drop P] [--fd-duration-s S] \
-[--cas-targets N] [--cas-fraction F] [--cas-listeners N] [--cas-bh-listeners N] \
-[--cas-interval-ms MS] [--cas-timeout-ms MS] [--cas-baseline-s S] [--cas-after-s S] \
-[--cas-lag-goal-ms MS]";
+use crate::support::{self, Collector, RunCounter, TICKS_PER_SEC, percentile};
 
-/// `USER_HZ`: the unit of `utime`/`stime` in `/proc/*/stat`.
-const TICKS_PER_SEC: f64 = 100.0;
 /// Thread-name prefix of the fixture runtime, to tell its CPU apart.
 const FIXTURE_THREAD: &str = "fixture";
 /// How long a connect of the blackhole fill may take before the queue counts as full.
@@ -225,22 +213,47 @@ const CASCADE_MAX_CPU_RATIO: f64 = 1.5;
 // ---------------------------------------------------------------------------------------------
 // Flags
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The `--scenario` choices.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Which {
+    /// The three scenarios, one after the other.
     All,
+    /// Time to DOWN of refused and blackholed targets.
     Detection,
+    /// False DOWN rate against the binomial prediction.
     FalseDown,
+    /// A 10% blackhole cascade: false DOWNs of the rest, lag and CPU.
     Cascade,
 }
 
+/// Flags of scenario `detection`. Each flag's id is its long name: the three scenarios' flags
+/// share field names, and clap tells arguments apart by id.
+#[derive(clap::Args)]
 struct DetArgs {
+    /// Targets of scenario detection, each with its own listener.
+    #[arg(id = "det-targets", long = "det-targets", default_value_t = 50)]
     targets: usize,
+    /// Of them, listeners closed (connects refused).
+    #[arg(id = "det-refused", long = "det-refused", default_value_t = 20)]
     refused: usize,
+    /// Of them, listeners blackholed (connects time out).
+    #[arg(id = "det-blackholed", long = "det-blackholed", default_value_t = 20)]
     blackholed: usize,
+    /// The targets' interval, in ms.
+    #[arg(id = "det-interval-ms", long = "det-interval-ms", value_name = "MS", default_value = "500", value_parser = support::millis)]
     interval: Duration,
+    /// The fast interval while a verdict is pending, in ms (default: the interval, so the
+    /// theory applies as stated).
+    #[arg(id = "det-fast-ms", long = "det-fast-ms", value_name = "MS", value_parser = support::millis)]
     fast: Option<Duration>,
+    /// The probe timeout, in ms.
+    #[arg(id = "det-timeout-ms", long = "det-timeout-ms", value_name = "MS", default_value = "100", value_parser = support::millis)]
     timeout: Duration,
+    /// Consecutive failures to DOWN.
+    #[arg(id = "det-fall", long = "det-fall", default_value_t = 3)]
     fall: u32,
+    /// Consecutive passes to UP.
+    #[arg(id = "det-rise", long = "det-rise", default_value_t = 1)]
     rise: u32,
 }
 
@@ -250,130 +263,112 @@ impl DetArgs {
     }
 }
 
+/// Flags of scenario `false-down`.
+#[derive(clap::Args)]
 struct FdArgs {
+    /// Targets of scenario false-down.
+    #[arg(id = "fd-targets", long = "fd-targets", default_value_t = 800)]
     targets: usize,
+    /// Reply listeners they are spread over.
+    #[arg(id = "fd-listeners", long = "fd-listeners", default_value_t = 8)]
     listeners: usize,
+    /// The targets' interval, in ms.
+    #[arg(id = "fd-interval-ms", long = "fd-interval-ms", value_name = "MS", default_value = "200", value_parser = support::millis)]
     interval: Duration,
+    /// The probe timeout, in ms (long, so that a fixture briefly starved of CPU is no failure).
+    #[arg(id = "fd-timeout-ms", long = "fd-timeout-ms", value_name = "MS", default_value = "150", value_parser = support::millis)]
     timeout: Duration,
+    /// Consecutive failures to DOWN.
+    #[arg(id = "fd-fall", long = "fd-fall", default_value_t = 2)]
     fall: u32,
+    /// Consecutive passes to UP.
+    #[arg(id = "fd-rise", long = "fd-rise", default_value_t = 2)]
     rise: u32,
+    /// Probability that a listener closes a connection without replying, in (0, 1).
+    #[arg(
+        id = "fd-drop",
+        long = "fd-drop",
+        value_name = "P",
+        default_value_t = 0.05
+    )]
     drop_p: f64,
+    /// The counting window, in seconds.
+    #[arg(id = "fd-duration-s", long = "fd-duration-s", value_name = "S", default_value = "6", value_parser = support::secs)]
     duration: Duration,
 }
 
+/// Flags of scenario `cascade`.
+#[derive(clap::Args)]
 struct CasArgs {
+    /// Targets of scenario cascade.
+    #[arg(id = "cas-targets", long = "cas-targets", default_value_t = 4000)]
     targets: usize,
+    /// The share of them that is blackholed, in (0, 1).
+    #[arg(
+        id = "cas-fraction",
+        long = "cas-fraction",
+        value_name = "F",
+        default_value_t = 0.1
+    )]
     fraction: f64,
+    /// Listeners of the healthy targets.
+    #[arg(id = "cas-listeners", long = "cas-listeners", default_value_t = 8)]
     listeners: usize,
+    /// Listeners of the targets to blackhole.
+    #[arg(
+        id = "cas-bh-listeners",
+        long = "cas-bh-listeners",
+        default_value_t = 2
+    )]
     bh_listeners: usize,
+    /// The targets' interval, in ms.
+    #[arg(id = "cas-interval-ms", long = "cas-interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
     interval: Duration,
+    /// The probe timeout, in ms.
+    #[arg(id = "cas-timeout-ms", long = "cas-timeout-ms", value_name = "MS", default_value = "250", value_parser = support::millis)]
     timeout: Duration,
+    /// The window before the blackhole, in seconds.
+    #[arg(id = "cas-baseline-s", long = "cas-baseline-s", value_name = "S", default_value = "3", value_parser = support::secs)]
     baseline: Duration,
+    /// The window after it, in seconds.
+    #[arg(id = "cas-after-s", long = "cas-after-s", value_name = "S", default_value = "3", value_parser = support::secs)]
     after: Duration,
+    /// The goal for the scheduler lag's p99 after the blackhole, in ms.
+    #[arg(id = "cas-lag-goal-ms", long = "cas-lag-goal-ms", value_name = "MS", default_value = "10", value_parser = support::millis)]
     lag_goal: Duration,
 }
 
-struct Args {
+/// Flags of `probe-bench detection`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Which scenario runs.
+    #[arg(long = "scenario", value_enum, default_value_t = Which::All)]
     which: Which,
+    /// Worker threads of the engine's runtime.
+    #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Worker threads of the listeners' runtime.
+    #[arg(long, default_value_t = 1)]
     fixture_threads: usize,
+    /// Seed of the reply listeners' drop decisions: the same seed draws the same drops.
+    #[arg(long, default_value_t = 1)]
     seed: u64,
+    #[command(flatten)]
     det: DetArgs,
+    #[command(flatten)]
     fd: FdArgs,
+    #[command(flatten)]
     cas: CasArgs,
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            which: Which::All,
-            threads: 2,
-            fixture_threads: 1,
-            seed: 1,
-            det: DetArgs {
-                targets: 50,
-                refused: 20,
-                blackholed: 20,
-                interval: Duration::from_millis(500),
-                fast: None,
-                timeout: Duration::from_millis(100),
-                fall: 3,
-                rise: 1,
-            },
-            fd: FdArgs {
-                targets: 800,
-                listeners: 8,
-                interval: Duration::from_millis(200),
-                timeout: Duration::from_millis(150),
-                fall: 2,
-                rise: 2,
-                drop_p: 0.05,
-                duration: Duration::from_secs(6),
-            },
-            cas: CasArgs {
-                targets: 4000,
-                fraction: 0.1,
-                listeners: 8,
-                bh_listeners: 2,
-                interval: Duration::from_millis(1000),
-                timeout: Duration::from_millis(250),
-                baseline: Duration::from_secs(3),
-                after: Duration::from_secs(3),
-                lag_goal: Duration::from_millis(10),
-            },
-        };
-        let ms = |v: u64| Duration::from_millis(v);
-        let secs = |v: u64| Duration::from_secs(v);
-        for (flag, value) in support::flags(USAGE)? {
-            let f = flag.as_str();
-            match f {
-                "--scenario" => {
-                    args.which = match value.as_str() {
-                        "all" => Which::All,
-                        "detection" => Which::Detection,
-                        "false-down" => Which::FalseDown,
-                        "cascade" => Which::Cascade,
-                        other => bail!(
-                            "--scenario {other:?}: expected detection, false-down, cascade or all"
-                        ),
-                    }
-                }
-                "--threads" => args.threads = support::flag(f, &value)?,
-                "--fixture-threads" => args.fixture_threads = support::flag(f, &value)?,
-                "--seed" => args.seed = support::flag(f, &value)?,
-                "--det-targets" => args.det.targets = support::flag(f, &value)?,
-                "--det-refused" => args.det.refused = support::flag(f, &value)?,
-                "--det-blackholed" => args.det.blackholed = support::flag(f, &value)?,
-                "--det-interval-ms" => args.det.interval = ms(support::flag(f, &value)?),
-                "--det-fast-ms" => args.det.fast = Some(ms(support::flag(f, &value)?)),
-                "--det-timeout-ms" => args.det.timeout = ms(support::flag(f, &value)?),
-                "--det-fall" => args.det.fall = support::flag(f, &value)?,
-                "--det-rise" => args.det.rise = support::flag(f, &value)?,
-                "--fd-targets" => args.fd.targets = support::flag(f, &value)?,
-                "--fd-listeners" => args.fd.listeners = support::flag(f, &value)?,
-                "--fd-interval-ms" => args.fd.interval = ms(support::flag(f, &value)?),
-                "--fd-timeout-ms" => args.fd.timeout = ms(support::flag(f, &value)?),
-                "--fd-fall" => args.fd.fall = support::flag(f, &value)?,
-                "--fd-rise" => args.fd.rise = support::flag(f, &value)?,
-                "--fd-drop" => args.fd.drop_p = support::flag(f, &value)?,
-                "--fd-duration-s" => args.fd.duration = secs(support::flag(f, &value)?),
-                "--cas-targets" => args.cas.targets = support::flag(f, &value)?,
-                "--cas-fraction" => args.cas.fraction = support::flag(f, &value)?,
-                "--cas-listeners" => args.cas.listeners = support::flag(f, &value)?,
-                "--cas-bh-listeners" => args.cas.bh_listeners = support::flag(f, &value)?,
-                "--cas-interval-ms" => args.cas.interval = ms(support::flag(f, &value)?),
-                "--cas-timeout-ms" => args.cas.timeout = ms(support::flag(f, &value)?),
-                "--cas-baseline-s" => args.cas.baseline = secs(support::flag(f, &value)?),
-                "--cas-after-s" => args.cas.after = secs(support::flag(f, &value)?),
-                "--cas-lag-goal-ms" => args.cas.lag_goal = ms(support::flag(f, &value)?),
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
-        }
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
         ensure!(
-            args.threads >= 1 && args.fixture_threads >= 1,
+            self.threads >= 1 && self.fixture_threads >= 1,
             "--threads and --fixture-threads must be at least 1"
         );
-        let d = &args.det;
+        let d = &self.det;
         ensure!(
             d.refused + d.blackholed <= d.targets && d.targets >= 1,
             "--det-refused + --det-blackholed must not exceed --det-targets"
@@ -382,7 +377,7 @@ impl Args {
             d.fall >= 1 && d.rise >= 1,
             "--det-fall and --det-rise must be >= 1"
         );
-        let f = &args.fd;
+        let f = &self.fd;
         ensure!(
             f.targets >= 1 && f.listeners >= 1 && f.fall >= 1 && f.rise >= 1,
             "--fd-targets, --fd-listeners, --fd-fall and --fd-rise must be >= 1"
@@ -391,8 +386,8 @@ impl Args {
             f.drop_p > 0.0 && f.drop_p < 1.0,
             "--fd-drop must be in (0, 1)"
         );
-        ensure!(!f.duration.is_zero(), "--fd-duration-s must be >= 1");
-        let c = &args.cas;
+        ensure!(!f.duration.is_zero(), "--fd-duration-s must be above 0");
+        let c = &self.cas;
         ensure!(
             c.targets >= 1 && c.listeners >= 1 && c.bh_listeners >= 1,
             "--cas-targets, --cas-listeners and --cas-bh-listeners must be >= 1"
@@ -403,25 +398,22 @@ impl Args {
         );
         ensure!(
             !c.baseline.is_zero() && !c.after.is_zero(),
-            "--cas-baseline-s and --cas-after-s must be >= 1"
+            "--cas-baseline-s and --cas-after-s must be above 0"
         );
         ensure!(
             c.listeners + c.bh_listeners <= 250,
             "at most 250 cascade listeners (one address each)"
         );
-        Ok(args)
+        Ok(())
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Main
 
-fn main() -> std::process::ExitCode {
-    support::exit(try_main())
-}
-
-fn try_main() -> anyhow::Result<()> {
-    let args = Args::parse()?;
+/// Runs `probe-bench detection`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
     let metrics = Metrics::install()?;
     let fixtures = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.fixture_threads)
@@ -478,15 +470,6 @@ struct Env {
     fixtures: Handle,
     metrics: Metrics,
     seed: u64,
-}
-
-/// One `RESULT` line; a figure without samples prints as `nan`.
-fn result(scenario: &str, metric: &str, value: f64, unit: &str) {
-    if value.is_finite() {
-        println!("RESULT scenario={scenario} metric={metric} value={value:.3} unit={unit}");
-    } else {
-        println!("RESULT scenario={scenario} metric={metric} value=nan unit={unit}");
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -561,7 +544,7 @@ async fn detection(a: &DetArgs, env: &Env) -> anyhow::Result<()> {
     let mut specs = Vec::with_capacity(a.targets);
     for i in 0..a.targets {
         // Backlog 1: one target per listener, and a blackhole fill of two connections.
-        let listener = Fixture::spawn(&env.fixtures, loopback(i % 8), 1, Behaviour::Accept, 0)?;
+        let listener = Fixture::spawn(&env.fixtures, loopback(i % 8), 1, Behaviour::Accept)?;
         let id = TargetId::new(&format!("det-{}-{i:03}", kind_of(i).name()))?;
         let mut spec = TargetSpec::new(id, tcp_connect(listener.addr));
         spec.schedule = schedule;
@@ -674,7 +657,7 @@ async fn detection(a: &DetArgs, env: &Env) -> anyhow::Result<()> {
             .and_then(|s| s.last_failure.as_ref().map(|f| f.reason))
     };
     let mut goal = true;
-    result(S, "theory_max", ms_f(theory), "ms");
+    support::result(S, "theory_max", ms_f(theory), "ms");
     for kind in [Kind::Refused, Kind::Blackholed] {
         let name = kind.name();
         let victims: Vec<&Kill> = kills.iter().filter(|k| k.kind == kind).collect();
@@ -725,31 +708,31 @@ async fn detection(a: &DetArgs, env: &Env) -> anyhow::Result<()> {
             percentile(&excess, 1.0),
             to_down.first().copied().unwrap_or(f64::NAN),
         );
-        result(S, &format!("{name}_victims"), victims.len() as f64, "count");
-        result(S, &format!("{name}_detected"), detected as f64, "count");
+        support::result(S, &format!("{name}_victims"), victims.len() as f64, "count");
+        support::result(S, &format!("{name}_detected"), detected as f64, "count");
         for (q, label) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
-            result(
+            support::result(
                 S,
                 &format!("{name}_time_to_down_{label}"),
                 percentile(&to_down, q),
                 "ms",
             );
         }
-        result(
+        support::result(
             S,
             &format!("{name}_worst_case_excess_p99"),
             worst_excess,
             "ms",
         );
         for (q, label) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
-            result(
+            support::result(
                 S,
                 &format!("{name}_phase_excess_{label}"),
                 percentile(&excess, q),
                 "ms",
             );
         }
-        result(
+        support::result(
             S,
             &format!("{name}_wrong_reason"),
             f64::from(wrong_reason),
@@ -764,10 +747,10 @@ async fn detection(a: &DetArgs, env: &Env) -> anyhow::Result<()> {
         .filter(|i| downs.contains_key(&ids[*i]))
         .count();
     let lagged = events.lagged();
-    result(S, "control_false_down", control_false_down as f64, "count");
-    result(S, "events_lagged", lagged as f64, "count");
+    support::result(S, "control_false_down", control_false_down as f64, "count");
+    support::result(S, "events_lagged", lagged as f64, "count");
     goal &= control_false_down == 0 && lagged == 0;
-    result(S, "goal_met", f64::from(u8::from(goal)), "bool");
+    support::result(S, "goal_met", f64::from(u8::from(goal)), "bool");
     Ok(())
 }
 
@@ -790,7 +773,7 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
         a.timeout.as_millis(),
         a.fall,
         a.rise,
-        a.duration.as_secs(),
+        a.duration.as_secs_f64(),
         per_target_hour,
         per_target_hour * a.targets as f64 * a.duration.as_secs_f64() / 3600.0
     );
@@ -804,17 +787,19 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
         backoff_jitter: Some(0.0),
     })?;
     let thresholds = thresholds(a.rise, a.fall)?;
-    // Each listener's PRNG starts from a mixed output of one seeded generator: SplitMix64
-    // sequences whose starts differ by a multiple of its increment would overlap.
-    let mut seeds = Rng(env.seed);
+    // One generator seeded from `--seed` draws each listener's seed: the same `--seed` makes
+    // the same drops on every listener, and no two listeners share a sequence.
+    let mut seeds = StdRng::seed_from_u64(env.seed);
     let listeners = (0..a.listeners)
         .map(|i| {
             Fixture::spawn(
                 &env.fixtures,
                 loopback(i % 8),
                 4096,
-                Behaviour::Reply { drop_p: p },
-                seeds.next_u64(),
+                Behaviour::Reply {
+                    drop_p: p,
+                    seed: seeds.random(),
+                },
             )
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -917,33 +902,33 @@ async fn false_down(a: &FdArgs, env: &Env) -> anyhow::Result<()> {
         );
     }
     let lagged = events.lagged();
-    result(S, "probes", probes as f64, "count");
-    result(S, "drop_p", p, "ratio");
-    result(
+    support::result(S, "probes", probes as f64, "count");
+    support::result(S, "drop_p", p, "ratio");
+    support::result(
         S,
         "fixture_drop_rate",
         dropped as f64 / accepted.max(1) as f64,
         "ratio",
     );
-    result(S, "failure_rate", observed_p, "ratio");
-    result(S, "extra_failures", extra as f64, "count");
-    result(S, "false_down", downs as f64, "count");
-    result(S, "expected_false_down", predicted * target_hours, "count");
-    result(S, "measured_per_target_hour", measured, "per_hour");
-    result(S, "predicted_per_target_hour", predicted, "per_hour");
-    result(
+    support::result(S, "failure_rate", observed_p, "ratio");
+    support::result(S, "extra_failures", extra as f64, "count");
+    support::result(S, "false_down", downs as f64, "count");
+    support::result(S, "expected_false_down", predicted * target_hours, "count");
+    support::result(S, "measured_per_target_hour", measured, "per_hour");
+    support::result(S, "predicted_per_target_hour", predicted, "per_hour");
+    support::result(
         S,
         "predicted_observed_p_per_target_hour",
         predicted_obs,
         "per_hour",
     );
-    result(S, "measured_over_predicted", ratio, "ratio");
-    result(S, "lag_p99", lag_p99, "ms");
-    result(S, "other_cpu", window.other_cpu(), "percent");
-    result(S, "events_lagged", lagged as f64, "count");
-    result(S, "clean", f64::from(u8::from(extra == 0)), "bool");
+    support::result(S, "measured_over_predicted", ratio, "ratio");
+    support::result(S, "lag_p99", lag_p99, "ms");
+    support::result(S, "other_cpu", window.other_cpu(), "percent");
+    support::result(S, "events_lagged", lagged as f64, "count");
+    support::result(S, "clean", f64::from(u8::from(extra == 0)), "bool");
     let goal = ratio <= FALSE_DOWN_MAX_RATIO && lagged == 0;
-    result(S, "goal_met", f64::from(u8::from(goal)), "bool");
+    support::result(S, "goal_met", f64::from(u8::from(goal)), "bool");
     Ok(())
 }
 
@@ -973,12 +958,12 @@ async fn cascade(a: &CasArgs, env: &Env) -> anyhow::Result<()> {
         a.timeout.as_millis(),
         a.listeners,
         a.bh_listeners,
-        a.baseline.as_secs(),
-        a.after.as_secs(),
+        a.baseline.as_secs_f64(),
+        a.after.as_secs_f64(),
         theory.as_millis()
     );
     let healthy = (0..a.listeners)
-        .map(|i| Fixture::spawn(&env.fixtures, loopback(i), 4096, Behaviour::Accept, 0))
+        .map(|i| Fixture::spawn(&env.fixtures, loopback(i), 4096, Behaviour::Accept))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut holes = (0..a.bh_listeners)
         .map(|i| {
@@ -987,7 +972,6 @@ async fn cascade(a: &CasArgs, env: &Env) -> anyhow::Result<()> {
                 loopback(a.listeners + i),
                 64,
                 Behaviour::Accept,
-                0,
             )
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -1106,44 +1090,44 @@ async fn cascade(a: &CasArgs, env: &Env) -> anyhow::Result<()> {
         theory.as_millis(),
     );
     let lagged = events.lagged();
-    result(S, "targets", a.targets as f64, "count");
-    result(S, "blackholed", n_bh as f64, "count");
-    result(S, "false_down_healthy", false_down as f64, "count");
-    result(
+    support::result(S, "targets", a.targets as f64, "count");
+    support::result(S, "blackholed", n_bh as f64, "count");
+    support::result(S, "false_down_healthy", false_down as f64, "count");
+    support::result(
         S,
         "healthy_transitions",
         healthy_transitions as f64,
         "count",
     );
-    result(S, "true_down", true_down as f64, "count");
+    support::result(S, "true_down", true_down as f64, "count");
     for (q, label) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
-        result(
+        support::result(
             S,
             &format!("time_to_down_{label}"),
             percentile(&to_down, q),
             "ms",
         );
     }
-    result(S, "theory_max", ms_f(theory), "ms");
-    result(S, "lag_p50_baseline", base.lag.percentile(0.5) * 1e3, "ms");
-    result(S, "lag_p99_baseline", base.lag.percentile(0.99) * 1e3, "ms");
-    result(S, "lag_p99_after", lag_p99_after, "ms");
-    result(S, "lag_max_after", after.lag.percentile(1.0) * 1e3, "ms");
-    result(S, "cpu_baseline", cpu_b, "percent");
-    result(S, "cpu_after", cpu_a, "percent");
-    result(S, "cpu_ratio", cpu_ratio, "ratio");
-    result(S, "cpu_ratio_process", cpu_ratio_process, "ratio");
-    result(S, "other_cpu_baseline", base.other_cpu(), "percent");
-    result(S, "other_cpu_after", after.other_cpu(), "percent");
-    result(S, "wrong_reason", wrong_reason as f64, "count");
-    result(S, "events_lagged", lagged as f64, "count");
+    support::result(S, "theory_max", ms_f(theory), "ms");
+    support::result(S, "lag_p50_baseline", base.lag.percentile(0.5) * 1e3, "ms");
+    support::result(S, "lag_p99_baseline", base.lag.percentile(0.99) * 1e3, "ms");
+    support::result(S, "lag_p99_after", lag_p99_after, "ms");
+    support::result(S, "lag_max_after", after.lag.percentile(1.0) * 1e3, "ms");
+    support::result(S, "cpu_baseline", cpu_b, "percent");
+    support::result(S, "cpu_after", cpu_a, "percent");
+    support::result(S, "cpu_ratio", cpu_ratio, "ratio");
+    support::result(S, "cpu_ratio_process", cpu_ratio_process, "ratio");
+    support::result(S, "other_cpu_baseline", base.other_cpu(), "percent");
+    support::result(S, "other_cpu_after", after.other_cpu(), "percent");
+    support::result(S, "wrong_reason", wrong_reason as f64, "count");
+    support::result(S, "events_lagged", lagged as f64, "count");
     let goal = false_down == 0
         && true_down == n_bh
         && wrong_reason == 0
         && lag_p99_after <= lag_goal
         && cpu_ratio <= CASCADE_MAX_CPU_RATIO
         && lagged == 0;
-    result(S, "goal_met", f64::from(u8::from(goal)), "bool");
+    support::result(S, "goal_met", f64::from(u8::from(goal)), "bool");
     drop(blackholes);
     Ok(())
 }
@@ -1315,8 +1299,9 @@ async fn wait_all_up(
 enum Behaviour {
     /// Accept and close.
     Accept,
-    /// Write `OK\n` and close, or with probability `drop_p` close without a byte.
-    Reply { drop_p: f64 },
+    /// Write `OK\n` and close, or with probability `drop_p` close without a byte, decided by a
+    /// `StdRng` seeded with `seed`.
+    Reply { drop_p: f64, seed: u64 },
 }
 
 #[derive(Default)]
@@ -1353,7 +1338,6 @@ impl Fixture {
         ip: Ipv4Addr,
         backlog: i32,
         behaviour: Behaviour,
-        seed: u64,
     ) -> anyhow::Result<Self> {
         let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
             .context("creating a listener socket")?;
@@ -1371,14 +1355,7 @@ impl Fixture {
         let stats = Arc::new(FixtureStats::default());
         let (tx, accepts) = watch::channel(None);
         let stop = CancellationToken::new();
-        let task = rt.spawn(serve(
-            listener,
-            behaviour,
-            Rng(seed),
-            stats.clone(),
-            tx,
-            stop.clone(),
-        ));
+        let task = rt.spawn(serve(listener, behaviour, stats.clone(), tx, stop.clone()));
         Ok(Self {
             addr,
             stats,
@@ -1444,11 +1421,14 @@ impl Drop for Fixture {
 async fn serve(
     listener: TcpListener,
     behaviour: Behaviour,
-    mut rng: Rng,
     stats: Arc<FixtureStats>,
     accepts: watch::Sender<Option<SystemTime>>,
     stop: CancellationToken,
 ) -> TcpListener {
+    let mut drops = match behaviour {
+        Behaviour::Reply { drop_p, seed } => Some((drop_p, StdRng::seed_from_u64(seed))),
+        Behaviour::Accept => None,
+    };
     loop {
         let accepted = tokio::select! {
             biased;
@@ -1465,8 +1445,8 @@ async fn serve(
         };
         accepts.send_replace(Some(SystemTime::now()));
         stats.accepted.fetch_add(1, Ordering::Relaxed);
-        if let Behaviour::Reply { drop_p } = behaviour {
-            if rng.next_f64() < drop_p {
+        if let Some((drop_p, rng)) = &mut drops {
+            if rng.random_bool(*drop_p) {
                 stats.dropped.fetch_add(1, Ordering::Relaxed);
             } else {
                 // A plain send(2): tokio's `try_write` would report `WouldBlock` on a stream whose
@@ -1479,24 +1459,6 @@ async fn serve(
             }
         }
         drop(stream);
-    }
-}
-
-/// SplitMix64: enough randomness for drop decisions, without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -1633,15 +1595,6 @@ impl Recorder for CountingRecorder {
 
 // ---------------------------------------------------------------------------------------------
 // Numbers
-
-/// Nearest-rank percentile of sorted values (NaN when empty).
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
 
 /// `to - from` in seconds, negative when `to` is earlier.
 fn secs_between(from: SystemTime, to: SystemTime) -> f64 {

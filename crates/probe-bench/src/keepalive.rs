@@ -2,7 +2,7 @@
 //! closes idle connections at the very interval the probes come at.
 //!
 //! ```text
-//! cargo run --release --example keepalive -- [--duration-s 120] [--targets 100]
+//! probe-bench keepalive [--duration-s 120] [--targets 100]
 //!     [--interval-ms 1000] [--keepalive-timeout-ms 1000] [--keepalive-requests 20]
 //! ```
 //!
@@ -22,10 +22,6 @@
 //! transitions). The exit status is 0 whether or not the goal is met (only a harness error
 //! exits 1). Traffic stays on 127.0.0.1.
 
-#[path = "support/mod.rs"]
-mod support;
-use support::Collector;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -44,44 +40,34 @@ use probe::{Engine, EngineConfig};
 use probe_engine::testing::{KeepAlive, Nginx};
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: keepalive [--duration-s 120] [--targets 100] [--interval-ms 1000] \
-                     [--keepalive-timeout-ms 1000] [--keepalive-requests 20]";
+use crate::support::{self, Collector};
 
-struct Args {
+/// Flags of `probe-bench keepalive`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// How long the probes are counted once every target is UP, in seconds.
+    #[arg(long = "duration-s", value_name = "S", default_value = "120", value_parser = support::secs)]
     duration: Duration,
+    /// Pooled HTTP targets, all against the one nginx.
+    #[arg(long, default_value_t = 100)]
     targets: usize,
+    /// Each target's interval, in ms: at nginx's keep-alive timeout, where the race is.
+    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
     interval: Duration,
-    keep_alive: KeepAlive,
+    /// nginx's `keepalive_timeout`, in ms.
+    #[arg(long = "keepalive-timeout-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
+    keepalive_timeout: Duration,
+    /// nginx's `keepalive_requests`: it closes every connection after this many.
+    #[arg(long, default_value_t = 20)]
+    keepalive_requests: u32,
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            duration: Duration::from_secs(120),
-            targets: 100,
-            interval: Duration::from_secs(1),
-            keep_alive: KeepAlive {
-                timeout: Duration::from_secs(1),
-                requests: 20,
-            },
-        };
-        for (flag, value) in support::flags(USAGE)? {
-            match flag.as_str() {
-                "--duration-s" => args.duration = support::secs(&flag, &value)?,
-                "--targets" => args.targets = support::flag(&flag, &value)?,
-                "--interval-ms" => {
-                    args.interval = Duration::from_millis(support::flag(&flag, &value)?);
-                }
-                "--keepalive-timeout-ms" => {
-                    args.keep_alive.timeout = Duration::from_millis(support::flag(&flag, &value)?);
-                }
-                "--keepalive-requests" => {
-                    args.keep_alive.requests = support::flag(&flag, &value)?;
-                }
-                _ => bail!("unknown flag {flag}\n{USAGE}"),
-            }
+    fn keep_alive(&self) -> KeepAlive {
+        KeepAlive {
+            timeout: self.keepalive_timeout,
+            requests: self.keepalive_requests,
         }
-        Ok(args)
     }
 }
 
@@ -115,24 +101,23 @@ impl Probe for Counted {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    support::exit(Args::parse().and_then(|args| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?
-            .block_on(run(args))
-    }))
+/// Runs `probe-bench keepalive`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(measure(args))
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    let nginx = Nginx::start(args.keep_alive).context("starting nginx")?;
+async fn measure(args: Args) -> anyhow::Result<()> {
+    let nginx = Nginx::start(args.keep_alive()).context("starting nginx")?;
     println!(
         "keepalive: nginx on {} (keepalive_timeout {} ms, keepalive_requests {}); {} pooled HTTP \
          targets every {} ms for {:?}",
         nginx.addr(),
-        args.keep_alive.timeout.as_millis(),
-        args.keep_alive.requests,
+        args.keepalive_timeout.as_millis(),
+        args.keepalive_requests,
         args.targets,
         args.interval.as_millis(),
         args.duration

@@ -2,7 +2,7 @@
 //! binomial model, and whether it slows down the detection of a real outage.
 //!
 //! ```text
-//! cargo run --release --example loss -- [--duration-s 600] [--losses 2,5] [--targets 100]
+//! probe-bench loss [--duration-s 600] [--losses 2,5] [--targets 100]
 //!     [--interval-ms 1000] [--timeout-ms 500] [--rise 2] [--fall 3] [--poll-ms 500]
 //!     [--blackholed 20] [--threads 2]
 //! ```
@@ -64,10 +64,6 @@
 //! `blackhole_excess_p99` (ms, p99 - theory); `events_lagged` (count); `goal_met` (bool). The
 //! exit status is 0 whether or not a goal is met (only a harness error exits 1).
 
-#[path = "support/mod.rs"]
-mod support;
-use support::{Collector, RunCounter};
-
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -86,83 +82,71 @@ use probe::{Engine, EngineConfig};
 use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: loss [--duration-s S] [--losses P,P,...] [--targets N] \
-[--interval-ms MS] [--timeout-ms MS] [--rise N] [--fall N] [--poll-ms MS] [--blackholed N] \
-[--threads N]";
+use crate::support::{self, Collector, RunCounter, percentile, result};
 
 /// The issue's tolerance over the detection theory.
 const DETECTION_SLACK_MS: f64 = 50.0;
 /// The issue's bound on false DOWNs and false not-ready time over their predictions.
 const MAX_RATIO: f64 = 2.0;
 
-struct Args {
+/// Flags of `probe-bench loss`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The window over which false DOWNs, not-ready time and flapping count, in seconds.
+    #[arg(long = "duration-s", value_name = "S", default_value = "600", value_parser = support::secs)]
     duration: Duration,
+    /// SYN loss rates in percent (1 to 99), each in a network namespace and engine of its own,
+    /// all at once.
+    #[arg(long, value_delimiter = ',', default_value = "2,5")]
     losses: Vec<u8>,
+    /// TCP targets per loss rate.
+    #[arg(long, default_value_t = 100)]
     targets: usize,
+    /// Each target's interval, in ms.
+    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
     interval: Duration,
+    /// The probe timeout, in ms: under the kernel's 1 s initial RTO, so a lost SYN fails.
+    #[arg(long = "timeout-ms", value_name = "MS", default_value = "500", value_parser = support::millis)]
     timeout: Duration,
+    /// Consecutive passes to UP.
+    #[arg(long, default_value_t = 2)]
     rise: u32,
+    /// Consecutive failures to DOWN.
+    #[arg(long, default_value_t = 3)]
     fall: u32,
+    /// How often readiness is polled, in ms.
+    #[arg(long = "poll-ms", value_name = "MS", default_value = "500", value_parser = support::millis)]
     poll: Duration,
+    /// Targets per loss rate whose port is blackholed after the window.
+    #[arg(long, default_value_t = 20)]
     blackholed: usize,
+    /// Worker threads of the tokio runtime.
+    #[arg(long, default_value_t = 2)]
     threads: usize,
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            duration: Duration::from_secs(600),
-            losses: vec![2, 5],
-            targets: 100,
-            interval: Duration::from_millis(1000),
-            timeout: Duration::from_millis(500),
-            rise: 2,
-            fall: 3,
-            poll: Duration::from_millis(500),
-            blackholed: 20,
-            threads: 2,
-        };
-        let ms = |v: u64| Duration::from_millis(v);
-        for (flag, value) in support::flags(USAGE)? {
-            let f = flag.as_str();
-            match f {
-                "--duration-s" => args.duration = support::secs(f, &value)?,
-                "--losses" => {
-                    args.losses = value
-                        .split(',')
-                        .map(|p| support::flag(f, p.trim()))
-                        .collect::<anyhow::Result<_>>()?;
-                }
-                "--targets" => args.targets = support::flag(f, &value)?,
-                "--interval-ms" => args.interval = ms(support::flag(f, &value)?),
-                "--timeout-ms" => args.timeout = ms(support::flag(f, &value)?),
-                "--rise" => args.rise = support::flag(f, &value)?,
-                "--fall" => args.fall = support::flag(f, &value)?,
-                "--poll-ms" => args.poll = ms(support::flag(f, &value)?),
-                "--blackholed" => args.blackholed = support::flag(f, &value)?,
-                "--threads" => args.threads = support::flag(f, &value)?,
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
-        }
-        ensure!(!args.losses.is_empty(), "--losses needs at least one rate");
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(!self.losses.is_empty(), "--losses needs at least one rate");
         ensure!(
-            args.losses.iter().all(|p| (1..100).contains(p)),
+            self.losses.iter().all(|p| (1..100).contains(p)),
             "--losses are percentages between 1 and 99"
         );
-        let distinct: HashSet<_> = args.losses.iter().collect();
+        let distinct: HashSet<_> = self.losses.iter().collect();
         ensure!(
-            distinct.len() == args.losses.len(),
+            distinct.len() == self.losses.len(),
             "--losses repeats a rate"
         );
-        ensure!(args.targets >= 1, "--targets must be at least 1");
+        ensure!(self.targets >= 1, "--targets must be at least 1");
         ensure!(
-            args.blackholed <= args.targets,
+            self.blackholed <= self.targets,
             "--blackholed must not exceed --targets"
         );
-        ensure!(!args.duration.is_zero(), "--duration-s must be above 0");
-        ensure!(!args.poll.is_zero(), "--poll-ms must be above 0");
-        ensure!(args.threads >= 1, "--threads must be at least 1");
-        Ok(args)
+        ensure!(!self.duration.is_zero(), "--duration-s must be above 0");
+        ensure!(!self.poll.is_zero(), "--poll-ms must be above 0");
+        ensure!(self.threads >= 1, "--threads must be at least 1");
+        Ok(())
     }
 
     fn schedule(&self) -> anyhow::Result<Schedule> {
@@ -183,12 +167,9 @@ impl Args {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    support::exit(try_main())
-}
-
-fn try_main() -> anyhow::Result<()> {
-    let args = Args::parse()?;
+/// Runs `probe-bench loss`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
     let counts = Counts::install(&args.losses)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
@@ -196,10 +177,10 @@ fn try_main() -> anyhow::Result<()> {
         .build()
         .context("building the tokio runtime")?;
     let started = tokio::time::Instant::now();
-    let result = runtime.block_on(run(&args, &counts));
+    let outcome = runtime.block_on(measure(&args, &counts));
     drop(runtime);
     println!("total wall time {:.1} s", started.elapsed().as_secs_f64());
-    result
+    outcome
 }
 
 /// One loss rate: its namespace, listeners, engine and events.
@@ -220,7 +201,7 @@ impl Rate {
     }
 }
 
-async fn run(args: &Args, counts: &Counts) -> anyhow::Result<()> {
+async fn measure(args: &Args, counts: &Counts) -> anyhow::Result<()> {
     let schedule = args.schedule()?;
     let thresholds = args.thresholds()?;
     let mut rates = Vec::new();
@@ -532,24 +513,6 @@ async fn run(args: &Args, counts: &Counts) -> anyhow::Result<()> {
 /// probes apart.
 fn prefix(percent: u8) -> String {
     format!("l{percent}-")
-}
-
-/// One `RESULT` line; a figure without samples prints as `nan`.
-fn result(scenario: &str, metric: &str, value: f64, unit: &str) {
-    if value.is_finite() {
-        println!("RESULT scenario={scenario} metric={metric} value={value:.3} unit={unit}");
-    } else {
-        println!("RESULT scenario={scenario} metric={metric} value=nan unit={unit}");
-    }
-}
-
-/// Nearest-rank percentile of sorted values (NaN when empty).
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 //! Writes `BENCHMARKS.md` from the logs of a `scripts/bench` run.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- LOGS_DIR OUTPUT.md
+//! probe-bench report LOGS_DIR OUTPUT.md
 //! ```
 //!
 //! `LOGS_DIR` holds what `scripts/bench` leaves there:
@@ -18,14 +18,11 @@
 //! - `logs/criterion.1.log`: criterion's output, whose medians (and confidence bounds) get a
 //!   table of their own.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 /// How a goal compares the median with its threshold.
 #[derive(Clone, Copy)]
@@ -275,19 +272,23 @@ const LIMITS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-fn main() -> std::process::ExitCode {
-    support::exit(run())
+/// Arguments of `probe-bench report`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The directory `scripts/bench` wrote its logs to (`meta.tsv`, `steps.tsv`, `logs/`).
+    #[arg(value_name = "LOGS_DIR")]
+    dir: PathBuf,
+    /// Where to write the report.
+    #[arg(value_name = "OUTPUT.md")]
+    output: PathBuf,
 }
 
-fn run() -> anyhow::Result<()> {
-    let mut argv = std::env::args().skip(1);
-    let (Some(dir), Some(output)) = (argv.next(), argv.next()) else {
-        bail!("usage: bench_report LOGS_DIR OUTPUT.md");
-    };
-    let dir = Path::new(&dir);
-    let report = render(dir)?;
-    std::fs::write(&output, report).with_context(|| format!("writing {output}"))?;
-    println!("bench_report: wrote {output}");
+/// Runs `probe-bench report`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let report = render(&args.dir)?;
+    std::fs::write(&args.output, report)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    println!("probe-bench report: wrote {}", args.output.display());
     Ok(())
 }
 

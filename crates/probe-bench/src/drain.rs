@@ -2,23 +2,25 @@
 //! gate keeps serving through a drain delay, and loses some without it.
 //!
 //! ```text
-//! cargo build --release --example order_service --example drain
-//! ./target/release/examples/drain [--rate 400] [--connections 16] [--before-s 1] [--after-s 0.3]
-//!     [--inter-ms 100] [--fall 2] [--rise 2] [--drain-delay-ms 600] [--work-ms 10]
-//!     [--confirm-ms 50] [--modes delay,no-delay] [--service PATH] [--haproxy PATH]
+//! cargo build --release -p probe-bench -p probe-engine-workspace --bin probe-bench \
+//!     --example order_service
+//! ./target/release/probe-bench drain [--rate 400] [--connections 16] [--before-s 1]
+//!     [--after-s 0.3] [--inter-ms 100] [--fall 2] [--rise 2] [--drain-delay-ms 600]
+//!     [--work-ms 10] [--confirm-ms 50] [--modes delay,no-delay] [--service PATH]
+//!     [--haproxy PATH]
 //! ```
 //!
 //! The README's advice ("health-check `/readyz`; `--drain-delay` must cover the time the balancer
 //! takes to notice") measured with a real balancer. Each mode runs, from scratch:
 //!
-//! 1. **Two instances** of `examples/order_service.rs` (`--service`, default `order_service`
-//!    next to this binary), `a` on 127.0.0.2 and `b` on 127.0.0.3 (port 0; each prints
-//!    `listening on ADDR`), with `--work` and `--confirm` as given, `--grace 5s`, and a
-//!    dependencies file of one target, the instance's own listener, probed every 100 ms
-//!    (`rise` 1), so that `/readyz` is 200 within a probe of the start. Mode `delay` starts them
-//!    with `--drain-delay` `--drain-delay-ms`; mode `no-delay` with `--drain-delay 0s`, a stop
-//!    without the readiness lead time: the gate refuses new requests (503 with
-//!    `Connection: close`) as soon as the signal arrives.
+//! 1. **Two instances** of `examples/order_service.rs` (`--service`, default
+//!    `examples/order_service` beside this binary, where Cargo puts the example), `a` on
+//!    127.0.0.2 and `b` on 127.0.0.3 (port 0; each prints `listening on ADDR`), with `--work`
+//!    and `--confirm` as given, `--grace 5s`, and a dependencies file of one target, the
+//!    instance's own listener, probed every 100 ms (`rise` 1), so that `/readyz` is 200 within
+//!    a probe of the start. Mode `delay` starts them with `--drain-delay` `--drain-delay-ms`;
+//!    mode `no-delay` with `--drain-delay 0s`, a stop without the readiness lead time: the gate
+//!    refuses new requests (503 with `Connection: close`) as soon as the signal arrives.
 //! 2. **haproxy** (`--haproxy`, default `haproxy`, Debian's package) in the foreground (`-db`),
 //!    its configuration in a temporary directory: a frontend on 127.0.0.4 (a free port), a
 //!    round-robin backend of `a` and `b` health-checked with `option httpchk GET /readyz`
@@ -62,10 +64,6 @@
 //! (300 ms with the defaults; `propagation_bound` below), plus scheduling on a loaded machine.
 //! The default `--drain-delay-ms` is twice that. Every address is on 127.0.0.0/8.
 
-#[path = "support/mod.rs"]
-mod support;
-use support::ChildGuard;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -79,9 +77,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: drain [--rate N] [--connections N] [--before-s S] [--after-s S] \
-[--inter-ms MS] [--fall N] [--rise N] [--drain-delay-ms MS] [--work-ms MS] [--confirm-ms MS] \
-[--modes delay,no-delay] [--service PATH] [--haproxy PATH]";
+use crate::support::{self, ChildGuard, lock};
 
 /// How long the draining instance may take to stop on top of its delay and grace.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
@@ -96,24 +92,57 @@ const BACKEND: &str = "orders";
 const DRAINING: &str = "a";
 const STAYING: &str = "b";
 
-struct Args {
+/// Flags of `probe-bench drain`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// `POST /orders` a second, in all, evenly paced.
+    #[arg(long, default_value_t = 400.0)]
     rate: f64,
+    /// Client tasks, each with its own keep-alive connection to haproxy.
+    #[arg(long, default_value_t = 16)]
     connections: usize,
+    /// Load before instance `a` gets SIGTERM, in seconds.
+    #[arg(long = "before-s", value_name = "S", default_value = "1", value_parser = support::secs)]
     before: Duration,
+    /// Load after `a` has exited and haproxy logged it DOWN, in seconds.
+    #[arg(long = "after-s", value_name = "S", default_value = "0.3", value_parser = support::secs)]
     after: Duration,
+    /// haproxy's check interval (`inter`), in ms; also its check timeout.
+    #[arg(long = "inter-ms", value_name = "MS", default_value = "100", value_parser = support::millis)]
     inter: Duration,
+    /// Failed checks before haproxy marks a server DOWN.
+    #[arg(long, default_value_t = 2)]
     fall: u32,
+    /// Passing checks before haproxy marks a server UP.
+    #[arg(long, default_value_t = 2)]
     rise: u32,
+    /// The instances' `--drain-delay` in mode `delay`, in ms.
+    #[arg(long = "drain-delay-ms", value_name = "MS", default_value = "600", value_parser = support::millis)]
     drain_delay: Duration,
+    /// The instances' `--work`, in ms.
+    #[arg(long = "work-ms", value_name = "MS", default_value = "10", value_parser = support::millis)]
     work: Duration,
+    /// The instances' `--confirm`, in ms.
+    #[arg(long = "confirm-ms", value_name = "MS", default_value = "50", value_parser = support::millis)]
     confirm: Duration,
+    /// The modes to run, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "delay,no-delay"
+    )]
     modes: Vec<Mode>,
+    /// The order service binary (default: `examples/order_service` beside this binary).
+    #[arg(long, value_name = "PATH")]
     service: Option<PathBuf>,
+    /// The haproxy binary.
+    #[arg(long, value_name = "PATH", default_value = "haproxy")]
     haproxy: String,
 }
 
 /// How the draining instance is stopped.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Mode {
     /// With `--drain-delay`: readiness fails first, requests are still served meanwhile.
     Delay,
@@ -132,66 +161,23 @@ impl Mode {
 }
 
 impl Args {
-    fn parse() -> anyhow::Result<Self> {
-        let mut args = Self {
-            rate: 400.0,
-            connections: 16,
-            before: Duration::from_secs(1),
-            after: Duration::from_millis(300),
-            inter: Duration::from_millis(100),
-            fall: 2,
-            rise: 2,
-            drain_delay: Duration::from_millis(600),
-            work: Duration::from_millis(10),
-            confirm: Duration::from_millis(50),
-            modes: vec![Mode::Delay, Mode::NoDelay],
-            service: None,
-            haproxy: "haproxy".into(),
-        };
-        let ms = |v: u64| Duration::from_millis(v);
-        for (flag, value) in support::flags(USAGE)? {
-            let f = flag.as_str();
-            match f {
-                "--rate" => args.rate = support::flag(f, &value)?,
-                "--connections" => args.connections = support::flag(f, &value)?,
-                "--before-s" => args.before = support::secs(f, &value)?,
-                "--after-s" => args.after = support::secs(f, &value)?,
-                "--inter-ms" => args.inter = ms(support::flag(f, &value)?),
-                "--fall" => args.fall = support::flag(f, &value)?,
-                "--rise" => args.rise = support::flag(f, &value)?,
-                "--drain-delay-ms" => args.drain_delay = ms(support::flag(f, &value)?),
-                "--work-ms" => args.work = ms(support::flag(f, &value)?),
-                "--confirm-ms" => args.confirm = ms(support::flag(f, &value)?),
-                "--modes" => {
-                    args.modes = value
-                        .split(',')
-                        .map(|m| match m {
-                            "delay" => Ok(Mode::Delay),
-                            "no-delay" => Ok(Mode::NoDelay),
-                            other => bail!("--modes: {other:?} is neither delay nor no-delay"),
-                        })
-                        .collect::<anyhow::Result<_>>()?
-                }
-                "--service" => args.service = Some(value.into()),
-                "--haproxy" => args.haproxy = value,
-                other => bail!("unknown argument {other:?}\n{USAGE}"),
-            }
-        }
+    /// The bounds clap's types do not say.
+    fn validate(&self) -> anyhow::Result<()> {
         ensure!(
-            args.rate.is_finite() && args.rate > 0.0,
+            self.rate.is_finite() && self.rate > 0.0,
             "--rate must be above 0"
         );
-        ensure!(args.connections >= 1, "--connections must be at least 1");
+        ensure!(self.connections >= 1, "--connections must be at least 1");
         ensure!(
-            args.fall >= 1 && args.rise >= 1,
+            self.fall >= 1 && self.rise >= 1,
             "--fall and --rise must be at least 1"
         );
         ensure!(
-            args.inter >= Duration::from_millis(10),
+            self.inter >= Duration::from_millis(10),
             "--inter-ms must be at least 10"
         );
-        ensure!(!args.modes.is_empty(), "--modes must name a mode");
-        Ok(args)
+        ensure!(!self.modes.is_empty(), "--modes must name a mode");
+        Ok(())
     }
 
     /// The longest haproxy may take to mark a server DOWN once its checks fail: `fall` failed
@@ -201,25 +187,24 @@ impl Args {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    support::exit(try_main())
-}
-
-fn try_main() -> anyhow::Result<()> {
-    let args = Args::parse()?;
+/// Runs `probe-bench drain`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    args.validate()?;
     let service = match &args.service {
         Some(path) => path.clone(),
         None => std::env::current_exe()?
             .parent()
-            .context("locating the examples directory")?
+            .context("locating the target directory")?
+            .join("examples")
             .join("order_service"),
     };
     ensure!(
         service.is_file(),
-        "no order service at {} (cargo build --release --example order_service)",
+        "no order service at {} (cargo build --release -p probe-engine-workspace --example \
+         order_service)",
         service.display()
     );
-    let haproxy = which(&args.haproxy).with_context(|| {
+    let haproxy = support::which(&args.haproxy).with_context(|| {
         format!(
             "{:?} not found (apt-get install haproxy, or --haproxy PATH)",
             args.haproxy
@@ -736,15 +721,17 @@ fn parse_stopped(text: &str) -> anyhow::Result<Stopped> {
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
             .with_context(|| format!("no {name} in `stopped: {text}`"))
     };
+    let count = |name: &str| -> anyhow::Result<u64> {
+        let value = field(name)?;
+        value
+            .parse()
+            .with_context(|| format!("{name}={value:?} in `stopped: {text}`"))
+    };
     Ok(Stopped {
-        orders: support::flag("orders", field("orders")?)?,
-        confirmations: support::flag("confirmations", field("confirmations")?)?,
+        orders: count("orders")?,
+        confirmations: count("confirmations")?,
         drain: field("drain")?.to_owned(),
     })
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -932,21 +919,4 @@ struct StatRow {
     server: String,
     status: String,
     check_status: String,
-}
-
-/// `path` if it names a file, else the first `PATH` entry holding it, then `/usr/sbin` (where
-/// Debian puts haproxy, outside a user's `PATH`).
-fn which(path: &str) -> Option<PathBuf> {
-    let direct = PathBuf::from(path);
-    if path.contains('/') {
-        return direct.is_file().then_some(direct);
-    }
-    let path_dirs = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    path_dirs
-        .into_iter()
-        .chain([PathBuf::from("/usr/sbin")])
-        .map(|dir| dir.join(path))
-        .find(|candidate| candidate.is_file())
 }

@@ -1,0 +1,168 @@
+//! `probe-bench`: the load harnesses `scripts/bench` runs, one subcommand each, and the writer of
+//! `BENCHMARKS.md`.
+//!
+//! ```text
+//! cargo build --release -p probe-bench
+//! ./target/release/probe-bench <SUBCOMMAND> [FLAGS]    # --help on any of them lists its flags
+//! ```
+//!
+//! One binary rather than one example each: the harnesses share their fixtures ([`support`])
+//! and their dependencies, which an example cannot declare apart from the root package's tests,
+//! and a subcommand's flags are declared once, with their defaults, so `--help` and the errors
+//! come from clap. Every harness prints its figures as `RESULT` lines through
+//! [`support::result`], the only writer of that format; `report` reads them back.
+//!
+//! Some harnesses start this same binary again as a helper process (the HTTP server of
+//! `http-load`; the responder, prober and burners of `starve`), through flags hidden from
+//! `--help`: a process of its own keeps the helper's CPU out of the prober's figures.
+
+mod api_load;
+mod detection;
+mod drain;
+mod etcd_load;
+mod http_load;
+mod keepalive;
+mod loss;
+mod report;
+mod scheduler_load;
+mod starve;
+mod support;
+mod tcp_load;
+
+use clap::{Parser, Subcommand};
+
+/// The benchmark harnesses of probe-engine and the report writer.
+#[derive(Parser)]
+#[command(name = "probe-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// TCP probes per CPU-second: the engine vs a bare tokio loop vs blackbox_exporter.
+    TcpLoad(tcp_load::Args),
+    /// HTTP probes per CPU-second, pooled and fresh connections, vs blackbox_exporter.
+    HttpLoad(http_load::Args),
+    /// Scheduling lag, spread and memory with many no-op targets.
+    SchedulerLoad(scheduler_load::Args),
+    /// The daemon's health API under wrk while it probes 10k targets a second.
+    ApiLoad(api_load::Args),
+    /// Time to DOWN vs theory, false DOWN rate vs the binomial model, a blackhole cascade.
+    Detection(detection::Args),
+    /// False DOWNs of a CPU-starved prober with and without self-health awareness.
+    Starve(starve::Args),
+    /// An order_service instance stopped behind haproxy, with and without a drain delay.
+    Drain(drain::Args),
+    /// Real SYN loss in network namespaces vs the binomial model (needs root and nft).
+    Loss(loss::Args),
+    /// Pooled HTTP probes against nginx closing kept-alive connections.
+    Keepalive(keepalive::Args),
+    /// The etcd topology source at scale, against a throw-away etcd.
+    EtcdLoad(etcd_load::Args),
+    /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
+    Report(report::Args),
+    /// Prints one RESULT line, for a figure a script derives from a log.
+    Result(ResultArgs),
+}
+
+/// One figure, as the harnesses print theirs.
+#[derive(clap::Args)]
+struct ResultArgs {
+    /// The scenario the figure belongs to.
+    #[arg(long)]
+    scenario: String,
+    /// The figure's name.
+    #[arg(long)]
+    metric: String,
+    /// Its value.
+    #[arg(long, allow_negative_numbers = true)]
+    value: f64,
+    /// Its unit.
+    #[arg(long)]
+    unit: String,
+}
+
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
+        Command::TcpLoad(args) => tcp_load::run(args),
+        Command::HttpLoad(args) => http_load::run(args),
+        Command::SchedulerLoad(args) => scheduler_load::run(args),
+        Command::ApiLoad(args) => api_load::run(args),
+        Command::Detection(args) => detection::run(args),
+        Command::Starve(args) => starve::run(args),
+        Command::Drain(args) => drain::run(args),
+        Command::Loss(args) => loss::run(args),
+        Command::Keepalive(args) => keepalive::run(args),
+        Command::EtcdLoad(args) => etcd_load::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Result(figure) => {
+            support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);
+            Ok(())
+        }
+    };
+    support::exit(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    /// Clap checks a command's definition (ids that clash, defaults its parsers refuse) only in
+    /// debug builds and only for the subcommand used: this checks every one at once.
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The command lines `scripts/bench` runs, each subcommand on its defaults and the helper
+    /// processes' command lines parse.
+    #[test]
+    fn the_bench_command_lines_parse() {
+        let lines = [
+            "tcp-load --scenario tcp --duration-s 1 --warmup-s 0.5",
+            "tcp-load --scenario tcp --duration-s 2 --warmup-s 0.5",
+            "http-load --duration-s 1 --warmup-s 0.5",
+            "tcp-load --scenario scale-100k-tcp --targets 100000 --interval-ms 10000 --phase \
+             engine --warmup-s 11 --duration-s 2",
+            "scheduler-load --scenario scale-1m --targets 1000000 --metrics lag --interval-s 10 \
+             --intervals 3",
+            "detection --scenario all --fd-duration-s 3 --cas-baseline-s 2 --cas-after-s 3",
+            "starve --starve-first-s 4 --duration-s 1",
+            "api-load --duration-s 2",
+            "drain --before-s 0.5",
+            "loss --duration-s 20",
+            "keepalive --duration-s 10",
+            "tcp-load --scenario hygiene --targets 2000 --interval-ms 100 --phase engine \
+             --warmup-s 2 --duration-s 300 --windows 5",
+            "result --scenario hygiene --metric eaddrnotavail_lines --value 0 --unit lines",
+            "report LOGS OUT.md",
+            "http-load",
+            "scheduler-load",
+            "detection",
+            "starve",
+            "drain",
+            "loss",
+            "keepalive",
+            "etcd-load",
+            "tcp-load --floor-timeout --phase floor",
+            "drain --modes no-delay",
+            "loss --losses 1,2,3",
+            // The helper processes the harnesses start.
+            "http-load --serve 1",
+            "starve --serve",
+            "starve --burn",
+            "starve --probe on --addrs 127.0.0.2:1,127.0.0.3:2 --targets 500 --interval-ms 500 \
+             --timeout-ms 50 --fall 2 --starve-first-s 4 --duration-s 1",
+        ];
+        for line in lines {
+            let argv = std::iter::once("probe-bench").chain(line.split_whitespace());
+            if let Err(e) = Cli::try_parse_from(argv) {
+                panic!("{line}: {e}");
+            }
+        }
+    }
+}
