@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, ApiState};
 use crate::config::{self, ConfigErrors};
 use crate::persist::{PersistError, StateStore};
-use crate::topology::Topology;
+use crate::topology::TopologyHandle;
 
 /// How to start the daemon.
 #[derive(Clone, Debug, Default)]
@@ -53,7 +53,7 @@ pub enum StartError {
 /// A running daemon: its engine, where its config comes from and where its state goes.
 pub struct Daemon {
     engine: Engine,
-    topology: Topology,
+    topology: TopologyHandle,
     store: Option<StateStore>,
     token: Option<Arc<str>>,
     gate: Gate,
@@ -96,7 +96,7 @@ impl Daemon {
         let engine =
             Engine::start_with_resolver(options.engine, Arc::new(resolver), cancel.clone());
         let files = loaded.files.len();
-        let (topology, diff) = Topology::start(
+        let (topology, diff) = TopologyHandle::start(
             engine.clone(),
             options.config.clone(),
             loaded,
@@ -131,7 +131,7 @@ impl Daemon {
     }
 
     /// The topology: its status, and reload requests.
-    pub fn topology(&self) -> &Topology {
+    pub fn topology(&self) -> &TopologyHandle {
         &self.topology
     }
 

@@ -4,7 +4,7 @@
 //! Each source runs in its own task and hands its catalogs to one loop, which merges them
 //! ([`probe::discovery::Merger`], files first: a file wins an id over etcd), applies the result
 //! as a diff (unchanged targets keep state, counters and score) and logs each applied diff once.
-//! What the loop knows is shared with the API (`GET /v1/topology`) through a [`Topology`]
+//! What the loop knows is shared with the API (`GET /v1/topology`) through a [`TopologyHandle`]
 //! handle:
 //! - the files: a reload (SIGHUP, `--watch-config`) that fails is rejected whole, the running
 //!   topology stays, and the errors show until a good reload;
@@ -35,7 +35,7 @@ const ETCD: usize = 1;
 
 /// A handle on the daemon's topology: its status for the API, and reload requests.
 #[derive(Clone)]
-pub struct Topology {
+pub struct TopologyHandle {
     /// What the loop publishes, read by the API. A blocking mutex: every update is a few field
     /// writes and every read a copy, never held across an `.await`.
     shared: Arc<Mutex<Shared>>,
@@ -121,7 +121,7 @@ struct RunningEtcd {
     stop: CancellationToken,
 }
 
-impl Topology {
+impl TopologyHandle {
     /// Applies a loaded config (the daemon's first load), then starts the loop that follows the
     /// files and etcd until `cancel`. Saved maintenance in `store` is restored as its targets
     /// appear.
@@ -196,7 +196,7 @@ impl Topology {
     }
 
     /// Asks for the files to be reloaded. Requests while one is pending count once; the result
-    /// is logged and shown in [`Topology::status`].
+    /// is logged and shown in [`TopologyHandle::status`].
     pub fn reload(&self) {
         // Full: a reload is pending already. Closed: the daemon is stopping.
         let _ = self.reload.try_send(());

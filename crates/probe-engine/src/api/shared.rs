@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::views::ListingCache;
 use crate::persist::StateStore;
-use crate::topology::Topology;
+use crate::topology::TopologyHandle;
 
 /// What the handlers read.
 pub struct ApiState {
@@ -28,7 +28,7 @@ pub struct ApiState {
     /// Where operator maintenance is saved, so it survives a restart.
     pub store: Option<StateStore>,
     /// The sources of the targets, for `/v1/topology` and `/health`.
-    pub topology: Topology,
+    pub topology: TopologyHandle,
     /// Ends long-lived responses (the event stream) when the daemon stops.
     pub shutdown: CancellationToken,
     /// Admits the `/v1` requests, and answers liveness, readiness and startup.
