@@ -146,7 +146,7 @@ async fn measure(args: Args) -> anyhow::Result<()> {
     let engine = Engine::start(EngineConfig::default(), cancel.clone());
     let rss_before = support::vm_rss()?;
     let started = Instant::now();
-    let (_topology, _) = probe_engine::topology::Topology::start(
+    let (_topology, _) = probe_engine::topology::TopologyHandle::start(
         engine.clone(),
         dir.path().to_path_buf(),
         loaded,
