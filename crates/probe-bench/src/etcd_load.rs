@@ -8,7 +8,7 @@
 //! `probe_etcd::testing::TestEtcd`, writes `--targets` keys (one TCP target each, against a
 //! loopback port nobody listens on, probed every 60 s so that probing stays out of the way), in
 //! transactions of `--batch` keys, then starts the daemon's topology layer in this process
-//! (`probe_engine::topology::Topology`, on a config whose only content is the `topology.etcd`
+//! (`probe_engine::topology::TopologyHandle`, on a config whose only content is the `topology.etcd`
 //! section) and prints:
 //! - **start-up**: from the start of the topology layer to every target scheduled in the engine
 //!   (initial read, decoding, merge, graph check, apply);
