@@ -468,7 +468,7 @@ impl Target {
             }
             if !deferred {
                 let quality = Quality::from(&result.verdict);
-                if status.machine.is_ejected() {
+                if status.machine.is_ejected() && !status.retired {
                     // Its active results are its way back into the pool.
                     effects.recovery(outcome.ok());
                 }
