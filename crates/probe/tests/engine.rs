@@ -1177,3 +1177,106 @@ async fn a_listing_shares_the_copies_of_targets_that_did_not_change() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// The scheduler's count of probes in flight follows the probe: one while it runs, none after.
+#[tokio::test(start_paused = true)]
+async fn the_scheduler_counts_the_probes_in_flight() {
+    let (engine, cancel) = start(4);
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_secs(4));
+    engine
+        .apply(vec![target(
+            "slow",
+            probe,
+            Duration::from_secs(10),
+            0.0,
+            1,
+            1,
+        )])
+        .unwrap();
+    assert_eq!(engine.scheduler().in_flight(), 0);
+    starts.recv().await.unwrap();
+    assert_eq!(engine.scheduler().in_flight(), 1);
+    // The run takes 4 s; the next one is 10 s after this one began.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(engine.scheduler().in_flight(), 0);
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+/// Answers in turn from a script of (passes, latency).
+struct Paced {
+    script: Mutex<std::collections::VecDeque<(bool, Duration)>>,
+    starts: mpsc::UnboundedSender<Instant>,
+}
+
+#[async_trait::async_trait]
+impl Probe for Paced {
+    async fn check(&self, _timeout: Duration) -> CheckResult {
+        let _ = self.starts.send(Instant::now());
+        let (ok, latency) = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or((true, Duration::ZERO));
+        tokio::time::sleep(latency).await;
+        if ok {
+            CheckResult::up()
+        } else {
+            CheckResult::failed(Failure::new(FailureReason::Refused, "scripted failure"))
+        }
+    }
+}
+
+/// A run that overruns its step starts the grid again from its end: slow failures run back to
+/// back (each 8 s against a fast interval of 5 s), and once the target passes, its next run is
+/// a full interval later, not a catch-up burst towards the old grid.
+#[tokio::test(start_paused = true)]
+async fn a_run_that_overruns_its_step_restarts_the_grid_without_a_burst() {
+    let (engine, cancel) = start(4);
+    let (starts_tx, mut starts) = mpsc::unbounded_channel();
+    let slow = Duration::from_secs(8);
+    let probe = Arc::new(Paced {
+        script: Mutex::new(
+            [
+                (false, slow),
+                (false, slow),
+                (false, slow),
+                (true, Duration::ZERO),
+            ]
+            .into_iter()
+            .collect(),
+        ),
+        starts: starts_tx,
+    });
+    let interval = Duration::from_secs(10);
+    let spec = target("overrun", probe, interval, 0.0, 1, 5).with_schedule(
+        Schedule::try_new(ScheduleSettings {
+            interval,
+            timeout: Duration::from_secs(9),
+            jitter: 0.0,
+            fast_interval: Some(Duration::from_secs(5)),
+            backoff_jitter: Some(0.0),
+            ..ScheduleSettings::default()
+        })
+        .unwrap(),
+    );
+    engine.apply(vec![spec]).unwrap();
+    let mut at = Vec::new();
+    for _ in 0..6 {
+        at.push(starts.recv().await.unwrap());
+    }
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps[..3],
+        [slow, slow, slow],
+        "overrunning runs go back to back"
+    );
+    assert_eq!(
+        gaps[3..],
+        [interval, interval],
+        "then the grid, from the last overrun"
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
