@@ -121,6 +121,7 @@ impl Engine {
                 self_health: self_health.clone(),
                 resolver,
             }),
+            listing: Mutex::default(),
             applying: Mutex::new(()),
         });
         if let Some(health) = self_health {
@@ -192,11 +193,21 @@ impl Engine {
             .into_iter()
             .map(|m| (m.id.clone(), m))
             .collect();
-        targets
+        let mut previous = self.inner.listing.lock();
+        let mut kept = std::collections::HashMap::with_capacity(targets.len());
+        let listing = targets
             .values()
             .zip(scores)
-            .map(|(target, score)| target.listed(score, members.get(target.id()).cloned(), now))
-            .collect()
+            .map(|(target, score)| {
+                let id = target.id();
+                let (version, status) =
+                    target.listed(previous.remove(id), score, members.get(id).cloned(), now);
+                kept.insert(id.clone(), (version, status.clone()));
+                status
+            })
+            .collect();
+        *previous = kept;
+        listing
     }
 
     /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked

@@ -118,7 +118,8 @@ impl Details {
 #[derive(Clone, Copy)]
 struct Streak {
     quality: Quality,
-    count: u32,
+    /// Saturating: windows hold at most `GraphConfig::MAX_WINDOW` (1000) results.
+    count: u16,
     /// The hub's apply count when the streak began: an apply may change the window.
     epoch: u32,
 }
@@ -134,7 +135,7 @@ impl Streak {
                 epoch,
             };
         }
-        let full = usize::try_from(self.count).is_ok_and(|count| count >= window);
+        let full = usize::from(self.count) >= window;
         self.count = self.count.saturating_add(1);
         full
     }
@@ -158,8 +159,6 @@ struct Status {
     /// Bumped by every change of what [`Target::status`] shows, so that a listing rebuilds only
     /// the targets that changed since the last one.
     version: u32,
-    /// The last listing's copy, with the version it was built at.
-    listed: Option<(u32, Arc<TargetStatus>)>,
 }
 
 /// A target as the engine runs it.
@@ -204,7 +203,6 @@ impl Target {
                     epoch: 0,
                 },
                 version: 0,
-                listed: None,
             }),
             seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
             success: metrics::gauge!("probe_success", "target" => label.clone()),
@@ -328,30 +326,29 @@ impl Target {
     }
 
     /// The target's status for a listing, with its graph figures (`score`, `dependency_down`)
-    /// and pool standing: the previous listing's copy while none of it changed, so that a
-    /// listing of many targets builds only the few that did.
+    /// and pool standing: `previous` (the last listing's copy, with the version it was built at)
+    /// while none of it changed, so that a listing of many targets builds only the few that did.
     pub fn listed(
         &self,
+        previous: Option<(u32, Arc<TargetStatus>)>,
         score: (Option<f64>, bool),
         pool: Option<MemberStatus>,
         now: Instant,
-    ) -> Arc<TargetStatus> {
+    ) -> (u32, Arc<TargetStatus>) {
         let circuit = self.circuit(now);
-        let mut status = self.status.lock();
-        if let Some((version, listed)) = &status.listed
-            && *version == status.version
+        let status = self.status.lock();
+        if let Some((version, listed)) = previous
+            && version == status.version
             && (listed.score, listed.dependency_down) == score
             && listed.pool == pool
             && listed.circuit == circuit
         {
-            return listed.clone();
+            return (version, listed);
         }
         let mut view = self.view(&status, false, circuit);
         (view.score, view.dependency_down) = score;
         view.pool = pool;
-        let view = Arc::new(view);
-        status.listed = Some((status.version, view.clone()));
-        view
+        (status.version, Arc::new(view))
     }
 
     fn view(

@@ -1,7 +1,7 @@
 //! The engine's shared parts: the published set of targets, the scheduler that runs them, and the
 //! context every target shares (the hub among it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::effects::Hub;
 use super::runtime::{Context, Target};
-use super::view::EngineError;
+use super::view::{EngineError, TargetStatus};
 use crate::scheduler::Scheduler;
 use crate::target::TargetId;
 
@@ -20,6 +20,9 @@ pub(super) struct Inner {
     pub targets: ArcSwap<Targets>,
     pub scheduler: Scheduler,
     pub ctx: Arc<Context>,
+    /// The last listing's copy of each target's status, with the version it was built at
+    /// ([`Engine::listing`](super::Engine::listing)); empty until someone lists.
+    pub listing: Mutex<HashMap<TargetId, (u32, Arc<TargetStatus>)>>,
     /// Held by an apply throughout, so that applies do not interleave. It is the one lock under
     /// which others are taken (a target's, then the hub's), and only there.
     pub applying: Mutex<()>,
