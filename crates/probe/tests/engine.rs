@@ -1280,3 +1280,57 @@ async fn a_run_that_overruns_its_step_restarts_the_grid_without_a_burst() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// After a burst, surplus workers leave as they finish, down to twice the minimum, without
+/// waiting for the idle timeout: twenty slow first runs at once grow the pool to twenty, and
+/// a second after they end (runs go on, instant ones, so no worker ever idles for 30 s) it is
+/// back to six for a minimum of three.
+#[tokio::test(start_paused = true)]
+async fn surplus_workers_leave_right_after_a_burst() {
+    let cancel = CancellationToken::new();
+    let config = EngineConfig {
+        scheduler: SchedulerConfig {
+            max_in_flight: NonZeroUsize::new(64).unwrap(),
+            min_workers: 3,
+            worker_idle: Duration::from_secs(30),
+        },
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(config, cancel.clone());
+    let (starts_tx, mut starts) = mpsc::unbounded_channel();
+    let specs: Vec<_> = (0..20)
+        .map(|i| {
+            let probe = Arc::new(Paced {
+                // The first run is held to its deadline (the backstop ends it at 100 ms).
+                script: Mutex::new([(true, Duration::from_secs(2))].into_iter().collect()),
+                starts: starts_tx.clone(),
+            });
+            target(
+                &format!("burst-{i}"),
+                probe,
+                Duration::from_secs(10),
+                0.0,
+                1,
+                1,
+            )
+            .with_schedule(
+                Schedule::try_new(ScheduleSettings {
+                    interval: Duration::from_millis(100),
+                    timeout: Duration::from_millis(50),
+                    jitter: 0.0,
+                    ..ScheduleSettings::default()
+                })
+                .unwrap(),
+            )
+        })
+        .collect();
+    engine.apply(specs).unwrap();
+    for _ in 0..20 {
+        starts.recv().await.unwrap();
+    }
+    assert_eq!(engine.scheduler().workers(), 20, "the burst grew the pool");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(engine.scheduler().workers(), 6);
+    cancel.cancel();
+    engine.stopped().await;
+}
