@@ -295,9 +295,11 @@ impl Hub {
         }
     }
 
-    /// The readiness verdict as of the last change.
-    pub fn readiness(&self) -> Arc<Readiness> {
-        self.readiness.load_full()
+    /// The readiness verdict as of the last change. A guard, not an `Arc`: loading one writes
+    /// nothing shared (no reference count), so `/readyz` from many threads at once does not
+    /// bounce a cache line between them.
+    pub fn readiness(&self) -> arc_swap::Guard<Arc<Readiness>> {
+        self.readiness.load()
     }
 
     /// The pools' routing tables as of the last change.

@@ -1,6 +1,7 @@
 //! The gate itself: its state and counts in one atomic word, admissions and tracked work,
 //! heartbeats, the three orchestrator answers, and the stop sequence (see the module above).
 
+use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
 use std::future::Future;
 use std::pin::Pin;
@@ -155,7 +156,9 @@ struct Inner {
     started: Instant,
     config: GateConfig,
     /// Read on each readiness request; set once at wiring time, hence a plain mutex.
-    readiness: Mutex<Option<Arc<dyn ReadinessCheck>>>,
+    /// The dependency check, swapped in whole and read without a lock: `/readyz` asks it on
+    /// every request, from every thread at once.
+    readiness: ArcSwapOption<Arc<dyn ReadinessCheck>>,
     heartbeats: Mutex<Vec<Arc<HeartbeatState>>>,
 }
 
@@ -169,7 +172,7 @@ impl Gate {
                 idle: Notify::new(),
                 started: Instant::now(),
                 config,
-                readiness: Mutex::new(None),
+                readiness: ArcSwapOption::empty(),
                 heartbeats: Mutex::new(Vec::new()),
             }),
         }
@@ -311,7 +314,7 @@ impl Gate {
 
     /// Attaches what readiness depends on besides the gate: the engine's verdict, usually.
     pub fn set_readiness(&self, source: Arc<dyn ReadinessCheck>) {
-        *self.inner.readiness.lock() = Some(source);
+        self.inner.readiness.store(Some(Arc::new(source)));
     }
 
     /// Registers a liveness check: something that must show progress at least every `max_age`
@@ -377,7 +380,7 @@ impl Gate {
         if self.inner.leaving.load(Ordering::Acquire) {
             return Check::fail("shutting down");
         }
-        match self.inner.readiness.lock().as_ref() {
+        match self.inner.readiness.load().as_deref() {
             Some(source) => source.check(),
             None => Check::pass(),
         }
