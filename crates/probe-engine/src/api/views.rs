@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -29,31 +30,47 @@ use tokio::time::Instant;
 #[derive(Default)]
 pub(crate) struct ListingCache {
     fragments: Mutex<Fragments>,
+    /// The last body's size, so the next one is allocated once.
+    size: AtomicUsize,
 }
 
 /// Each target's serialised view, with the copy of its status it was made from.
 type Fragments = HashMap<TargetId, (Arc<TargetStatus>, Vec<u8>)>;
 
 impl ListingCache {
-    /// The body for `listing`; the targets no longer listed are forgotten.
+    /// The body for `listing`. Updated in place; the fragments of targets no longer listed go
+    /// once they outnumber the rest.
     pub(super) fn render(&self, listing: &[Arc<TargetStatus>]) -> serde_json::Result<Vec<u8>> {
         let mut fragments = self.fragments.lock();
-        let mut kept = HashMap::with_capacity(listing.len());
-        let mut body = Vec::with_capacity(fragments.values().map(|(_, f)| f.len() + 1).sum());
+        let mut body = Vec::with_capacity(self.size.load(Ordering::Relaxed));
         body.extend_from_slice(b"{\"targets\":[");
         for (i, status) in listing.iter().enumerate() {
             if i > 0 {
                 body.push(b',');
             }
-            let fragment = match fragments.remove(&status.id) {
-                Some((copy, fragment)) if Arc::ptr_eq(&copy, status) => fragment,
-                _ => serde_json::to_vec(&TargetView::from(&**status))?,
-            };
-            body.extend_from_slice(&fragment);
-            kept.insert(status.id.clone(), (status.clone(), fragment));
+            match fragments.get_mut(&status.id) {
+                Some((copy, fragment)) if Arc::ptr_eq(copy, status) => {
+                    body.extend_from_slice(fragment);
+                }
+                slot => {
+                    let fragment = serde_json::to_vec(&TargetView::from(&**status))?;
+                    body.extend_from_slice(&fragment);
+                    match slot {
+                        Some(slot) => *slot = (status.clone(), fragment),
+                        None => {
+                            fragments.insert(status.id.clone(), (status.clone(), fragment));
+                        }
+                    }
+                }
+            }
         }
         body.extend_from_slice(b"]}");
-        *fragments = kept;
+        if fragments.len() > 2 * listing.len() {
+            let listed: std::collections::HashSet<&TargetId> =
+                listing.iter().map(|s| &s.id).collect();
+            fragments.retain(|id, _| listed.contains(id));
+        }
+        self.size.store(body.len(), Ordering::Relaxed);
         Ok(body)
     }
 }

@@ -193,20 +193,33 @@ impl Engine {
             .into_iter()
             .map(|m| (m.id.clone(), m))
             .collect();
-        let mut previous = self.inner.listing.lock();
-        let mut kept = std::collections::HashMap::with_capacity(targets.len());
+        // Taken out while targets are locked one by one, so that no lock is held meanwhile; a
+        // listing running at the same time starts from no copies, and the last one puts its own
+        // back.
+        let mut copies = std::mem::take(&mut *self.inner.listing.lock());
         let listing = targets
             .values()
             .zip(scores)
             .map(|(target, score)| {
                 let id = target.id();
-                let (version, status) =
-                    target.listed(previous.remove(id), score, members.get(id).cloned(), now);
-                kept.insert(id.clone(), (version, status.clone()));
+                let pool = members.get(id).cloned();
+                let slot = copies.get_mut(id);
+                let previous = slot.as_deref().cloned();
+                let (version, status) = target.listed(previous, score, pool, now);
+                match slot {
+                    Some(slot) => *slot = (version, status.clone()),
+                    None => {
+                        copies.insert(id.clone(), (version, status.clone()));
+                    }
+                }
                 status
             })
             .collect();
-        *previous = kept;
+        // Updated in place; the copies of targets that left go once they outnumber the rest.
+        if copies.len() > 2 * targets.len() {
+            copies.retain(|id, _| targets.contains_key(id));
+        }
+        *self.inner.listing.lock() = copies;
         listing
     }
 
