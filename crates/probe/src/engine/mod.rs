@@ -193,10 +193,10 @@ impl Engine {
             .into_iter()
             .map(|m| (m.id.clone(), m))
             .collect();
-        // Taken out while targets are locked one by one, so that no lock is held meanwhile; a
-        // listing running at the same time starts from no copies, and the last one puts its own
-        // back.
-        let mut copies = std::mem::take(&mut *self.inner.listing.lock());
+        // Held throughout, while targets are locked one by one: listings run one at a time, so
+        // each finds the copies the last one left (taken out instead, a listing running beside
+        // another would start from none and rebuild every copy). Nothing else takes this lock.
+        let mut copies = self.inner.listing.lock();
         let listing = targets
             .values()
             .zip(scores)
@@ -219,7 +219,6 @@ impl Engine {
         if copies.len() > 2 * targets.len() {
             copies.retain(|id, _| targets.contains_key(id));
         }
-        *self.inner.listing.lock() = copies;
         listing
     }
 

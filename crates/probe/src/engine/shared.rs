@@ -21,7 +21,8 @@ pub(super) struct Inner {
     pub scheduler: Scheduler,
     pub ctx: Arc<Context>,
     /// The last listing's copy of each target's status, with the version it was built at
-    /// ([`Engine::listing`](super::Engine::listing)); empty until someone lists.
+    /// ([`Engine::listing`](super::Engine::listing)); empty until someone lists. Held by a
+    /// listing while it takes each target's lock in turn, and taken nowhere else.
     pub listing: Mutex<HashMap<TargetId, (u32, Arc<TargetStatus>)>>,
     /// Held by an apply throughout, so that applies do not interleave. It is the one lock under
     /// which others are taken (a target's, then the hub's), and only there.
