@@ -180,12 +180,16 @@ impl Breaker {
         r
     }
 
-    /// A permit for one call at `now`: without the lock while the circuit lets every call
-    /// through, else as [`CircuitBreaker::try_acquire`] decides.
-    pub fn try_acquire(&self, now: Instant) -> Result<Permit, Rejected> {
+    /// A permit for one call now (`now` reads the clock, only when the breaker must be asked):
+    /// without the lock while the circuit lets every call through, else as
+    /// [`CircuitBreaker::try_acquire`] decides.
+    pub fn try_acquire(&self, now: impl FnOnce() -> Instant) -> Result<Permit, Rejected> {
         match Permit::without_lock(self.word.load(Ordering::Acquire)) {
             Some(permit) => Ok(permit),
-            None => self.with(|b| b.try_acquire(now)),
+            None => {
+                let now = now();
+                self.with(|b| b.try_acquire(now))
+            }
         }
     }
 }
@@ -258,8 +262,9 @@ pub(crate) struct Route {
     pub panic: bool,
 }
 
-/// Every pool's routing table, by pool id.
-pub(crate) type Routes = HashMap<TargetId, Route>;
+/// Every pool's routing table, by pool id: a sorted map, since a service has a handful of pools
+/// and comparing a few short ids is cheaper than hashing one.
+pub(crate) type Routes = BTreeMap<TargetId, Route>;
 
 /// The graph, the tally and the pools, the snapshots drawn from them, and the event stream.
 pub(crate) struct Hub {

@@ -29,6 +29,7 @@ use super::shared::Inner;
 use super::view::EngineError;
 use crate::passive::breaker::{CircuitState, Permit};
 use crate::passive::call::Call;
+use crate::passive::outlier::Share;
 use crate::passive::select::pick_index;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
@@ -169,13 +170,19 @@ fn draw(
     exclude: &[TargetId],
     weights: &mut [f64],
 ) -> Result<Lease, PickError> {
-    let now = Instant::now();
+    // Read the clock only if something needs it (a ramping member, a circuit to ask): it is a
+    // good part of a pick's cost.
+    let mut clock = None;
+    let mut now = || *clock.get_or_insert_with(Instant::now);
     for (weight, (member, share)) in weights.iter_mut().zip(&route.members) {
         let seat = member.seat();
         *weight = if exclude.contains(&seat.id) {
             0.0
         } else {
-            share.at(now)
+            match share {
+                Share::Fixed(weight) => *weight,
+                Share::Ramp(_) => share.at(now()),
+            }
         };
     }
     // Members that probes hold DOWN are skipped too, unless that leaves none (a sick member
@@ -201,7 +208,7 @@ fn draw(
         let member = &route.members[i].0;
         let permit = match &member.seat().breaker {
             None => None,
-            Some(breaker) => match breaker.try_acquire(now) {
+            Some(breaker) => match breaker.try_acquire(&mut now) {
                 Ok(permit) => {
                     announce_circuit(&member.seat().id, permit.transition());
                     Some(permit)

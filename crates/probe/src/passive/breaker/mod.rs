@@ -548,9 +548,18 @@ pub struct Permit {
     /// state cannot give back a slot of the current one.
     generation: u64,
     transition: Option<CircuitTransition>,
+    /// Given while every call is permitted (closed or disabled): it holds no trial slot, so
+    /// giving it back changes nothing.
+    free: bool,
 }
 
 impl Permit {
+    /// Whether [`CircuitBreaker::release`] would change nothing for this permit: it holds no
+    /// half-open trial slot. A caller can then skip taking the breaker to give it back.
+    pub fn holds_nothing(&self) -> bool {
+        self.free
+    }
+
     /// The permit [`CircuitBreaker::try_acquire`] would give, from a published
     /// [`permit_word`](CircuitBreaker::permit_word); `None` when the word says the breaker must
     /// be asked (open, half-open or forced open). A breaker that changed since the word was
@@ -560,6 +569,7 @@ impl Permit {
         (word & 1 == 1).then_some(Self {
             generation: word >> 1,
             transition: None,
+            free: true,
         })
     }
 
@@ -693,6 +703,7 @@ impl CircuitBreaker {
     pub fn try_acquire(&mut self, now: Instant) -> Result<Permit, Rejected> {
         let transition = self.advance(now);
         let limit = self.config.half_open_calls;
+        let free = matches!(self.phase, Phase::Closed | Phase::Disabled);
         match &mut self.phase {
             Phase::Closed | Phase::Disabled => {}
             Phase::HalfOpen { issued, .. } if *issued < limit => *issued += 1,
@@ -721,6 +732,7 @@ impl CircuitBreaker {
         Ok(Permit {
             generation: self.generation,
             transition,
+            free,
         })
     }
 
