@@ -497,10 +497,10 @@ impl Hub {
         self.pools.lock().pools.is_out(id)
     }
 
-    /// Judges a real call to `id` in each of its pools; returns the members whose standing
-    /// moved, with whether they are out now.
-    pub fn record_call(&self, id: &TargetId, call: &Call) -> Vec<(TargetId, bool)> {
-        self.pools_changed(|pools, now| pools.record(id, call, now))
+    /// Judges a real call to `id`, made at `now`, in each of its pools; returns the members
+    /// whose standing moved, with whether they are out now.
+    pub fn record_call(&self, id: &TargetId, call: &Call, now: Instant) -> Vec<(TargetId, bool)> {
+        self.pools_changed(|pools, _| pools.record(id, call, now))
     }
 
     /// An operator puts `id` back in each pool that has it out; `None` when none has.

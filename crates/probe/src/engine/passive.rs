@@ -124,13 +124,14 @@ pub(super) fn report(inner: &Inner, id: &TargetId, call: &Call) -> Result<(), En
 fn take_call(inner: &Inner, seat: &Seat, call: &Call) {
     let id = &seat.id;
     let failed = call.outcome.is_failure();
+    let now = Instant::now();
     if let Some(breaker) = &seat.breaker {
-        let t = breaker.with(|b| b.record(call, Instant::now()));
+        let t = breaker.with(|b| b.record(call, now));
         announce_circuit(id, t);
     }
     seat.passive_call(failed);
     let healthy = seat.state().is_healthy();
-    let moved = inner.hub().record_call(id, call);
+    let moved = inner.hub().record_call(id, call, now);
     // Ejected by this very call: DOWN already, nothing for a re-probe to decide.
     let ejected = moved.iter().any(|(m, out)| m == id && *out);
     inner.sync_ejections(&moved);
