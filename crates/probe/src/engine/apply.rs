@@ -45,7 +45,9 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         })
         .collect();
     drop(ids);
-    let mut next = Vec::with_capacity(desired.len());
+    // Built by insertion (the ids come sorted), not collected: a collect goes through a vector
+    // of every entry first, which at a million targets is memory the allocator keeps.
+    let mut next = Targets::new();
     let mut launch = Vec::new();
     let mut policies = Policies::default();
     for spec in desired {
@@ -53,7 +55,7 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         match current.get(&id) {
             Some(target) if target.seat().probe == probe && *target.policy == policy => {
                 diff.unchanged += 1;
-                next.push((id, target.clone()));
+                next.insert(id, target.clone());
             }
             Some(target) => {
                 diff.changed.push(id.clone());
@@ -81,9 +83,8 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
             target.enter_maintenance(maintenance);
         }
         inner.scheduler.insert(target.clone());
-        next.push((id, target));
+        next.insert(id, target);
     }
-    let next: Targets = next.into_iter().collect();
     let pooled = inner.hub().apply_pools(
         &pools,
         &nodes,
