@@ -74,8 +74,9 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         inner.scheduler.remove(target.id());
     }
     let seats: Vec<_> = retired.iter().map(|t| t.seat()).collect();
-    let added: Vec<TargetId> = launch.iter().map(|(id, ..)| id.clone()).collect();
-    inner.hub().admit(&seats, &diff.changed, &added);
+    inner
+        .hub()
+        .admit(&seats, &diff.changed, launch.iter().map(|(id, ..)| id));
     inner.scheduler.reserve(launch.len());
     for (id, probe, policy, maintenance) in launch {
         let target = Arc::new(Target::new(id.clone(), probe, policy, inner.ctx.clone()));

@@ -441,7 +441,12 @@ impl Hub {
     /// Takes targets that left (`removed`, whose late effects are dropped from now on) out of the
     /// tally, forgets the results of restarted ones (`reset`), and counts new ones (`added`) in
     /// PROBING. Done before the new targets run, so none of their effects comes first.
-    pub fn admit(&self, removed: &[&Seat], reset: &[TargetId], added: &[TargetId]) {
+    pub fn admit<'a>(
+        &self,
+        removed: &[&Seat],
+        reset: &[TargetId],
+        added: impl Iterator<Item = &'a TargetId>,
+    ) {
         let mut core = self.core.lock();
         for seat in removed {
             let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
