@@ -1573,7 +1573,7 @@ impl Recorder for CountingRecorder {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        if key.name() == "probe_failures_total" {
+        if key.name() == "probe_fleet_failures_total" {
             Counter::from_arc(self.0.failures.clone())
         } else {
             Counter::noop()
@@ -1586,7 +1586,7 @@ impl Recorder for CountingRecorder {
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
         match key.name() {
-            "probe_duration_seconds" => Histogram::from_arc(self.0.runs.clone()),
+            "probe_fleet_duration_seconds" => Histogram::from_arc(self.0.runs.clone()),
             "probe_scheduler_lag_seconds" => Histogram::from_arc(self.0.lag.clone()),
             _ => Histogram::noop(),
         }

@@ -23,7 +23,7 @@
 //!
 //! Once every target is UP (rise) the window of `--duration-s` opens. Over it:
 //! - **false DOWN**: DOWN transitions; predicted `probes * (1 - p) * p^fall` (probes as the
-//!   engine counted them: `probe_duration_seconds` records of the targets of that engine).
+//!   engine counted them: the sum of its targets' `probe_duration_seconds_count`).
 //!   Goal: at most twice the prediction (`false_down_over_predicted` <= 2). At 2% the prediction
 //!   is under one event in 10 minutes (0.5), so one false DOWN more than predicted already
 //!   doubles it there; 5% (about 8 expected) is where the ratio is sharp.
@@ -67,12 +67,9 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use probe::engine::{Event, TargetSpec};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
@@ -82,7 +79,7 @@ use probe::{Engine, EngineConfig};
 use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{self, Collector, RunCounter, percentile, result};
+use crate::support::{self, Collector, percentile, result};
 
 /// The tolerance over the detection theory.
 const DETECTION_SLACK_MS: f64 = 50.0;
@@ -170,14 +167,13 @@ impl Args {
 /// Runs `probe-bench loss`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
-    let counts = Counts::install(&args.losses)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
     let started = tokio::time::Instant::now();
-    let outcome = runtime.block_on(measure(&args, &counts));
+    let outcome = runtime.block_on(measure(&args));
     drop(runtime);
     println!("total wall time {:.1} s", started.elapsed().as_secs_f64());
     outcome
@@ -192,7 +188,6 @@ struct Rate {
     engine: Engine,
     cancel: CancellationToken,
     events: Collector,
-    group: Arc<Group>,
 }
 
 impl Rate {
@@ -201,11 +196,11 @@ impl Rate {
     }
 }
 
-async fn measure(args: &Args, counts: &Counts) -> anyhow::Result<()> {
+async fn measure(args: &Args) -> anyhow::Result<()> {
     let schedule = args.schedule()?;
     let thresholds = args.thresholds()?;
     let mut rates = Vec::new();
-    for (i, &percent) in args.losses.iter().enumerate() {
+    for &percent in &args.losses {
         let netns = match Netns::new() {
             Err(NetnsError::Skip(why)) => bail!("this harness cannot run here: {why}"),
             other => other.context("creating a network namespace")?,
@@ -250,7 +245,6 @@ async fn measure(args: &Args, counts: &Counts) -> anyhow::Result<()> {
             engine,
             cancel,
             events,
-            group: counts.groups[i].1.clone(),
         });
     }
 
@@ -271,7 +265,10 @@ async fn measure(args: &Args, counts: &Counts) -> anyhow::Result<()> {
 
     // The window: readiness polled on a fixed grid.
     let t0 = SystemTime::now();
-    let before: Vec<(u64, u64)> = rates.iter().map(|r| r.group.counts()).collect();
+    let before: Vec<(u64, u64)> = rates
+        .iter()
+        .map(|r| support::engine_counts(&r.engine))
+        .collect();
     let began = tokio::time::Instant::now();
     let mut ticks = tokio::time::interval(args.poll);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -305,7 +302,10 @@ async fn measure(args: &Args, counts: &Counts) -> anyhow::Result<()> {
     }
     let t1 = SystemTime::now();
     let window = began.elapsed();
-    let after: Vec<(u64, u64)> = rates.iter().map(|r| r.group.counts()).collect();
+    let after: Vec<(u64, u64)> = rates
+        .iter()
+        .map(|r| support::engine_counts(&r.engine))
+        .collect();
 
     // Blackholes: every victim of every rate, then every DOWN awaited together.
     let mut holes: Vec<Vec<(TargetId, SystemTime)>> = Vec::new();
@@ -513,86 +513,6 @@ async fn measure(args: &Args, counts: &Counts) -> anyhow::Result<()> {
 /// probes apart.
 fn prefix(percent: u8) -> String {
     format!("l{percent}-")
-}
-
-// ---------------------------------------------------------------------------------------------
-// Counting the engines' probes
-
-/// The probe runs and failures of one engine's targets.
-#[derive(Default)]
-struct Group {
-    runs: Arc<RunCounter>,
-    failures: Arc<AtomicU64>,
-}
-
-impl Group {
-    /// (probe runs, failed runs) so far.
-    fn counts(&self) -> (u64, u64) {
-        (
-            self.runs.0.load(Ordering::Relaxed),
-            self.failures.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// Each loss rate's [`Group`], by target-id prefix.
-struct Counts {
-    groups: Vec<(String, Arc<Group>)>,
-}
-
-impl Counts {
-    /// Installs the process's metrics recorder, counting per loss rate.
-    fn install(losses: &[u8]) -> anyhow::Result<Self> {
-        let groups: Vec<(String, Arc<Group>)> = losses
-            .iter()
-            .map(|&p| (prefix(p), Arc::new(Group::default())))
-            .collect();
-        metrics::set_global_recorder(CountingRecorder(groups.clone()))
-            .map_err(|e| anyhow::anyhow!("installing the counting recorder: {e}"))?;
-        Ok(Self { groups })
-    }
-}
-
-/// Counts `probe_duration_seconds` records (one a run) and `probe_failures_total` by the
-/// target's group; every other metric is a no-op.
-struct CountingRecorder(Vec<(String, Arc<Group>)>);
-
-impl CountingRecorder {
-    fn group(&self, key: &Key) -> Option<&Group> {
-        let target = key.labels().find(|l| l.key() == "target")?;
-        self.0
-            .iter()
-            .find(|(prefix, _)| target.value().starts_with(prefix.as_str()))
-            .map(|(_, g)| g.as_ref())
-    }
-}
-
-impl Recorder for CountingRecorder {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        match self.group(key) {
-            Some(g) if key.name() == "probe_failures_total" => {
-                Counter::from_arc(g.failures.clone())
-            }
-            _ => Counter::noop(),
-        }
-    }
-
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
-    }
-
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        match self.group(key) {
-            Some(g) if key.name() == "probe_duration_seconds" => {
-                Histogram::from_arc(g.runs.clone())
-            }
-            _ => Histogram::noop(),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -459,7 +459,7 @@ fn install_metrics(args: &Args) -> anyhow::Result<metrics_exporter_prometheus::P
         .set_quantiles(&[0.5, 0.99, 0.999, 1.0])?
         .set_bucket_duration(args.run_for() + args.interval)?
         .set_buckets_for_metric(
-            Matcher::Full("probe_duration_seconds".into()),
+            Matcher::Full("probe_fleet_duration_seconds".into()),
             DURATION_BUCKETS,
         )?
         .build_recorder();

@@ -187,7 +187,7 @@ pub fn accept_and_count(
     Ok(addr)
 }
 
-/// Counts histogram records: one `probe_duration_seconds` record per probe run.
+/// Counts histogram records: one `probe_fleet_duration_seconds` record per probe run.
 #[derive(Default)]
 pub struct RunCounter(pub std::sync::atomic::AtomicU64);
 
@@ -195,6 +195,23 @@ impl metrics::HistogramFn for RunCounter {
     fn record(&self, _value: f64) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// (probe runs, failed runs) of `engine`'s targets so far: the sums of their
+/// `probe_duration_seconds_count` and `probe_failures_total` series.
+pub fn engine_counts(engine: &probe::Engine) -> (u64, u64) {
+    let mut text = String::new();
+    engine.encode_metrics(&mut text);
+    let sum = |name: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    (
+        sum("probe_duration_seconds_count"),
+        sum("probe_failures_total"),
+    )
 }
 
 /// A child process that is killed (by its own pid) when dropped.

@@ -1222,7 +1222,7 @@ impl Counters {
     fn failures_total(&self) -> u64 {
         match self {
             Self::Count(_, failures, _) => failures.load(Ordering::Relaxed),
-            Self::Prometheus(handle) => sum_series(&handle.render(), "probe_failures_total"),
+            Self::Prometheus(handle) => sum_series(&handle.render(), "probe_fleet_failures_total"),
         }
     }
 }
@@ -1351,7 +1351,7 @@ impl Recorder for CountingRecorder {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        if key.name() == "probe_failures_total" {
+        if key.name() == "probe_fleet_failures_total" {
             Counter::from_arc(self.failures.clone())
         } else {
             Counter::noop()
@@ -1363,7 +1363,7 @@ impl Recorder for CountingRecorder {
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        if key.name() == "probe_duration_seconds" {
+        if key.name() == "probe_fleet_duration_seconds" {
             Histogram::from_arc(self.runs.clone())
         } else if key.name() == "probe_scheduler_lag_seconds" {
             Histogram::from_arc(self.lag.clone())

@@ -180,10 +180,15 @@ impl Daemon {
         grace: Duration,
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
+        let loopback_only = addr.ip().to_canonical().is_loopback();
+        if self.token.is_none() && !loopback_only {
+            tracing::warn!(%addr, "{}", api::UNTOKENED_BEYOND_LOOPBACK);
+        }
         let app = api::router(ApiState {
             engine: self.engine.clone(),
             metrics,
             token: self.token.clone(),
+            loopback_only,
             store: self.store.clone(),
             topology: self.topology.clone(),
             shutdown: self.cancel.clone(),
@@ -313,21 +318,19 @@ pub async fn metrics_upkeep(handle: PrometheusHandle, period: Duration, cancel: 
 /// A Prometheus exporter builder with the daemon's histogram buckets.
 ///
 /// Histograms get explicit buckets (rather than the exporter's default summaries) so they can be
-/// aggregated across instances; the buckets span loopback microseconds to multi-second timeouts.
+/// aggregated across instances. The recorder holds the process-wide series only: the engine
+/// writes the per-target ones itself ([`probe::Engine::encode_metrics`]).
 ///
 /// # Errors
 /// Never with these constant buckets; the exporter's API is fallible.
 pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
-    const DURATION_BUCKETS: &[f64] = &[
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-    ];
     const LAG_BUCKETS: &[f64] = &[
         0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     ];
     PrometheusBuilder::new()
         .set_buckets_for_metric(
-            Matcher::Full("probe_duration_seconds".into()),
-            DURATION_BUCKETS,
+            Matcher::Full("probe_fleet_duration_seconds".into()),
+            &probe::engine::DURATION_BUCKETS,
         )?
         .set_buckets_for_metric(
             Matcher::Full("probe_scheduler_lag_seconds".into()),

@@ -139,6 +139,7 @@ impl TopologyHandle {
         let etcd = loaded.etcd.clone();
         let files = loaded.files.clone();
         let resolver = (engine.resolver().clone(), loaded.resolver.clone());
+        engine.set_per_target_histograms(loaded.metrics.per_target_histograms);
         merger.update(FILES, Catalog::from(loaded.topology));
         let merged = merger
             .merge()
@@ -176,6 +177,7 @@ impl TopologyHandle {
             shared: shared.clone(),
             etcd: etcd_tx,
             resolver,
+            engine: engine.clone(),
         };
         tokio::spawn(forward(files, FILES, 0, updates_tx.clone(), cancel.clone()));
         let mut looped = Loop {
@@ -247,6 +249,8 @@ struct FileSource {
     /// The engine's resolver and the `resolver` section it runs with, so that a changed section
     /// reconfigures it.
     resolver: (Arc<Resolver>, ResolverConfig),
+    /// For the `metrics` section, which takes effect as soon as it is loaded.
+    engine: Engine,
 }
 
 impl FileSource {
@@ -282,6 +286,8 @@ impl FileSource {
                             ),
                         }
                     }
+                    self.engine
+                        .set_per_target_histograms(config.metrics.per_target_histograms);
                     return Some(config);
                 }
                 Err(errors) => {

@@ -538,3 +538,52 @@ async fn the_api_token_can_come_from_the_environment() {
     assert!(!help.contains(token), "{help}");
     drop((one, two));
 }
+
+/// Listening beyond loopback without a token, the daemon refuses every change, even from a
+/// loopback peer (behind a proxy or a sidecar every request comes from loopback), says how to
+/// set a token, and warns at start; reads still answer. On loopback alone a local peer may
+/// change things, and each change is logged with who made it. (The test talks to the wildcard
+/// listener through 127.0.0.1 only.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_loopback_without_a_token_no_change_is_accepted_and_changes_are_audited() {
+    let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    support::pool_config(
+        dir.path(),
+        one.local_addr().unwrap(),
+        two.local_addr().unwrap(),
+    );
+    let mut command = Command::new(BIN);
+    command
+        .args(["run", "--listen", "0.0.0.0:0", "--config"])
+        .arg(dir.path());
+    let mut wide = Daemon::launch(command);
+    wide.addr = SocketAddr::from(([127, 0, 0, 1], wide.addr.port()));
+    assert!(
+        wide.lines_so_far()
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("listens beyond loopback")),
+        "no warning at start"
+    );
+    for (method, path, body, _) in CHANGES {
+        let (status, answer) = wide.send(method.parse().unwrap(), path, None, *body).await;
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        let reason = answer["error"].as_str().unwrap();
+        assert!(reason.contains("--api-token"), "{method} {path}: {reason}");
+    }
+    assert_eq!(wide.get("/v1/targets").await.status(), 200);
+    drop(wide);
+
+    let mut local = Daemon::start(dir.path());
+    let (method, path, body, want) = CHANGES[0];
+    let (status, answer) = local.send(method.parse().unwrap(), path, None, body).await;
+    assert_eq!(status, want, "{answer}");
+    let audit = local.wait_log("api change");
+    assert_eq!(audit["credential"], "loopback", "{audit}");
+    assert_eq!(audit["method"], method, "{audit}");
+    assert_eq!(audit["path"], path, "{audit}");
+    let actor: SocketAddr = audit["actor"].as_str().unwrap().parse().unwrap();
+    assert!(actor.ip().is_loopback(), "{audit}");
+    drop((one, two));
+}

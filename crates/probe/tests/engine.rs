@@ -1334,3 +1334,88 @@ async fn surplus_workers_leave_right_after_a_burst() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// The lines of `engine`'s per-target series that name `target`.
+fn series_of(engine: &Engine, target: &str) -> Vec<String> {
+    let mut text = String::new();
+    engine.encode_metrics(&mut text);
+    let label = format!("target=\"{target}\"");
+    text.lines()
+        .filter(|l| l.contains(&label))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn value(lines: &[String], prefix: &str) -> Option<f64> {
+    lines
+        .iter()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn series_leave_with_their_target_and_survive_a_changed_spec() {
+    let (engine, cancel) = start(8);
+    let (gone, mut gone_starts) = Scripted::new(&[false, false], Duration::from_millis(1));
+    let (kept, mut kept_starts) = Scripted::new(&[false, false], Duration::from_millis(1));
+    let kept = kept as Arc<dyn Probe>;
+    let second = Duration::from_secs(1);
+    engine
+        .apply(vec![
+            target("gone", gone, second, 0.0, 1, 1),
+            target("kept", kept.clone(), second, 0.0, 1, 1),
+        ])
+        .unwrap();
+    // Two runs each recorded: the third has started.
+    for _ in 0..3 {
+        gone_starts.recv().await.unwrap();
+        kept_starts.recv().await.unwrap();
+    }
+    let failures = "probe_failures_total{target=\"kept\",reason=\"refused\"}";
+    let lines = series_of(&engine, "kept");
+    assert_eq!(value(&lines, failures), Some(2.0), "{lines:#?}");
+    assert!(
+        value(&lines, "probe_duration_seconds_count{target=\"kept\"}").is_some_and(|n| n >= 2.0),
+        "{lines:#?}"
+    );
+    assert!(!series_of(&engine, "gone").is_empty());
+
+    // `gone` leaves and `kept` changes its interval: it restarts, its series go on.
+    engine
+        .apply(vec![target("kept", kept, second * 2, 0.0, 1, 1)])
+        .unwrap();
+    assert_eq!(
+        series_of(&engine, "gone"),
+        Vec::<String>::new(),
+        "a removed target leaves no series"
+    );
+    let lines = series_of(&engine, "kept");
+    assert_eq!(value(&lines, failures), Some(2.0), "{lines:#?}");
+    assert_eq!(
+        value(&lines, "probe_target_up{target=\"kept\"}"),
+        Some(0.0),
+        "restarted: PROBING"
+    );
+
+    // Without per-target histograms, the target's histogram goes and its counters stay.
+    engine.set_per_target_histograms(false);
+    let lines = series_of(&engine, "kept");
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.starts_with("probe_duration_seconds")),
+        "{lines:#?}"
+    );
+    kept_starts.recv().await.unwrap();
+    kept_starts.recv().await.unwrap();
+    let lines = series_of(&engine, "kept");
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.starts_with("probe_duration_seconds")),
+        "a run does not bring it back: {lines:#?}"
+    );
+    assert!(value(&lines, failures).is_some());
+    cancel.cancel();
+    engine.stopped().await;
+}

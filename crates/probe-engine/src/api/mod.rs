@@ -51,6 +51,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use probe::gate::GateLayer;
 
+pub(crate) use auth::UNTOKENED_BEYOND_LOOPBACK;
 pub use shared::ApiState;
 use shared::error;
 

@@ -44,20 +44,21 @@ pub(super) async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
     }
 }
 
-/// `GET /metrics`: the Prometheus text exposition, with the engine's gauges published first so
-/// that a scrape sees them current.
+/// `GET /metrics`: the Prometheus text exposition: the process-wide series the recorder holds,
+/// then the per-target series written from the live targets.
 pub(super) async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     let Some(handle) = state.metrics.clone() else {
         return error(StatusCode::NOT_FOUND, "metrics are not enabled");
     };
     blocking("rendering metrics", move || {
-        state.engine.publish_gauges();
+        let mut text = handle.render();
+        state.engine.encode_metrics(&mut text);
         (
             [(
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            handle.render(),
+            text,
         )
             .into_response()
     })

@@ -23,8 +23,12 @@ pub struct ApiState {
     pub engine: Engine,
     /// Renders `/metrics`; `None` when no recorder is installed (then `/metrics` is 404).
     pub metrics: Option<PrometheusHandle>,
-    /// When set, mutations need this bearer token; when not, they need a loopback peer.
+    /// When set, mutations need this bearer token; when not, they need a loopback peer, and
+    /// `loopback_only`.
     pub token: Option<Arc<str>>,
+    /// Whether the API listens on loopback addresses alone: only then does a loopback peer stand
+    /// for a local operator.
+    pub loopback_only: bool,
     /// Where operator maintenance is saved, so it survives a restart.
     pub store: Option<StateStore>,
     /// The sources of the targets, for `/v1/topology` and `/health`.
@@ -46,7 +50,7 @@ pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response 
 /// An error answer: a status and a reason, rendered as `{"error": "..."}`.
 pub(super) struct ApiError {
     pub(super) status: StatusCode,
-    message: String,
+    pub(super) message: String,
 }
 
 impl ApiError {

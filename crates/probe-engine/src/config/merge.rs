@@ -16,12 +16,13 @@ use probe::target::TargetId;
 
 use super::diagnostics::{ConfigError, ConfigErrors, one_line, quote};
 use super::files::Source;
+use super::metrics::MetricsConfig;
 use super::node::{Diags, Kind, Node, Pos, collect, syntax_error, value_of, yaml_options};
 use super::passive::Passive;
 use super::schedule::Sched;
 use super::schema::{RawDefaults, RawDocument};
 use super::targets::{Defaults, ParsedTarget, parse_target};
-use super::{graph, resolver, topology};
+use super::{graph, metrics, resolver, topology};
 
 /// A loaded, fully validated configuration.
 ///
@@ -39,6 +40,8 @@ pub struct Config {
     /// The engine's resolver, as the `resolver` section says (the host's configuration
     /// without one).
     pub resolver: probe::resolve::ResolverConfig,
+    /// What `/metrics` keeps per target, as the `metrics` section says.
+    pub metrics: MetricsConfig,
 }
 
 /// A top-level section that may be set in one file only: where its key is, and its value when
@@ -58,6 +61,7 @@ pub(super) struct FileOutcome {
     /// The `topology` section: `Some(None)` when it has no source.
     topology: Option<Section<Option<probe_etcd::SourceConfig>>>,
     resolver: Option<Section<probe::resolve::ResolverConfig>>,
+    metrics: Option<Section<MetricsConfig>>,
 }
 
 impl FileOutcome {
@@ -145,6 +149,10 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         key: key("resolver"),
         value: resolver::parse(node, text, &mut diags),
     });
+    let metrics = section("metrics").map(|node| Section {
+        key: key("metrics"),
+        value: metrics::parse(node, text, &mut diags),
+    });
     FileOutcome {
         diags,
         targets,
@@ -152,6 +160,7 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         readiness,
         topology,
         resolver,
+        metrics,
     }
 }
 
@@ -212,6 +221,15 @@ pub(super) fn finish(
         &mut late,
     )
     .and_then(|(_, resolver)| resolver)
+    .unwrap_or_default();
+    let metrics = once(
+        &files,
+        &mut outcomes,
+        "metrics",
+        |o| o.metrics.take(),
+        &mut late,
+    )
+    .and_then(|(_, metrics)| metrics)
     .unwrap_or_default();
 
     let declared: Vec<(usize, graph::DeclaredNode)> = outcomes
@@ -285,6 +303,7 @@ pub(super) fn finish(
         files,
         etcd,
         resolver,
+        metrics,
     })
 }
 

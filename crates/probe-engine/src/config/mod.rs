@@ -61,7 +61,8 @@
 //! sections are described in the `graph` submodule; passive health (a target's `circuit_breaker`
 //! and `skip_active_after`, a group's `outlier`, `recovery` and `slow_start`) in the `passive`
 //! submodule; the `topology` section (targets from etcd) in the `topology` submodule; the
-//! `resolver` section (the DNS servers the engine asks) in the `resolver` submodule.
+//! `resolver` section (the DNS servers the engine asks) in the `resolver` submodule; the `metrics`
+//! section (per-target histograms on or off) in the `metrics` submodule.
 //! [`parse_entry`] reads one target declaration kept outside the files.
 //!
 //! JSON paths are the subset documented in [`probe::tier::http::json_path`]: `$`, `.name`,
@@ -90,7 +91,7 @@
 //! A file is read (the `files` submodule) into a located tree (`node`), whose sections are
 //! deserialized into the raw schema (`schema`) and validated: targets and groups in `targets`,
 //! their schedule merged with the defaults in `schedule`, and the sections with a submodule of
-//! their own in it (`http`, `passive`, `graph`, `topology`, `resolver`). `merge` assembles the
+//! their own in it (`http`, `passive`, `graph`, `topology`, `resolver`, `metrics`). `merge` assembles the
 //! files into one [`Config`], reporting every problem as `diagnostics` words it.
 
 mod diagnostics;
@@ -98,6 +99,7 @@ mod files;
 mod graph;
 mod http;
 mod merge;
+mod metrics;
 mod node;
 mod passive;
 mod resolver;
@@ -115,6 +117,7 @@ pub use targets::parse_entry;
 use files::{Source, list_files, process_env, read_file};
 pub use merge::Config;
 use merge::{FileOutcome, finish, parse_text};
+pub use metrics::MetricsConfig;
 use node::Pos;
 
 /// Loads a configuration file, or every `*.yaml` / `*.yml` file of a directory.

@@ -4,7 +4,7 @@
 //! afterwards so that the checks can point at them; every struct denies unknown keys, which
 //! [`collect`](super::node::collect) turns into did-you-mean errors. A section that has a module
 //! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`,
-//! `graph`, `topology`, `resolver`); this module ties them into the document.
+//! `graph`, `topology`, `resolver`, `metrics`); this module ties them into the document.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -31,6 +31,8 @@ pub(super) struct RawDocument {
     _topology: Option<IgnoredAny>,
     #[serde(rename = "resolver")]
     _resolver: Option<IgnoredAny>,
+    #[serde(rename = "metrics")]
+    _metrics: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule, threshold and passive-health

@@ -1,8 +1,8 @@
 //! Applying a topology: the whole desired state, applied as a diff.
 //!
 //! Targets whose spec did not change keep their state, counters, schedule and score; removed
-//! targets stop; added and changed targets start fresh in `PROBING` (a changed one keeps an
-//! operator's maintenance). The graph is installed first, since it is the step that can fail;
+//! targets stop (and their metric series go with them); added and changed targets start fresh
+//! in `PROBING` (a changed one keeps an operator's maintenance and its metric series). The graph is installed first, since it is the step that can fail;
 //! then the hub counts the targets out and in before any new one runs, the new set is published
 //! whole, and the pools follow.
 
@@ -61,11 +61,17 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
                 diff.changed.push(id.clone());
                 let maintenance = target.operator_maintenance();
                 retired.push(target.clone());
-                launch.push((id, probe, policies.intern(policy), maintenance));
+                launch.push((
+                    id,
+                    probe,
+                    policies.intern(policy),
+                    maintenance,
+                    Some(target.clone()),
+                ));
             }
             None => {
                 diff.added.push(id.clone());
-                launch.push((id, probe, policies.intern(policy), None));
+                launch.push((id, probe, policies.intern(policy), None, None));
             }
         }
     }
@@ -78,8 +84,11 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         .hub()
         .admit(&seats, &diff.changed, launch.iter().map(|(id, ..)| id));
     inner.scheduler.reserve(launch.len());
-    for (id, probe, policy, maintenance) in launch {
+    for (id, probe, policy, maintenance, predecessor) in launch {
         let target = Arc::new(Target::new(id.clone(), probe, policy, inner.ctx.clone()));
+        if let Some(predecessor) = predecessor {
+            target.seat().meters.take_over(&predecessor.seat().meters);
+        }
         if let Some(maintenance) = maintenance {
             target.enter_maintenance(maintenance);
         }

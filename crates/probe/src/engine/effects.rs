@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
 use super::view::{Event, Readiness};
@@ -59,7 +60,8 @@ pub(crate) struct Seat {
     /// Passive successes since the last run (the low 31 bits, saturating) and whether a passive
     /// failure came in meanwhile (the top bit).
     passive: AtomicU32,
-    up: metrics::Gauge,
+    /// What the target counts about itself, for the scrape.
+    pub meters: Meters,
 }
 
 /// A [`Seat`]'s `applied` word.
@@ -106,8 +108,6 @@ const PASSIVE_FAILED: u32 = 1 << 31;
 
 impl Seat {
     pub fn new(id: TargetId, probe: ProbeSpec, breaker: Option<CircuitBreaker>) -> Self {
-        let up = metrics::gauge!("probe_target_up", "target" => id.as_str().to_owned());
-        up.set(0.0);
         Self {
             breaker: breaker.map(|b| Box::new(Breaker::new(b))),
             applied: AtomicU64::new(
@@ -119,7 +119,7 @@ impl Seat {
                 .pack(),
             ),
             passive: AtomicU32::new(0),
-            up,
+            meters: Meters::new(),
             id,
             probe,
         }
@@ -194,11 +194,9 @@ impl Breaker {
     }
 }
 
-/// Logs a circuit transition and sets its gauge.
+/// Logs a circuit transition.
 pub(crate) fn announce_circuit(id: &TargetId, t: Option<CircuitTransition>) {
     let Some(t) = t else { return };
-    metrics::gauge!("probe_circuit_state", "target" => id.as_str().to_owned())
-        .set(f64::from(t.to.code()));
     tracing::info!(
         target_id = id.as_str(),
         from = t.from.as_str(),
@@ -396,14 +394,10 @@ impl Hub {
     /// Logs, counts and broadcasts a transition: the one place an event is emitted.
     fn announce(&self, seat: &Seat, t: Transition, detail: Option<String>) {
         let id = seat.id.as_str();
-        seat.up.set(if t.to == HealthState::Up { 1.0 } else { 0.0 });
-        metrics::counter!(
-            "probe_state_transitions_total",
-            "target" => id.to_owned(),
-            "from" => t.from.as_str(),
-            "to" => t.to.as_str()
-        )
-        .increment(1);
+        seat.meters.count(Counted::Transition {
+            from: t.from,
+            to: t.to,
+        });
         tracing::info!(
             target_id = id,
             from = t.from.as_str(),
@@ -531,12 +525,21 @@ impl Hub {
         &self,
         change: impl FnOnce(&mut Pools, Instant) -> Vec<PoolEvent>,
     ) -> Vec<(TargetId, bool)> {
-        let (events, moved) = {
+        let (events, moved, ejected) = {
             let mut pools = self.pools.lock();
             let events = change(&mut pools.pools, Instant::now());
             if events.is_empty() {
                 return Vec::new();
             }
+            let ejected: Vec<_> = events
+                .iter()
+                .filter_map(|(_, event)| match event {
+                    OutlierEvent::Ejected(e) => {
+                        Some((pools.members.get(&e.id)?.clone(), e.reason.as_str()))
+                    }
+                    _ => None,
+                })
+                .collect();
             let moved: Vec<(TargetId, bool)> = members_moved(&events)
                 .into_iter()
                 .map(|id| {
@@ -545,8 +548,12 @@ impl Hub {
                 })
                 .collect();
             self.publish_routes(&pools);
-            (events, moved)
+            (events, moved, ejected)
         };
+        // Counted once the pools' lock is released: a target's meters have a lock of their own.
+        for (member, reason) in ejected {
+            member.seat().meters.count(Counted::Ejection(reason));
+        }
         announce_pools(&events);
         moved
     }
@@ -597,18 +604,12 @@ fn members_moved(events: &[PoolEvent]) -> BTreeSet<TargetId> {
         .collect()
 }
 
-/// Logs and counts pool events.
+/// Logs pool events.
 fn announce_pools(events: &[PoolEvent]) {
     for (pool, event) in events {
         let pool = pool.as_str();
         match event {
             OutlierEvent::Ejected(e) => {
-                metrics::counter!(
-                    "probe_ejections_total",
-                    "target" => e.id.as_str().to_owned(),
-                    "reason" => e.reason.as_str()
-                )
-                .increment(1);
                 tracing::warn!(
                     target_id = e.id.as_str(),
                     pool,

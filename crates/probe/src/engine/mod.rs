@@ -44,7 +44,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use metrics::describe_metrics;
+pub use metrics::{DURATION_BUCKETS, describe_metrics};
 pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 pub use spec::TargetSpec;
 pub use topology::{Topology, TopologyError};
@@ -59,8 +59,9 @@ use crate::passive::outlier::MemberStatus;
 use crate::resolve::Resolver;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::target::TargetId;
+use crate::tier::spec::ProbeSpec;
 use crate::verdict::self_health::{SelfHealth, SelfHealthConfig};
-use effects::Hub;
+use effects::{Hub, Seated};
 use runtime::{ActiveMaintenance, Context};
 use shared::Inner;
 
@@ -120,6 +121,15 @@ impl Engine {
                 history: config.history,
                 self_health: self_health.clone(),
                 resolver,
+                fleet: ProbeSpec::KINDS
+                    .into_iter()
+                    .map(|kind| {
+                        let h =
+                            ::metrics::histogram!("probe_fleet_duration_seconds", "kind" => kind);
+                        (kind, h)
+                    })
+                    .collect(),
+                per_target_histograms: true.into(),
             }),
             listing: Mutex::default(),
             applying: Mutex::new(()),
@@ -229,38 +239,47 @@ impl Engine {
         self.inner.hub().with_graph(f)
     }
 
-    /// Sets the gauges that move with time or with results elsewhere:
-    /// `probe_health_score{target}` (NaN while unknown) and `probe_dependency_down{target}` for
-    /// every node of the graph, groups included; `probe_target_weight{target}` and
-    /// `probe_ejected{target}` for every pool member; `probe_circuit_state{target}` for every
-    /// circuit breaker.
+    /// Appends the per-target series to `out`, in the Prometheus text format, from the targets
+    /// as they are now: `probe_success`, `probe_duration_seconds` (while per-target histograms
+    /// are on), `probe_target_up`, the per-target counters, `probe_health_score` and
+    /// `probe_dependency_down` for every graph node (groups included), `probe_target_weight`
+    /// and `probe_ejected` for every pool member, `probe_circuit_state` for every circuit
+    /// breaker.
     ///
-    /// Scores move with every result somewhere below a node and weights with the clock (slow
-    /// start), so rather than touching gauges on each change, an exporter calls this right
-    /// before it renders.
-    pub fn publish_gauges(&self) {
-        let nodes = self.with_graph(|g| g.export().nodes);
-        for node in nodes {
-            let label = node.id.as_str().to_owned();
-            ::metrics::gauge!("probe_health_score", "target" => label.clone())
-                .set(node.score.unwrap_or(f64::NAN));
-            ::metrics::gauge!("probe_dependency_down", "target" => label)
-                .set(if node.dependency_down { 1.0 } else { 0.0 });
-        }
+    /// An exporter appends this to its own rendering of the process-wide series (the `metrics`
+    /// facade's). A removed target is in no scrape after its removal (see `metrics`).
+    pub fn encode_metrics(&self, out: &mut String) {
+        let mut encoder = metrics::Encoder::new();
         let now = Instant::now();
-        for member in self.inner.hub().members(now) {
-            let label = member.id.as_str().to_owned();
-            ::metrics::gauge!("probe_target_weight", "target" => label.clone()).set(member.weight);
-            ::metrics::gauge!("probe_ejected", "target" => label).set(if member.ejected {
-                1.0
-            } else {
-                0.0
-            });
-        }
-        for target in self.inner.targets.load().values() {
+        let targets = self.inner.targets.load();
+        for target in targets.values() {
+            let seat = target.seat();
+            encoder.target(seat.id.as_str(), seat.state(), &seat.meters);
             if let Some(circuit) = target.circuit(now) {
-                ::metrics::gauge!("probe_circuit_state", "target" => target.id().as_str().to_owned())
-                    .set(f64::from(circuit.state.code()));
+                encoder.circuit(seat.id.as_str(), circuit.state.code());
+            }
+        }
+        for member in self.inner.hub().members(now) {
+            encoder.member(member.id.as_str(), member.weight, member.ejected);
+        }
+        for node in self.with_graph(|g| g.export().nodes) {
+            encoder.node(node.id.as_str(), node.score, node.dependency_down);
+        }
+        encoder.finish(out);
+    }
+
+    /// Turns the targets' own duration histograms (`probe_duration_seconds{target}`, 128 bytes
+    /// each) on or off; on by default. `probe_fleet_duration_seconds{kind}` is kept either way.
+    /// Turning them off frees them.
+    pub fn set_per_target_histograms(&self, on: bool) {
+        let was = self
+            .inner
+            .ctx
+            .per_target_histograms
+            .swap(on, std::sync::atomic::Ordering::Relaxed);
+        if was && !on {
+            for target in self.inner.targets.load().values() {
+                target.seat().meters.drop_histogram();
             }
         }
     }

@@ -12,7 +12,7 @@
 //!
 //! Every ejection, recovery step, panic and circuit transition is logged once and counted
 //! (`probe_ejections_total{target,reason}`); the gauges (`probe_target_weight`, `probe_ejected`,
-//! `probe_circuit_state`) are set by [`Engine::publish_gauges`](super::Engine::publish_gauges).
+//! `probe_circuit_state`) are written by [`Engine::encode_metrics`](super::Engine::encode_metrics).
 //!
 //! Picks take no lock: they read the pools' routing tables, which the hub republishes on every
 //! pool event, and each member's state and circuit word from its seat.

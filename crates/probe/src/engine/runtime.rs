@@ -8,12 +8,14 @@
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
+use super::metrics::Counted;
 use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
 use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
@@ -38,6 +40,10 @@ pub(crate) struct Context {
     pub self_health: Option<Arc<SelfHealth>>,
     /// The one resolver every probe looks its names up through.
     pub resolver: Arc<Resolver>,
+    /// `probe_fleet_duration_seconds`, by probe kind (as [`ProbeSpec::KINDS`] orders them).
+    pub fleet: Vec<(&'static str, metrics::Histogram)>,
+    /// Whether each target keeps a histogram of its own durations (128 bytes).
+    pub per_target_histograms: AtomicBool,
 }
 
 /// A target's spec besides its id and probe: what it weighs most. Targets declared alike (most
@@ -168,9 +174,6 @@ pub(crate) struct Target {
     probe: Arc<dyn Probe>,
     status: Mutex<Status>,
     ctx: Arc<Context>,
-    /// Handles registered once, so a probe run updates metrics without a registry lookup.
-    success: metrics::Gauge,
-    duration: metrics::Histogram,
 }
 
 impl Seated for Target {
@@ -181,7 +184,6 @@ impl Seated for Target {
 
 impl Target {
     pub fn new(id: TargetId, probe: ProbeSpec, policy: Arc<Policy>, ctx: Arc<Context>) -> Self {
-        let label = id.as_str().to_owned();
         Self {
             probe: build(
                 &probe,
@@ -205,8 +207,6 @@ impl Target {
                 version: 0,
             }),
             seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
-            success: metrics::gauge!("probe_success", "target" => label.clone()),
-            duration: metrics::histogram!("probe_duration_seconds", "target" => label),
             ctx,
             policy,
         }
@@ -494,40 +494,41 @@ impl Target {
 
     /// The per-run metrics.
     fn count(&self, result: &CheckResult, ok: bool, latency: Duration, deferred: bool) {
-        self.success.set(if ok { 1.0 } else { 0.0 });
-        self.duration.record(latency);
-        let id = || self.seat.id.as_str().to_owned();
-        if result.remarks.stale_connection_retried {
-            metrics::counter!("probe_http_stale_connection_retries_total", "target" => id())
-                .increment(1);
-        }
-        if deferred {
-            metrics::counter!("probe_verdicts_deferred_total", "target" => id()).increment(1);
+        let kind = self.seat.probe.kind();
+        if let Some((_, fleet)) = self.ctx.fleet.iter().find(|(k, _)| *k == kind) {
+            fleet.record(latency);
         }
         if let Some(failure) = result.failure() {
             metrics::counter!(
-                "probe_failures_total",
-                "target" => id(),
+                "probe_fleet_failures_total",
+                "kind" => kind,
                 "reason" => failure.reason.as_str()
             )
             .increment(1);
         }
-        if result
-            .remarks
-            .dns_trouble
-            .as_ref()
-            .is_some_and(DnsTrouble::used_stale_answer)
-        {
-            metrics::counter!("probe_dns_stale_answers_total", "target" => id()).increment(1);
-        }
-        for signal in &result.signals {
-            metrics::counter!(
-                "probe_signals_total",
-                "target" => id(),
-                "signal" => signal.name.to_string()
-            )
-            .increment(1);
-        }
+        let own = self.ctx.per_target_histograms.load(Ordering::Relaxed);
+        let remarks = &result.remarks;
+        let counted = [
+            remarks
+                .stale_connection_retried
+                .then_some(Counted::StaleConnectionRetry),
+            deferred.then_some(Counted::Deferred),
+            result.failure().map(|f| Counted::Failure(f.reason)),
+            remarks
+                .dns_trouble
+                .as_ref()
+                .is_some_and(DnsTrouble::used_stale_answer)
+                .then_some(Counted::DnsStaleAnswer),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(
+            result
+                .signals
+                .iter()
+                .map(|signal| Counted::Signal(signal.name.clone())),
+        );
+        self.seat.meters.run(ok, own.then_some(latency), counted);
     }
 
     /// Whether this run can be skipped because real traffic already proves the target healthy;
@@ -538,8 +539,7 @@ impl Target {
             successes >= n.get() && !failed && self.seat.state() == HealthState::Up
         });
         if skip {
-            metrics::counter!("probe_active_skipped_total", "target" => self.seat.id.as_str().to_owned())
-                .increment(1);
+            self.seat.meters.count(Counted::ActiveSkipped);
         }
         skip
     }

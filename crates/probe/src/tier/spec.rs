@@ -19,6 +19,20 @@ pub enum ProbeSpec {
     Custom(CustomProbe),
 }
 
+impl ProbeSpec {
+    /// Every kind's name, as [`ProbeSpec::kind`] gives it.
+    pub const KINDS: [&'static str; 3] = ["tcp", "http", "custom"];
+
+    /// The probe's kind, a metric label: `tcp`, `http` or `custom`.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Tcp(_) => Self::KINDS[0],
+            Self::Http(_) => Self::KINDS[1],
+            Self::Custom(_) => Self::KINDS[2],
+        }
+    }
+}
+
 /// A probe implemented in code rather than declared.
 ///
 /// Two custom specs are equal only if they share the same probe instance, so re-applying the
