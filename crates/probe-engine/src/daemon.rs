@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
+use crate::api::{TokenError, TokenSources, Tokens};
 use crate::config::{self, ConfigErrors};
 use crate::persist::{PersistError, StateStore};
 use crate::topology::TopologyHandle;
@@ -29,8 +30,8 @@ pub struct Options {
     pub engine: EngineConfig,
     /// Where operator maintenance is saved; `None` keeps it in memory only.
     pub state_dir: Option<PathBuf>,
-    /// When set, API mutations need this bearer token (otherwise: loopback peers only).
-    pub api_token: Option<String>,
+    /// The API's bearer tokens: operator and read, given and in files (see [`crate::api`]).
+    pub tokens: TokenSources,
     /// How long the daemon keeps serving after it turns not ready on a stop, so that whatever
     /// balances or scrapes it notices.
     pub drain_delay: Duration,
@@ -48,6 +49,9 @@ pub enum StartError {
     /// The `resolver` section could not be set up.
     #[error("resolver: {0}")]
     Resolver(#[from] ResolverError),
+    /// The API's tokens could not be read.
+    #[error("api tokens: {0}")]
+    Tokens(#[from] TokenError),
 }
 
 /// A running daemon: its engine, where its config comes from and where its state goes.
@@ -55,7 +59,9 @@ pub struct Daemon {
     engine: Engine,
     topology: TopologyHandle,
     store: Option<StateStore>,
-    token: Option<Arc<str>>,
+    tokens: Tokens,
+    /// Read again on every reload: token files may have been rotated.
+    token_sources: TokenSources,
     gate: Gate,
     drain_delay: Duration,
     /// Cancelled to start the stop sequence (SIGTERM, `POST /v1/drain`).
@@ -81,6 +87,7 @@ impl Daemon {
     /// started then.
     pub fn start(options: Options, cancel: CancellationToken) -> Result<Self, StartError> {
         let loaded = config::load(&options.config)?;
+        let tokens = Tokens::new(options.tokens.load()?);
         let store = options
             .state_dir
             .as_deref()
@@ -115,7 +122,8 @@ impl Daemon {
             engine,
             topology,
             store,
-            token: options.api_token.map(Arc::from),
+            tokens,
+            token_sources: options.tokens,
             gate,
             drain_delay: options.drain_delay,
             stop: CancellationToken::new(),
@@ -135,11 +143,13 @@ impl Daemon {
         &self.topology
     }
 
-    /// Asks for the config to be re-read and applied as a diff. An invalid config changes
-    /// nothing: the running targets keep probing with their state, and every error is logged and
-    /// shown in `GET /v1/topology`.
+    /// Asks for the config to be re-read and applied as a diff, and reads the token files
+    /// again. An invalid config changes nothing: the running targets keep probing with their
+    /// state, and every error is logged and shown in `GET /v1/topology`; an unreadable token
+    /// file keeps the tokens in force.
     pub fn reload(&self) {
         self.topology.reload();
+        self.tokens.reload(&self.token_sources);
     }
 
     /// Starts the stop sequence: not ready at once, serving for the drain delay, then API
@@ -181,13 +191,13 @@ impl Daemon {
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
         let loopback_only = addr.ip().to_canonical().is_loopback();
-        if self.token.is_none() && !loopback_only {
+        if !self.tokens.has_operator() && !loopback_only {
             tracing::warn!(%addr, "{}", api::UNTOKENED_BEYOND_LOOPBACK);
         }
         let app = api::router(ApiState {
             engine: self.engine.clone(),
             metrics,
-            token: self.token.clone(),
+            tokens: self.tokens.clone(),
             loopback_only,
             store: self.store.clone(),
             topology: self.topology.clone(),

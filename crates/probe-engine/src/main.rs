@@ -63,10 +63,22 @@ enum Command {
         /// Directory for state that survives restarts (operator maintenance).
         #[arg(long)]
         state_dir: Option<PathBuf>,
-        /// Require this bearer token for API changes (otherwise only loopback peers may change
-        /// anything).
+        /// An operator bearer token, `TOKEN` or `NAME=TOKEN` (the name is what the audit log
+        /// shows): it may read and change. Repeatable. Without one, only loopback peers may
+        /// change anything, and only while the API listens on loopback alone.
         #[arg(long, env = "PROBE_ENGINE_API_TOKEN", hide_env_values = true)]
-        api_token: Option<String>,
+        api_token: Vec<String>,
+        /// A file of operator tokens, one `TOKEN` or `NAME=TOKEN` a line (a mounted Kubernetes
+        /// Secret); read again on SIGHUP. Repeatable.
+        #[arg(long, value_name = "PATH")]
+        api_token_file: Vec<PathBuf>,
+        /// A read bearer token, `TOKEN` or `NAME=TOKEN`: with one, reads (`/v1`, `/health`,
+        /// `/metrics`) need a read or operator token. Repeatable.
+        #[arg(long, hide_env_values = true)]
+        read_token: Vec<String>,
+        /// A file of read tokens, as --api-token-file; read again on SIGHUP. Repeatable.
+        #[arg(long, value_name = "PATH")]
+        read_token_file: Vec<PathBuf>,
         /// Reload when the config changes on disk (editors' rename-on-save and Kubernetes
         /// ConfigMap updates included), as SIGHUP does.
         #[arg(long)]
@@ -103,6 +115,9 @@ fn main() -> ExitCode {
             drain_delay,
             state_dir,
             api_token,
+            api_token_file,
+            read_token,
+            read_token_file,
             watch_config,
             self_lag_threshold,
         } => {
@@ -121,7 +136,12 @@ fn main() -> ExitCode {
                     ..EngineConfig::default()
                 },
                 state_dir,
-                api_token,
+                tokens: probe_engine::api::TokenSources {
+                    operator: api_token,
+                    operator_files: api_token_file,
+                    read: read_token,
+                    read_files: read_token_file,
+                },
                 drain_delay,
             };
             match run(options, listen, shutdown_grace, watch_config) {

@@ -2824,3 +2824,30 @@ fn the_resolver_is_set_in_one_file_only() {
         )
     );
 }
+
+// The `metrics` section.
+
+#[test]
+fn the_metrics_section_turns_per_target_histograms_off() {
+    let config = parse_ok(&doc(&["targets: []"]));
+    assert!(config.metrics.per_target_histograms, "on by default");
+    let config = parse_ok(&doc(&["metrics: {per_target_histograms: false}"]));
+    assert!(!config.metrics.per_target_histograms);
+    let config = parse_ok(&doc(&["metrics: {}"]));
+    assert!(config.metrics.per_target_histograms);
+}
+
+#[test]
+fn metrics_errors_are_located() {
+    assert_eq!(
+        errors_of(&doc(&["metrics:", "  per_target_histogram: false"])),
+        [
+            "t.yaml:2:3: unknown field \"per_target_histogram\" in metrics, did you mean \
+             \"per_target_histograms\"?"
+        ]
+    );
+    let errors = errors_of(&doc(&["metrics: {per_target_histograms: sometimes}"]));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("t.yaml:1:"), "{errors:?}");
+    assert!(errors[0].contains("per_target_histograms"), "{errors:?}");
+}

@@ -660,12 +660,20 @@ async fn a_watched_config_reloads_on_save() {
 async fn a_drain_request_stops_the_daemon_in_order() {
     let dir = tempfile::tempdir().unwrap();
     write_targets(dir.path(), &[("a", closed_port())]);
-    let mut daemon = Daemon::start_with(dir.path(), &["--drain-delay", "1s"]);
+    let mut daemon = Daemon::start_with(
+        dir.path(),
+        &["--drain-delay", "1s", "--api-token", "drain-token"],
+    );
     assert_eq!(daemon.get("/startupz").await.status(), 200);
     assert_eq!(daemon.get("/livez").await.status(), 200);
 
     let (status, body) = daemon
-        .send(reqwest::Method::POST, "/v1/drain", None, None)
+        .send(
+            reqwest::Method::POST,
+            "/v1/drain",
+            Some("drain-token"),
+            None,
+        )
         .await;
     assert_eq!(status, 202, "{body}");
     let asked = Instant::now();
@@ -956,4 +964,51 @@ async fn a_confirmation_in_progress_keeps_the_verdict_in_the_api() {
     assert_eq!(target["state"], "DOWN");
     assert_eq!(target["pending"], Value::Null);
     assert_eq!(daemon.get("/readyz").await.status(), 503);
+}
+
+/// `metrics: {per_target_histograms: false}` on a reload: the targets' histograms leave
+/// `/metrics` at once, their other series and the fleet-wide histogram stay, and the exposition
+/// stays clean; a reload that removes a target takes its series with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_turn_per_target_histograms_off_and_take_removed_targets_series() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("a", up), ("b", up)]);
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("a", "UP"), ("b", "UP")]).await;
+    let a = [("target", "a")];
+    daemon
+        .wait_metrics("a's histogram", |m| {
+            m.get("probe_duration_seconds_count", &a).is_some()
+                && m.get("probe_duration_seconds_count", &[("target", "b")])
+                    .is_some()
+        })
+        .await;
+
+    write_targets(dir.path(), &[("a", up)]);
+    let yaml = std::fs::read_to_string(dir.path().join("targets.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("targets.yaml"),
+        format!("metrics: {{per_target_histograms: false}}\n{yaml}"),
+    )
+    .unwrap();
+    daemon.signal("-HUP");
+    let metrics = daemon
+        .wait_metrics("without per-target histograms and b", |m| {
+            m.series("probe_duration_seconds_count").next().is_none()
+                && m.get("probe_target_up", &[("target", "b")]).is_none()
+        })
+        .await;
+    assert_eq!(metrics.value("probe_success", &a), 1.0);
+    assert_eq!(metrics.value("probe_target_up", &a), 1.0);
+    assert!(metrics.value("probe_fleet_duration_seconds_count", &[("kind", "tcp")]) >= 4.0);
+    assert!(
+        metrics
+            .samples
+            .iter()
+            .all(|s| s.labels.get("target").map(String::as_str) != Some("b")),
+        "b's series stayed"
+    );
+    promtool_check(&daemon.get("/metrics").await.text().await.unwrap());
 }

@@ -17,6 +17,9 @@ use serde_json::Value;
 use support::{BIN, Daemon, HeldRequest, SilentServer, WAIT, messages, position, write_targets};
 use tokio::time::Instant;
 
+/// The operator token of the stop sequence's daemon: a drain needs one.
+const STOP_TOKEN: &str = "stop-token-3vXq";
+
 const MAINTENANCE: &str = r#"{"reason": "disk swap", "duration": "30m"}"#;
 
 /// How a stop is asked for.
@@ -40,7 +43,9 @@ async fn ask_to_stop(daemon: &Daemon, how: Stop) {
     match how {
         Stop::Signal(signal) => daemon.signal(signal),
         Stop::DrainRequest => {
-            let (status, body) = daemon.send(Method::POST, "/v1/drain", None, None).await;
+            let (status, body) = daemon
+                .send(Method::POST, "/v1/drain", Some(STOP_TOKEN), None)
+                .await;
             assert_eq!(status, 202, "{body}");
         }
     }
@@ -97,7 +102,14 @@ async fn the_stop_sequence(how: Stop) {
     let delay = Duration::from_secs(3);
     let mut daemon = Daemon::start_with(
         dir.path(),
-        &["--drain-delay", "3s", "--shutdown-grace", "30s"],
+        &[
+            "--drain-delay",
+            "3s",
+            "--shutdown-grace",
+            "30s",
+            "--api-token",
+            STOP_TOKEN,
+        ],
     );
     daemon.wait_states(&[("db", "UP")]).await;
     assert_eq!(daemon.get("/readyz").await.status(), 200);
@@ -108,6 +120,7 @@ async fn the_stop_sequence(how: Stop) {
         "PUT",
         "/v1/targets/db/maintenance",
         MAINTENANCE,
+        Some(STOP_TOKEN),
     )
     .await;
     let asked = Instant::now();
@@ -202,6 +215,7 @@ async fn the_shutdown_grace_bounds_the_wait_for_requests_in_flight() {
         "PUT",
         "/v1/targets/db/maintenance",
         MAINTENANCE,
+        None,
     )
     .await;
     let asked = Instant::now();
@@ -320,6 +334,7 @@ async fn a_second_signal_stops_at_once_with_a_request_in_flight() {
         "PUT",
         "/v1/targets/db/maintenance",
         MAINTENANCE,
+        None,
     )
     .await;
     daemon.signal("-INT");
@@ -585,5 +600,110 @@ async fn beyond_loopback_without_a_token_no_change_is_accepted_and_changes_are_a
     assert_eq!(audit["path"], path, "{audit}");
     let actor: SocketAddr = audit["actor"].as_str().unwrap().parse().unwrap();
     assert!(actor.ip().is_loopback(), "{audit}");
+    // Drain stops the daemon: never on the strength of a loopback peer.
+    let (status, answer) = local.send(Method::POST, "/v1/drain", None, None).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("SIGTERM"),
+        "{answer}"
+    );
+    let readyz = local.get("/readyz").await.text().await.unwrap();
+    assert!(!readyz.contains("shutting down"), "{readyz}");
     drop((one, two));
+}
+
+/// Operator tokens from a file (a mounted Secret) with names, a read token on the command line:
+/// reads need a token and the probes' routes do not; a read token cannot change; the audit line
+/// names the token; SIGHUP rotates the file's tokens, and an unreadable file keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_files_rotate_on_sighup_and_roles_hold() {
+    let db = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("db", db.local_addr().unwrap())]);
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("api-token");
+    std::fs::write(&file, "# the deploy pipeline's\ndeploy=old-Secret-1\n").unwrap();
+    let mut daemon = Daemon::start_with(
+        dir.path(),
+        &[
+            "--api-token-file",
+            file.to_str().unwrap(),
+            "--read-token",
+            "grafana=read-Secret-2",
+        ],
+    );
+    daemon.wait_logged("target state changed", 1);
+    let get = |token: Option<&'static str>| {
+        let mut request = daemon.http.get(daemon.url("/v1/targets"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(None).await, 401, "reads need a token");
+    assert_eq!(get(Some("read-Secret-2")).await, 200);
+    assert_eq!(
+        get(Some("old-Secret-1")).await,
+        200,
+        "an operator reads too"
+    );
+    for open in ["/livez", "/readyz", "/startupz"] {
+        assert_eq!(daemon.get(open).await.status(), 200, "{open}");
+    }
+    assert_eq!(daemon.get("/metrics").await.status(), 401);
+
+    let path = "/v1/targets/db/maintenance";
+    let (status, answer) = daemon
+        .send(Method::PUT, path, Some("read-Secret-2"), Some(MAINTENANCE))
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("may read, not change")
+    );
+    let (status, answer) = daemon
+        .send(Method::POST, "/v1/drain", Some("read-Secret-2"), None)
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = daemon
+        .send(Method::PUT, path, Some("old-Secret-1"), Some(MAINTENANCE))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let audit = daemon.wait_log("api change");
+    assert_eq!(audit["actor"], "deploy", "{audit}");
+    assert_eq!(audit["credential"], "token", "{audit}");
+    assert_eq!(audit["path"], path, "{audit}");
+
+    // Rotated: the new token works at once after SIGHUP, the old one no longer does.
+    std::fs::write(&file, "deploy=new-Secret-3\n").unwrap();
+    daemon.signal("-HUP");
+    daemon.wait_log("api tokens reloaded");
+    let (status, _) = daemon
+        .send(Method::DELETE, path, Some("old-Secret-1"), None)
+        .await;
+    assert_eq!(status, 403);
+    let (status, answer) = daemon
+        .send(Method::DELETE, path, Some("new-Secret-3"), None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    // A file that cannot be read keeps the tokens in force.
+    std::fs::remove_file(&file).unwrap();
+    daemon.signal("-HUP");
+    daemon.wait_log("the api tokens cannot be read again; the tokens in force stay");
+    let (status, answer) = daemon
+        .send(Method::PUT, path, Some("new-Secret-3"), Some(MAINTENANCE))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    for line in &daemon.lines_so_far() {
+        for secret in ["old-Secret-1", "read-Secret-2", "new-Secret-3"] {
+            assert!(
+                !line.contains(secret),
+                "a token shows in a log line: {line}"
+            );
+        }
+    }
+    drop(db);
 }

@@ -28,10 +28,10 @@ const MAX_MAINTENANCE: Duration = Duration::from_secs(30 * 86_400);
 /// `POST /v1/drain`: starts the stop sequence (idempotent); answers at once with 202.
 pub(super) async fn drain(
     State(state): State<Arc<ApiState>>,
-    Authorized(peer): Authorized,
+    Authorized(actor): Authorized,
 ) -> Response {
     if !state.stop.is_cancelled() {
-        tracing::info!(%peer, "drain requested through the API");
+        tracing::info!(%actor, "drain requested through the API");
         state.stop.cancel();
     }
     (StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response()
@@ -153,7 +153,7 @@ pub(super) struct CircuitRequest {
 pub(super) async fn command_circuit(
     State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
-    Authorized(peer): Authorized,
+    Authorized(actor): Authorized,
     body: Result<Json<CircuitRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
@@ -170,7 +170,7 @@ pub(super) async fn command_circuit(
         }
     };
     state.engine.command_circuit(&id, command)?;
-    tracing::info!(%peer, target_id = %id, command = request.command, "circuit commanded through the API");
+    tracing::info!(%actor, target_id = %id, command = request.command, "circuit commanded through the API");
     detail(&state.engine, &id)
 }
 
@@ -178,11 +178,11 @@ pub(super) async fn command_circuit(
 pub(super) async fn clear_ejection(
     State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
-    Authorized(peer): Authorized,
+    Authorized(actor): Authorized,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     state.engine.clear_ejection(&id)?;
-    tracing::info!(%peer, target_id = %id, "ejection cleared through the API");
+    tracing::info!(%actor, target_id = %id, "ejection cleared through the API");
     detail(&state.engine, &id)
 }
 

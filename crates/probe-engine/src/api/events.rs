@@ -14,12 +14,14 @@ use probe::engine::Event;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::auth::Readable;
 use super::shared::ApiState;
 use super::views::rfc3339;
 
 /// `GET /v1/events`: every state change as an SSE `transition` event with a JSON body.
 pub(super) async fn events(
     State(state): State<Arc<ApiState>>,
+    _: Readable,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
     let receiver = state.engine.subscribe();
     let shutdown = state.shutdown.clone();

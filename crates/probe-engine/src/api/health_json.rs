@@ -14,6 +14,7 @@ use probe::verdict::HealthState;
 use serde::Serialize;
 use serde_json::json;
 
+use super::auth::Readable;
 use super::shared::{ApiState, blocking};
 use super::views::rfc3339;
 
@@ -29,7 +30,7 @@ enum CheckStatus {
 /// `application/health+json`: `pass` when every target is UP, `fail` when any is DOWN, `warn`
 /// otherwise (DEGRADED, PROBING, MAINTENANCE). Each target is a `checks` entry keyed
 /// `<id>:responseTime`.
-pub(super) async fn health(State(state): State<Arc<ApiState>>) -> Response {
+pub(super) async fn health(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
     blocking("reporting health", move || health_report(&state)).await
 }
 

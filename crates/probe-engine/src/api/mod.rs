@@ -24,8 +24,9 @@
 //! Errors are JSON `{"error": "..."}`: 400 for a malformed id, body or query, 401/403 for a refused
 //! mutation, 404 for an unknown target or path, 405 for a wrong method, 409 for a conflict.
 //!
-//! Mutations are accepted from loopback peers only, unless a token is configured; then every
-//! mutation needs `Authorization: Bearer <token>`, wherever it comes from.
+//! Who may read and change is `auth`'s: operator and read bearer tokens, loopback peers while
+//! the API listens on loopback alone and no operator token is set, drain with an operator token
+//! only.
 //!
 //! The `/v1` routes are admitted through the daemon's [`Gate`](probe::gate::Gate): once it drains they answer 503
 //! with `Connection: close`, while the health routes and `/metrics` keep answering.
@@ -52,6 +53,7 @@ use axum::routing::get;
 use probe::gate::GateLayer;
 
 pub(crate) use auth::UNTOKENED_BEYOND_LOOPBACK;
+pub use auth::{Credentials, Role, TokenError, TokenSources, Tokens};
 pub use shared::ApiState;
 use shared::error;
 

@@ -1,8 +1,9 @@
 //! The routes that only look: liveness, readiness and startup (answered by the gate), the
 //! targets, one target, an explanation, the graph, the topology's sources, and `/metrics`.
 //!
-//! None needs authorization and none changes anything; each answers from the engine's snapshot,
-//! never from a probe run on request. Those that walk every target do it on a blocking thread
+//! None changes anything. Liveness, readiness and startup are always open; the others pass the
+//! read guard ([`Readable`]: open unless read tokens are configured). Each answers from the
+//! engine's snapshot, never from a probe run on request. Those that walk every target do it on a blocking thread
 //! ([`blocking`]).
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use probe::target::TargetId;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::auth::Readable;
 use super::shared::{ApiError, ApiState, blocking, error, parse_id};
 use super::views::{ChildView, EdgeView, NodeView, TargetDetail, rfc3339};
 use crate::topology::TopologyStatus;
@@ -46,7 +48,7 @@ pub(super) async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
 
 /// `GET /metrics`: the Prometheus text exposition: the process-wide series the recorder holds,
 /// then the per-target series written from the live targets.
-pub(super) async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
+pub(super) async fn metrics(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
     let Some(handle) = state.metrics.clone() else {
         return error(StatusCode::NOT_FOUND, "metrics are not enabled");
     };
@@ -66,7 +68,7 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
 }
 
 /// `GET /v1/targets`: every target's status.
-pub(super) async fn targets(State(state): State<Arc<ApiState>>) -> Response {
+pub(super) async fn targets(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
     blocking("listing targets", move || {
         match state.listing.render(&state.engine.listing()) {
             Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
@@ -91,6 +93,7 @@ pub(super) fn detail(engine: &Engine, id: &TargetId) -> Result<Response, ApiErro
 /// `GET /v1/targets/{id}`.
 pub(super) async fn target(
     State(state): State<Arc<ApiState>>,
+    _: Readable,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     detail(&state.engine, &parse_id(&id)?)
@@ -99,6 +102,7 @@ pub(super) async fn target(
 /// `GET /v1/targets/{id}/explain`: the node's score and state, and each dependency's part.
 pub(super) async fn explain(
     State(state): State<Arc<ApiState>>,
+    _: Readable,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
@@ -128,6 +132,7 @@ pub(super) struct GraphQuery {
 /// `GET /v1/graph`: every node and edge as JSON, or as Graphviz DOT with `?format=dot`.
 pub(super) async fn graph(
     State(state): State<Arc<ApiState>>,
+    _: Readable,
     query: Result<Query<GraphQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
@@ -151,7 +156,10 @@ pub(super) async fn graph(
 }
 
 /// `GET /v1/topology`: the sources, their state, and the entries left out.
-pub(super) async fn topology(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
+pub(super) async fn topology(
+    State(state): State<Arc<ApiState>>,
+    _: Readable,
+) -> Json<serde_json::Value> {
     let TopologyStatus {
         generation,
         last_change,

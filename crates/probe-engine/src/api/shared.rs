@@ -1,8 +1,6 @@
 //! What every handler shares: the state they read, the error answer, the blocking-thread
 //! helper for answers that walk every target, and the id in a path.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -13,6 +11,7 @@ use probe::target::TargetId;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::auth::Tokens;
 use super::views::ListingCache;
 use crate::persist::StateStore;
 use crate::topology::TopologyHandle;
@@ -23,9 +22,8 @@ pub struct ApiState {
     pub engine: Engine,
     /// Renders `/metrics`; `None` when no recorder is installed (then `/metrics` is 404).
     pub metrics: Option<PrometheusHandle>,
-    /// When set, mutations need this bearer token; when not, they need a loopback peer, and
-    /// `loopback_only`.
-    pub token: Option<Arc<str>>,
+    /// The bearer tokens reads and changes are checked against (see `auth`).
+    pub tokens: Tokens,
     /// Whether the API listens on loopback addresses alone: only then does a loopback peer stand
     /// for a local operator.
     pub loopback_only: bool,
@@ -48,6 +46,7 @@ pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response 
 }
 
 /// An error answer: a status and a reason, rendered as `{"error": "..."}`.
+#[derive(Debug)]
 pub(super) struct ApiError {
     pub(super) status: StatusCode,
     pub(super) message: String,

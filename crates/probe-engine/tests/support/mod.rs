@@ -477,12 +477,20 @@ pub struct HeldRequest {
 }
 
 impl HeldRequest {
-    pub async fn start(addr: SocketAddr, method: &str, path: &str, body: &str) -> Self {
+    /// Starts the request, with `token` as its bearer token when there is one.
+    pub async fn start(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+    ) -> Self {
         use tokio::io::AsyncWriteExt;
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
         let head = format!(
             "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\n\r\n",
+             {auth}content-length: {}\r\n\r\n",
             body.len()
         );
         let (first, rest) = body.as_bytes().split_at(body.len() / 2);
