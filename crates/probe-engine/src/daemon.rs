@@ -365,6 +365,14 @@ pub fn describe_metrics() {
         "Config reloads, by result (success or failure)."
     );
     metrics::describe_gauge!(
+        "probe_engine_fd_limit",
+        "The process's soft descriptor limit, after the daemon raised it to the hard one."
+    );
+    metrics::describe_gauge!(
+        "probe_engine_open_fds",
+        "Descriptors the process holds, as of the scrape."
+    );
+    metrics::describe_gauge!(
         "probe_config_last_reload_successful",
         "Whether the last config reload was applied (1) or rejected (0)."
     );

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod limits;
 pub mod persist;
 #[cfg(feature = "test-support")]
 pub mod testing;

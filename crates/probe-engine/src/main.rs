@@ -14,7 +14,7 @@ use probe::engine::EngineConfig;
 use probe::scheduler::SchedulerConfig;
 use probe::verdict::SelfHealthConfig;
 use probe_engine::daemon::{self, Daemon};
-use probe_engine::watch;
+use probe_engine::{limits, watch};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -191,6 +191,10 @@ async fn run(
     watch_config: bool,
 ) -> anyhow::Result<ExitCode> {
     let metrics = install_metrics()?;
+    let mut options = options;
+    let descriptors = limits::raise(options.engine.scheduler.max_in_flight);
+    options.engine.scheduler.max_in_flight = descriptors.max_in_flight;
+    metrics::gauge!("probe_engine_fd_limit").set(descriptors.limit as f64);
     let cancel = CancellationToken::new();
     let config = options.config.clone();
     let daemon = match Daemon::start(options, cancel.clone()) {

@@ -34,6 +34,50 @@ pub enum FailureReason {
     Assertion,
     /// A dependency of the target is down (reserved for the dependency tier).
     Dependency,
+    /// The engine itself ran out of a resource (descriptors, buffers, memory, local ports): its
+    /// fault, never the target's. The engine does not record such a run as the target's
+    /// result (it retries it soon), so this reason is in no target's status and not in
+    /// [`FailureReason::ALL`]; it is counted as `probe_engine_resource_errors_total{kind}`.
+    Exhausted(Exhausted),
+}
+
+/// A resource the engine ran out of, by the error the kernel gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Exhausted {
+    /// File descriptors: `EMFILE` (the process's limit) or `ENFILE` (the system's).
+    Descriptors,
+    /// Socket buffers: `ENOBUFS`.
+    Buffers,
+    /// Kernel memory: `ENOMEM`.
+    Memory,
+    /// Local (ephemeral) ports: `EADDRNOTAVAIL` from a connect.
+    Ports,
+}
+
+impl Exhausted {
+    /// Every kind, in a stable order.
+    pub const ALL: [Exhausted; 4] = [Self::Descriptors, Self::Buffers, Self::Memory, Self::Ports];
+
+    /// The `kind` label of `probe_engine_resource_errors_total`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Descriptors => "descriptors",
+            Self::Buffers => "buffers",
+            Self::Memory => "memory",
+            Self::Ports => "ports",
+        }
+    }
+
+    /// The resource an I/O error says the process ran out of, if it says so.
+    pub fn of(err: &std::io::Error) -> Option<Self> {
+        match err.raw_os_error()? {
+            libc::EMFILE | libc::ENFILE => Some(Self::Descriptors),
+            libc::ENOBUFS => Some(Self::Buffers),
+            libc::ENOMEM => Some(Self::Memory),
+            libc::EADDRNOTAVAIL => Some(Self::Ports),
+            _ => None,
+        }
+    }
 }
 
 impl FailureReason {
@@ -66,20 +110,25 @@ impl FailureReason {
             Self::Status => "status",
             Self::Assertion => "assertion",
             Self::Dependency => "dependency",
+            Self::Exhausted(_) => "exhausted",
         }
     }
 
-    /// Classifies an I/O error from a socket operation.
+    /// Classifies an I/O error from a socket operation. The errors that say the engine ran out
+    /// of something come first ([`Exhausted::of`]): they are never the target's.
     ///
     /// Timeouts are not classified here: the prober enforces its own deadline and reports
     /// `Timeout` itself, so an OS-level `TimedOut` only shows up for kernel-side retries giving up.
     pub fn from_io(err: &std::io::Error) -> Self {
         use std::io::ErrorKind as K;
+        if let Some(exhausted) = Exhausted::of(err) {
+            return Self::Exhausted(exhausted);
+        }
         match err.kind() {
             K::ConnectionRefused => Self::Refused,
             K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => Self::Reset,
             K::TimedOut => Self::Timeout,
-            K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => Self::Unreachable,
+            K::HostUnreachable | K::NetworkUnreachable => Self::Unreachable,
             _ => Self::Io,
         }
     }
@@ -400,6 +449,36 @@ mod tests {
         assert_eq!(o.latency(), Duration::from_micros(1500));
         assert_eq!(o.reason(), Some(FailureReason::Reset));
         assert!(!o.ok());
+    }
+
+    #[test]
+    fn running_out_is_the_engines_and_other_errors_are_the_targets() {
+        let io = std::io::Error::from_raw_os_error;
+        for (errno, kind) in [
+            (libc::EMFILE, Exhausted::Descriptors),
+            (libc::ENFILE, Exhausted::Descriptors),
+            (libc::ENOBUFS, Exhausted::Buffers),
+            (libc::ENOMEM, Exhausted::Memory),
+            (libc::EADDRNOTAVAIL, Exhausted::Ports),
+        ] {
+            assert_eq!(
+                FailureReason::from_io(&io(errno)),
+                FailureReason::Exhausted(kind)
+            );
+        }
+        assert_eq!(
+            FailureReason::from_io(&io(libc::ECONNREFUSED)),
+            FailureReason::Refused
+        );
+        assert_eq!(
+            FailureReason::from_io(&io(libc::EHOSTUNREACH)),
+            FailureReason::Unreachable
+        );
+        assert!(
+            !FailureReason::ALL
+                .iter()
+                .any(|r| matches!(r, FailureReason::Exhausted(_)))
+        );
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>, _: Readable) -> 
         return error(StatusCode::NOT_FOUND, "metrics are not enabled");
     };
     blocking("rendering metrics", move || {
+        if let Some(open) = crate::limits::open() {
+            metrics::gauge!("probe_engine_open_fds").set(open as f64);
+        }
         let mut text = handle.render();
         state.engine.encode_metrics(&mut text);
         (

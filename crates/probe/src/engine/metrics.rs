@@ -45,6 +45,11 @@ pub fn describe_metrics() {
         "Delay between a run's planned and actual start."
     );
     describe_gauge!("probe_in_flight", "Probe runs in progress.");
+    describe_counter!(
+        "probe_engine_resource_errors_total",
+        "Probe runs that found the engine itself out of descriptors, buffers, memory or local \
+         ports, by kind: retried, never counted against their targets."
+    );
     describe_histogram!(
         "probe_fleet_duration_seconds",
         Unit::Seconds,

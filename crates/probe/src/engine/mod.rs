@@ -29,6 +29,7 @@ mod effects;
 mod metrics;
 mod passive;
 mod readiness;
+mod resources;
 mod runtime;
 mod shared;
 pub(crate) mod spec;
@@ -113,9 +114,15 @@ impl Engine {
         cancel: CancellationToken,
     ) -> Self {
         let self_health = config.self_health.map(|c| Arc::new(SelfHealth::new(c)));
+        let scheduler = Scheduler::start(config.scheduler, cancel.clone());
+        let resources = Arc::new(resources::Resources::new(
+            scheduler.clone(),
+            self_health.clone(),
+        ));
+        tokio::spawn(resources.clone().watch(cancel.clone()));
         let inner = Arc::new(Inner {
             targets: ArcSwap::default(),
-            scheduler: Scheduler::start(config.scheduler, cancel.clone()),
+            scheduler,
             ctx: Arc::new(Context {
                 hub: Hub::new(),
                 history: config.history,
@@ -130,6 +137,7 @@ impl Engine {
                     })
                     .collect(),
                 per_target_histograms: true.into(),
+                resources,
             }),
             listing: Mutex::default(),
             applying: Mutex::new(()),

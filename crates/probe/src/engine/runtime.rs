@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
+use super::resources::Resources;
 use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
 use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
 use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
@@ -44,6 +45,8 @@ pub(crate) struct Context {
     pub fleet: Vec<(&'static str, metrics::Histogram)>,
     /// Whether each target keeps a histogram of its own durations (128 bytes).
     pub per_target_histograms: AtomicBool,
+    /// The engine's own resource faults.
+    pub resources: Arc<Resources>,
 }
 
 /// A target's spec besides its id and probe: what it weighs most. Targets declared alike (most
@@ -162,6 +165,8 @@ struct Status {
     /// Set when the target leaves the engine: its late results no longer move anything.
     retired: bool,
     streak: Streak,
+    /// Runs in a row that found a resource of the engine exhausted: the next try waits longer.
+    exhausted: u8,
     /// Bumped by every change of what [`Target::status`] shows, so that a listing rebuilds only
     /// the targets that changed since the last one.
     version: u32,
@@ -204,6 +209,7 @@ impl Target {
                     count: 0,
                     epoch: 0,
                 },
+                exhausted: 0,
                 version: 0,
             }),
             seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
@@ -451,6 +457,7 @@ impl Target {
         let step = {
             let mut status = self.status.lock();
             status.version = status.version.wrapping_add(1);
+            status.exhausted = 0;
             self.sync_maintenance(&mut status, &mut effects, now, wall);
             if !deferred {
                 status.window.record(outcome.ok());
@@ -592,6 +599,12 @@ impl Job for Target {
                 ))
             });
         let took = started.elapsed();
+        if let Some(failure) = result.failure()
+            && let FailureReason::Exhausted(kind) = failure.reason
+        {
+            self.ctx.resources.fault(kind, &failure.detail);
+            return self.retry_exhausted();
+        }
         // A timeout noticed long after it was due is the engine's own lateness, seen first hand:
         // it counts as a late wake-up.
         let overshoot = took.saturating_sub(timeout);
@@ -611,6 +624,26 @@ impl Job for Target {
         self.record(result, took, deferred)
     }
 }
+
+impl Target {
+    /// The step to the next try after a run that found a resource of the engine exhausted: soon,
+    /// doubling with each such run in a row, never later than the interval. The run is not the
+    /// target's result: nothing else about the target changes.
+    fn retry_exhausted(&self) -> Duration {
+        let tries = {
+            let mut status = self.status.lock();
+            status.exhausted = status.exhausted.saturating_add(1);
+            status.exhausted
+        };
+        EXHAUSTED_RETRY
+            .saturating_mul(1 << u32::from(tries.min(16) - 1))
+            .min(self.policy.schedule.interval())
+    }
+}
+
+/// The first retry after a resource fault: soon enough that a target is not left unprobed for
+/// long, late enough for the resource to come back.
+const EXHAUSTED_RETRY: Duration = Duration::from_millis(100);
 
 /// Whether `result` failed as `dns` because of resolver trouble, not an answer.
 fn dns_trouble_failure(result: &CheckResult) -> bool {

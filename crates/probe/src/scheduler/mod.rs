@@ -27,7 +27,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rand::SeedableRng;
@@ -95,11 +95,82 @@ struct Done {
     step: Duration,
 }
 
-#[derive(Default)]
 struct Stats {
     workers: AtomicUsize,
     idle: AtomicUsize,
     in_flight: AtomicUsize,
+    cap: Cap,
+}
+
+/// The most probes in flight right now: `max_in_flight`, cut while the engine runs out of a
+/// resource (descriptors, buffers, ports) and raised back one run at a time once it has not
+/// for a second. Additive increase, multiplicative decrease, as TCP paces itself: a cut takes
+/// back a quarter of what was in flight when the resource ran out, and since every run that
+/// hits the wall says so, cuts come at most once per [`Cap::CUT_EVERY`], so one moment of
+/// exhaustion is one cut.
+struct Cap {
+    max: usize,
+    current: AtomicUsize,
+    epoch: Instant,
+    /// When the cap was last cut, in nanoseconds since `epoch`; `u64::MAX` for never.
+    last_cut: AtomicU64,
+}
+
+impl Cap {
+    /// The lowest the cap goes: a few probes always run, so the engine learns when the
+    /// resource is back.
+    const FLOOR: usize = 4;
+    const CUT_EVERY: Duration = Duration::from_millis(100);
+    const QUIET_BEFORE_GROWTH: Duration = Duration::from_secs(1);
+
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            current: AtomicUsize::new(max),
+            epoch: Instant::now(),
+            last_cut: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn get(&self) -> usize {
+        self.current.load(Ordering::Acquire)
+    }
+
+    fn since_cut(&self, now: Instant) -> Option<Duration> {
+        let at = self.last_cut.load(Ordering::Acquire);
+        (at != u64::MAX).then(|| {
+            now.saturating_duration_since(self.epoch)
+                .saturating_sub(Duration::from_nanos(at))
+        })
+    }
+
+    /// A run found a resource exhausted with `in_flight` runs going.
+    fn cut(&self, in_flight: usize, now: Instant) {
+        if self.since_cut(now).is_some_and(|d| d < Self::CUT_EVERY) {
+            return;
+        }
+        let nanos = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos())
+            .unwrap_or(u64::MAX - 1);
+        self.last_cut.store(nanos, Ordering::Release);
+        let target = (in_flight.min(self.get()) * 3 / 4).max(Self::FLOOR.min(self.max));
+        self.current.fetch_min(target, Ordering::AcqRel);
+    }
+
+    /// A run finished: one more may run at once, if the last cut is a second old.
+    fn grow(&self, now: Instant) {
+        if self.get() >= self.max
+            || self
+                .since_cut(now)
+                .is_some_and(|d| d < Self::QUIET_BEFORE_GROWTH)
+        {
+            return;
+        }
+        let _ = self
+            .current
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < self.max).then_some(c + 1)
+            });
+    }
 }
 
 /// A handle to a running scheduler. Cheap to clone; all clones drive the same scheduler.
@@ -119,7 +190,12 @@ impl Scheduler {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (jobs_tx, jobs_rx) = async_channel::bounded(config.max_in_flight.get());
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats {
+            workers: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            cap: Cap::new(config.max_in_flight.get()),
+        });
         let tracker = TaskTracker::new();
         let mut dispatcher = Dispatcher {
             config,
@@ -181,6 +257,21 @@ impl Scheduler {
     /// The number of probes running now.
     pub fn in_flight(&self) -> usize {
         self.stats.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The most probes allowed in flight now: `max_in_flight`, or less while the engine runs
+    /// out of resources ([`Scheduler::resource_exhausted`]).
+    pub fn in_flight_cap(&self) -> usize {
+        self.stats.cap.get()
+    }
+
+    /// Says that a run found a resource of the engine exhausted: fewer runs go at once for a
+    /// while. Workers above the new cap leave as they finish; the cap grows back by one with
+    /// each run once the engine has not run out for a second.
+    pub(crate) fn resource_exhausted(&self) {
+        self.stats
+            .cap
+            .cut(self.stats.in_flight.load(Ordering::Acquire), Instant::now());
     }
 
     /// Resolves once the scheduler was cancelled and every worker has finished its probe.
@@ -426,7 +517,7 @@ impl Dispatcher {
             };
             // Grow while the backlog outnumbers the idle workers.
             if self.jobs_tx.len() >= self.stats.idle.load(Ordering::Acquire)
-                && self.stats.workers.load(Ordering::Acquire) < self.config.max_in_flight.get()
+                && self.stats.workers.load(Ordering::Acquire) < self.stats.cap.get()
             {
                 self.spawn_worker();
             }
@@ -514,6 +605,13 @@ impl Worker {
                 key: dispatch.key,
                 step,
             });
+            self.stats.cap.grow(Instant::now());
+            // Above a cap cut since it started: leave, down to the cap.
+            if self.stats.workers.load(Ordering::Acquire) > self.stats.cap.get()
+                && self.retire_above(self.stats.cap.get())
+            {
+                return;
+            }
             // A burst grows the pool by its size; once the burst is served, surplus workers
             // leave at once rather than sharing the steady load (which would keep every one of
             // them from ever idling long enough to retire).
@@ -525,13 +623,18 @@ impl Worker {
         self.stats.workers.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Leaves the pool if it is above its minimum size.
+    /// Leaves the pool if it is above its minimum size (or the cap, when that is lower).
     fn retire(&self) -> bool {
+        self.retire_above(self.min_workers.min(self.stats.cap.get()))
+    }
+
+    /// Leaves the pool if it has more than `keep` workers.
+    fn retire_above(&self, keep: usize) -> bool {
         let retired = self
             .stats
             .workers
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                (w > self.min_workers).then(|| w - 1)
+                (w > keep).then(|| w - 1)
             })
             .is_ok();
         if retired {
@@ -544,6 +647,32 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_is_cut_once_per_moment_and_grows_back_after_a_quiet_second() {
+        let cap = Cap::new(100);
+        let t0 = Instant::now();
+        cap.cut(80, t0);
+        assert_eq!(cap.get(), 60, "a quarter of what was in flight");
+        cap.cut(60, t0 + Duration::from_millis(50));
+        assert_eq!(cap.get(), 60, "the same moment: one cut");
+        cap.cut(200, t0 + Duration::from_millis(150));
+        assert_eq!(cap.get(), 45, "never above the cap in force");
+        cap.grow(t0 + Duration::from_millis(900));
+        assert_eq!(cap.get(), 45, "not within a second of a cut");
+        for _ in 0..10 {
+            cap.grow(t0 + Duration::from_millis(1200));
+        }
+        assert_eq!(cap.get(), 55, "one a run");
+        for _ in 0..100 {
+            cap.grow(t0 + Duration::from_secs(5));
+        }
+        assert_eq!(cap.get(), 100, "up to max_in_flight");
+        for i in 0..20 {
+            cap.cut(cap.get(), t0 + Duration::from_secs(6 + i));
+        }
+        assert_eq!(cap.get(), Cap::FLOOR);
+    }
 
     #[test]
     fn first_anchor_is_on_the_grid_and_not_in_the_past() {

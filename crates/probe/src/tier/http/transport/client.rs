@@ -287,7 +287,9 @@ pub(crate) fn classify_error(err: &(dyn StdError + 'static), doing: &str) -> Fai
     while let Some(e) = source {
         match cause(e) {
             // A definite cause ends the walk: what wraps deeper is detail.
-            Some(definite @ (FailureReason::Dns | FailureReason::Tls)) => {
+            Some(
+                definite @ (FailureReason::Dns | FailureReason::Tls | FailureReason::Exhausted(_)),
+            ) => {
                 reason = Some(definite);
                 break;
             }
@@ -316,7 +318,9 @@ fn cause(e: &(dyn StdError + 'static)) -> Option<FailureReason> {
         // wrap theirs in I/O errors): look at it directly.
         let inner = io.get_ref().map(|inner| inner as &(dyn StdError + 'static));
         return match inner.and_then(cause) {
-            Some(definite @ (FailureReason::Dns | FailureReason::Tls)) => Some(definite),
+            Some(
+                definite @ (FailureReason::Dns | FailureReason::Tls | FailureReason::Exhausted(_)),
+            ) => Some(definite),
             _ => Some(FailureReason::from_io(io)),
         };
     }
@@ -332,4 +336,27 @@ fn innermost(err: &(dyn StdError + 'static)) -> String {
         last = next;
     }
     last.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Exhausted;
+
+    #[test]
+    fn running_out_of_descriptors_is_found_under_the_wrappers() {
+        // As the connector reports it: an I/O error wrapping another.
+        let inner = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let wrapped = std::io::Error::other(inner);
+        let failure = classify_error(&wrapped, "connect");
+        assert_eq!(
+            failure.reason,
+            FailureReason::Exhausted(Exhausted::Descriptors)
+        );
+        let refused = std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert_eq!(
+            classify_error(&refused, "connect").reason,
+            FailureReason::Refused
+        );
+    }
 }
