@@ -2,7 +2,12 @@
 //!
 //! The file (`<state-dir>/maintenance.json`) is rewritten whole on every change, through a
 //! temporary file, `fsync` and `rename`, so a crash leaves either the old or the new content,
-//! never a torn one.
+//! never a torn one. One writer thread does every write: a change asks it to save
+//! ([`StateStore::save`]) and is acknowledged only once a write that began after the change is
+//! durable, so the last acknowledged change is never lost, and concurrent changes cannot
+//! overwrite a newer snapshot with an older one. Requests that arrive during a write are
+//! answered by one more write. A file that does not parse is reported, moved aside (for a
+//! person to look at) and replaced by the next save.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,6 +38,9 @@ pub enum PersistError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// The writer thread is gone (it never is while the store lives).
+    #[error("the state writer is gone")]
+    WriterGone,
 }
 
 /// One operator maintenance as saved.
@@ -67,6 +75,14 @@ pub struct StateStore {
     /// API saves, the topology loop restores). A blocking mutex: each use swaps or filters the
     /// list at once and never waits for anything while holding it.
     pending: Arc<Mutex<Vec<SavedMaintenance>>>,
+    /// Save requests to the writer thread.
+    writer: std::sync::mpsc::Sender<SaveRequest>,
+}
+
+/// A save: the engine to snapshot, and whom to tell once the write is durable.
+struct SaveRequest {
+    engine: Engine,
+    done: tokio::sync::oneshot::Sender<Result<(), Arc<PersistError>>>,
 }
 
 impl StateStore {
@@ -79,17 +95,81 @@ impl StateStore {
             path: dir.to_owned(),
             source,
         })?;
-        Ok(Self {
+        let (writer, requests) = std::sync::mpsc::channel::<SaveRequest>();
+        let store = Self {
             path: dir.join("maintenance.json"),
             pending: Arc::default(),
-        })
+            writer,
+        };
+        let writing = store.clone();
+        std::thread::Builder::new()
+            .name("probe-state".into())
+            .spawn(move || {
+                // Ends when every clone of the store (and so every sender) is gone.
+                while let Ok(first) = requests.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(requests.try_iter());
+                    // Every change in the batch happened before its request was sent: one
+                    // snapshot taken now holds them all.
+                    let entries = batch[batch.len() - 1].engine.operator_maintenance();
+                    let result = writing.write(&entries).map_err(Arc::new);
+                    for request in batch {
+                        // A requester that went away needs no answer.
+                        let _ = request.done.send(result.clone());
+                    }
+                }
+            })
+            .map_err(|source| PersistError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+        Ok(store)
+    }
+
+    /// Saves the engine's operator maintenance; resolves once a write that began after this
+    /// call is durable.
+    ///
+    /// # Errors
+    /// Writing, syncing or renaming failed.
+    pub async fn save(&self, engine: &Engine) -> Result<(), Arc<PersistError>> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let request = SaveRequest {
+            engine: engine.clone(),
+            done,
+        };
+        if self.writer.send(request).is_err() {
+            return Err(Arc::new(PersistError::WriterGone));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Arc::new(PersistError::WriterGone)))
     }
 
     /// Loads the saved maintenance as pending, to be restored as targets appear. A damaged file
-    /// is reported and skipped: losing a maintenance flag must not keep the daemon down.
+    /// is reported and moved aside (to `maintenance.json.corrupt-<unix seconds>`): losing a
+    /// maintenance flag must not keep the daemon down, and the evidence is kept.
     pub fn load_pending(&self) {
         match self.load() {
             Ok(saved) => *self.pending.lock() = saved,
+            Err(e @ PersistError::Format { .. }) => {
+                let secs = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let aside = self.path.with_extension(format!("json.corrupt-{secs}"));
+                match std::fs::rename(&self.path, &aside) {
+                    Ok(()) => tracing::error!(
+                        error = %e,
+                        moved_to = %aside.display(),
+                        "the state file is corrupt: moved aside; saved maintenance not restored"
+                    ),
+                    Err(rename) => tracing::error!(
+                        error = %e,
+                        rename_error = %rename,
+                        "the state file is corrupt and cannot be moved aside; saved maintenance \
+                         not restored"
+                    ),
+                }
+            }
             Err(e) => tracing::error!(error = %e, "saved maintenance not restored"),
         }
     }
@@ -148,11 +228,8 @@ impl StateStore {
     }
 
     /// Replaces the saved maintenance with `entries` plus the pending entries of other
-    /// targets, atomically.
-    ///
-    /// # Errors
-    /// Writing, syncing or renaming fails.
-    pub fn save(&self, entries: &[(TargetId, MaintenanceInfo)]) -> Result<(), PersistError> {
+    /// targets, atomically. Only the writer thread (and tests) call it.
+    fn write(&self, entries: &[(TargetId, MaintenanceInfo)]) -> Result<(), PersistError> {
         let mut maintenance: Vec<SavedMaintenance> = entries
             .iter()
             .map(|(id, info)| SavedMaintenance {
@@ -216,7 +293,9 @@ mod tests {
             source: MaintenanceSource::Operator,
             until,
         };
-        store.save(&[(TargetId::new("db").unwrap(), info)]).unwrap();
+        store
+            .write(&[(TargetId::new("db").unwrap(), info)])
+            .unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].target, "db");
@@ -247,7 +326,7 @@ mod tests {
                 .collect()
         };
         let (short, long) = (entries(1), entries(40));
-        store.save(&short).unwrap();
+        store.write(&short).unwrap();
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reader = {
             let (store, done) = (store.clone(), done.clone());
@@ -262,7 +341,9 @@ mod tests {
             })
         };
         for i in 0..200 {
-            store.save(if i % 2 == 0 { &long } else { &short }).unwrap();
+            store
+                .write(if i % 2 == 0 { &long } else { &short })
+                .unwrap();
         }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         let loads = reader.join().unwrap();
@@ -276,5 +357,17 @@ mod tests {
         let store = StateStore::open(dir.path()).unwrap();
         std::fs::write(dir.path().join("maintenance.json"), "{not json").unwrap();
         assert!(matches!(store.load(), Err(PersistError::Format { .. })));
+        store.load_pending();
+        assert!(!dir.path().join("maintenance.json").exists(), "moved aside");
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("maintenance.json.corrupt-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&aside[0])).unwrap(),
+            "{not json"
+        );
     }
 }

@@ -73,7 +73,7 @@ pub(super) async fn start_maintenance(
         .and_then(|Json(r)| r.validate())
         .map_err(|message| ApiError::new(StatusCode::BAD_REQUEST, message))?;
     state.engine.start_maintenance(&id, reason, duration)?;
-    persist(&state);
+    persist(&state).await?;
     detail(&state.engine, &id)
 }
 
@@ -85,7 +85,7 @@ pub(super) async fn end_maintenance(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     state.engine.end_maintenance(&id)?;
-    persist(&state);
+    persist(&state).await?;
     detail(&state.engine, &id)
 }
 
@@ -186,13 +186,22 @@ pub(super) async fn clear_ejection(
     detail(&state.engine, &id)
 }
 
-/// Saves operator maintenance; a failure is logged, the change itself stands.
-fn persist(state: &ApiState) {
-    if let Some(store) = &state.store
-        && let Err(e) = store.save(&state.engine.operator_maintenance())
-    {
+/// Saves operator maintenance, so that the change is acknowledged only once it would survive a
+/// restart. When it cannot be saved the change still holds in memory, and the answer says so
+/// (500): the operator knows it would not survive a restart.
+async fn persist(state: &ApiState) -> Result<(), ApiError> {
+    let Some(store) = &state.store else {
+        return Ok(());
+    };
+    store.save(&state.engine).await.map_err(|e| {
         tracing::error!(error = %e, "could not save maintenance state");
-    }
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "the change holds, but it could not be saved and would not survive a restart: {e}"
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
