@@ -21,11 +21,11 @@
 //!    --latency` against it, prints wrk's report, and parses its requests per second and latency
 //!    percentiles. Over each wrk run it also reads the daemon's CPU (`/proc/PID/stat`) and the
 //!    probes it ran (the connections the listeners accepted, counted in this process), so the
-//!    figures show whether probing kept its rate under API load. The daemon's own count (the
-//!    sum of `probe_duration_seconds_count` in `/metrics`) would need `/metrics` rendered with
-//!    every target's histogram, which takes seconds with 10k targets on a loaded machine, and
-//!    adds that much to every run; a probe that failed before reaching a listener (none is
-//!    expected) is missing from the count the listeners keep.
+//!    figures show whether probing kept its rate under API load. (The daemon's own count, the
+//!    sum of `probe_duration_seconds_count` in `/metrics`, would add a scrape of every target's
+//!    histogram to each run; a probe that failed before reaching a listener, none is expected,
+//!    is missing from the count the listeners keep.) `--paths /metrics` measures the scrape
+//!    itself.
 //!
 //! wrk, the daemon and the listeners share the machine: on 2 cores the figures are what that
 //! machine does with all three, not the API's ceiling. Every figure is also printed as a line

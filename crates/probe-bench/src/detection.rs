@@ -110,7 +110,7 @@
 //! failures: the `fall`-th failure in a row makes it DOWN from UP or PROBING, and any pass leaves
 //! DOWN, whatever `rise` is. A run of `>= fall` failures starts at a given probe when the probe
 //! before it passed and it and the `fall - 1` after it failed: probability `(1 - p) * p^fall`.
-//! Over `N` probes (summed over targets, counted by the engine's `probe_duration_seconds` records
+//! Over `N` probes (summed over targets, counted by the engine's `probe_fleet_duration_seconds` records
 //! in the window) the expected number of DOWN transitions is `N * (1 - p) * p^fall` (edge effects
 //! at the window ends are about one event). Per target-hour: divide by `targets * window / 1 h`;
 //! with the defaults that is `18000 * 0.95 * 0.0025 = 42.75` per target-hour, 57 events expected

@@ -28,15 +28,14 @@
 //!   the steady part (from one interval after the start to the end);
 //! - runs, and CPU seconds and microseconds per run (`/proc/self/stat`).
 //!
-//! `--metrics full` (default) installs the Prometheus recorder for every metric, configured like
-//! the daemon (per-target `probe_duration_seconds` as bucketed histograms) except that summaries
-//! are the default, so the lag renders as one; RSS then includes the per-target metric series.
-//! `--metrics lag` passes only the lag histogram to Prometheus and drops the per-target metrics,
-//! so RSS shows the engine's own footprint. Upkeep (draining histogram samples into summaries and
-//! buckets) runs every `--upkeep-s` seconds (default 5, as the exporter's own task would; 0 =
-//! never, so samples pile up until the final render, as with a recorder that nobody scrapes), on
-//! its own OS thread: with 100k per-target histograms one upkeep takes long enough (about half a
-//! second the first time) to stall the scheduler if it ran on a runtime worker.
+//! `--metrics full` (default) installs the Prometheus recorder for every process-wide metric,
+//! configured like the daemon (`probe_fleet_duration_seconds` as a bucketed histogram) except
+//! that summaries are the default, so the lag renders as one. `--metrics lag` passes only the
+//! lag histogram to Prometheus. The per-target series are the engine's own either way (counted
+//! in each target, written at scrape time), so RSS includes them in both modes. Upkeep (draining
+//! histogram samples into summaries and buckets) runs every `--upkeep-s` seconds (default 5, as
+//! the exporter's own task would; 0 = never, so samples pile up until the final render, as with
+//! a recorder that nobody scrapes), on its own OS thread, off the runtime's workers.
 //!
 //! Every figure is also printed as a line `RESULT scenario=<--scenario, default scheduler>
 //! metric=<name> value=<number> unit=<unit>` for `scripts/bench`.

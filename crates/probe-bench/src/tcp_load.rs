@@ -38,11 +38,14 @@
 //! the "without" figures include some server-side kernel time, the same for both phases.
 //!
 //! **Counting**: `--metrics count` (default) installs a tiny recorder that only counts
-//! `probe_duration_seconds` records (one per run), `probe_failures_total` increments and the
-//! scheduler lag (count, sum, max), with relaxed atomics. `--metrics prometheus` installs the
-//! Prometheus recorder configured like the daemon (bucketed histograms), to show the cost of real
-//! metrics; runs are then counted from the engine's statuses (consecutive successes and failures)
-//! and the failure total is read back from the rendered metrics at the end.
+//! `probe_fleet_duration_seconds` records (one per run), `probe_fleet_failures_total`
+//! increments and the scheduler lag (count, sum, max), with relaxed atomics. `--metrics
+//! prometheus` installs the Prometheus recorder configured like the daemon (bucketed
+//! histograms), to show the cost of real metrics; runs are then counted from the engine's
+//! statuses (consecutive successes and failures) and the failure total is read back from the
+//! rendered metrics at the end. The per-target series live in the engine either way (their
+//! cost is in the RSS figures); `--per-target-histograms false` drops the targets' own
+//! duration histograms, to size them.
 //!
 //! **Experiments**: `--phase` runs one phase only (for `perf`/`strace`); `--max-in-flight` caps
 //! the engine's worker pool; `--probe lean` runs the engine with a custom connect-only probe
@@ -172,6 +175,10 @@ pub struct Args {
     /// Consecutive windows the engine phase's measured time is cut into (1: one figure).
     #[arg(long, default_value_t = 1)]
     windows: u32,
+    /// Whether each target keeps its own duration histogram (`metrics.per_target_histograms`),
+    /// to size what it costs per target.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    per_target_histograms: bool,
 }
 
 /// Which probe the engine phase runs.
@@ -878,6 +885,7 @@ async fn engine_phase(
         None
     };
     let engine = Engine::start(config, cancel.clone());
+    engine.set_per_target_histograms(args.per_target_histograms);
     engine
         .apply(specs)
         .map_err(|e| anyhow::anyhow!("applying the targets: {e}"))?;

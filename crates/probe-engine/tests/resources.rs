@@ -59,8 +59,23 @@ async fn a_descriptor_starved_daemon_keeps_healthy_targets_up() {
         }
     });
     let hanging = SilentServer::start().await;
+    let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let web_addr = web.local_addr().unwrap();
+    tokio::spawn(async move {
+        let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
+        let _ = axum::serve(web, app).await;
+    });
     let dir = tempfile::tempdir().unwrap();
     let mut yaml = String::from("targets:\n");
+    // The HTTP tier too, pooled and on fresh connections.
+    for i in 0..20 {
+        let _ = writeln!(
+            yaml,
+            "  - {{id: ok-web-{i:02}, http: {{url: \"http://{web_addr}/health\", \
+             fresh_connection: {}}}, interval: 1s, timeout: 500ms, rise: 1, fall: 1}}",
+            i % 2 == 0
+        );
+    }
     for i in 0..HEALTHY {
         let _ = writeln!(
             yaml,
@@ -104,7 +119,7 @@ async fn a_descriptor_starved_daemon_keeps_healthy_targets_up() {
     wait_all_up(&daemon, "ok-").await;
     // 15 s of slow probes holding descriptors: no healthy target ever leaves UP.
     tokio::time::sleep(Duration::from_secs(15)).await;
-    healthy_stayed_up(&daemon, "ok-", HEALTHY).await;
+    healthy_stayed_up(&daemon, "ok-", HEALTHY + 20).await;
     let metrics = daemon.metrics().await;
     assert_eq!(metrics.value("probe_engine_fd_limit", &[]), 128.0);
     let open = metrics.value("probe_engine_open_fds", &[]);
