@@ -508,8 +508,13 @@ async fn every_change_needs_the_token(mut daemon: Daemon, token: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_an_api_token_every_change_needs_it_and_reads_do_not() {
+/// Two members' listeners and a pool config over them (`support::pool_config`), in a
+/// temporary directory: every change the API offers can succeed on it.
+async fn pool() -> (
+    tokio::net::TcpListener,
+    tokio::net::TcpListener,
+    tempfile::TempDir,
+) {
     let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -518,6 +523,12 @@ async fn with_an_api_token_every_change_needs_it_and_reads_do_not() {
         one.local_addr().unwrap(),
         two.local_addr().unwrap(),
     );
+    (one, two, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_token_every_change_needs_it_and_reads_do_not() {
+    let (one, two, dir) = pool().await;
     let token = "flag-token-7Qx2w9";
     let daemon = Daemon::start_with(dir.path(), &["--api-token", token]);
     every_change_needs_the_token(daemon, token).await;
@@ -526,14 +537,7 @@ async fn with_an_api_token_every_change_needs_it_and_reads_do_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_token_can_come_from_the_environment() {
-    let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    support::pool_config(
-        dir.path(),
-        one.local_addr().unwrap(),
-        two.local_addr().unwrap(),
-    );
+    let (one, two, dir) = pool().await;
     let token = "env-token-Hk4mP1";
     let mut command = Command::new(BIN);
     command
@@ -561,14 +565,7 @@ async fn the_api_token_can_come_from_the_environment() {
 /// listener through 127.0.0.1 only.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_loopback_without_a_token_no_change_is_accepted_and_changes_are_audited() {
-    let one = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let two = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    support::pool_config(
-        dir.path(),
-        one.local_addr().unwrap(),
-        two.local_addr().unwrap(),
-    );
+    let (one, two, dir) = pool().await;
     let mut command = Command::new(BIN);
     command
         .args(["run", "--listen", "0.0.0.0:0", "--config"])
