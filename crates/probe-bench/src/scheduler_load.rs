@@ -102,6 +102,10 @@ pub struct Args {
     /// The `scenario` of the RESULT lines.
     #[arg(long, default_value = "scheduler")]
     scenario: String,
+    /// Whether each target keeps its own duration histogram (`metrics.per_target_histograms`),
+    /// to size what it costs per target.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    per_target_histograms: bool,
 }
 
 impl Args {
@@ -238,6 +242,7 @@ async fn measure(
         },
         cancel.clone(),
     );
+    engine.set_per_target_histograms(args.per_target_histograms);
     let applied = Instant::now();
     engine
         .apply(specs)

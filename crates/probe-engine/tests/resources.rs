@@ -189,5 +189,12 @@ async fn running_out_of_local_ports_is_not_blamed_on_targets() {
     let metrics = daemon.metrics().await;
     let faults = metrics.value("probe_engine_resource_errors_total", &[("kind", "ports")]);
     assert!(faults >= 10.0, "{faults} runs out of ports");
+    // One burst, logged once: not once a probe.
+    let said = daemon
+        .lines_so_far()
+        .iter()
+        .filter(|l| l.contains("the engine ran out of a resource"))
+        .count();
+    assert_eq!(said, 1, "{faults} faults logged {said} times");
     drop(servers);
 }
