@@ -260,7 +260,7 @@ impl Scheduler {
     }
 
     /// The most probes allowed in flight now: `max_in_flight`, or less while the engine runs
-    /// out of resources ([`Scheduler::resource_exhausted`]).
+    /// out of resources (a probe found descriptors, buffers, memory or ports exhausted).
     pub fn in_flight_cap(&self) -> usize {
         self.stats.cap.get()
     }
