@@ -79,7 +79,11 @@ fn encode(c: &mut Criterion) {
                 text.lines().count()
             );
             group.throughput(Throughput::Elements(targets as u64));
-            let name = if histograms { "histograms" } else { "no_histograms" };
+            let name = if histograms {
+                "histograms"
+            } else {
+                "no_histograms"
+            };
             group.bench_with_input(BenchmarkId::new(name, targets), &engine, |b, engine| {
                 b.iter(|| {
                     let mut out = String::with_capacity(text.len());
