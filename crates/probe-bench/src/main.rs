@@ -17,6 +17,7 @@
 //! `--help`: a process of its own keeps the helper's CPU out of the prober's figures.
 
 mod api_load;
+mod churn;
 mod detection;
 mod drain;
 mod etcd_load;
@@ -61,6 +62,8 @@ enum Command {
     Keepalive(keepalive::Args),
     /// The etcd topology source at scale, against a throw-away etcd.
     EtcdLoad(etcd_load::Args),
+    /// The real daemon's RSS, descriptors and /metrics under ten minutes of topology churn.
+    Churn(churn::Args),
     /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
     Report(report::Args),
     /// Prints one RESULT line, for a figure a script derives from a log.
@@ -96,6 +99,7 @@ fn main() -> std::process::ExitCode {
         Command::Loss(args) => loss::run(args),
         Command::Keepalive(args) => keepalive::run(args),
         Command::EtcdLoad(args) => etcd_load::run(args),
+        Command::Churn(args) => churn::run(args),
         Command::Report(args) => report::run(args),
         Command::Result(figure) => {
             support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);
@@ -136,6 +140,7 @@ mod tests {
             "drain --before-s 0.5",
             "loss --duration-s 20",
             "keepalive --duration-s 10",
+            "churn --duration-s 150 --warmup-s 60",
             "tcp-load --scenario hygiene --targets 2000 --interval-ms 100 --phase engine \
              --warmup-s 2 --duration-s 300 --windows 5",
             "result --scenario hygiene --metric eaddrnotavail_lines --value 0 --unit lines",
@@ -148,6 +153,7 @@ mod tests {
             "loss",
             "keepalive",
             "etcd-load",
+            "churn",
             "tcp-load --floor-timeout --phase floor",
             "drain --modes no-delay",
             "loss --losses 1,2,3",

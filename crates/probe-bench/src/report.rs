@@ -207,6 +207,34 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
         0.0,
         "0 orders without their confirmation job",
     ),
+    (
+        "churn",
+        "rss_growth_after_warmup_pct",
+        Op::AtMost,
+        5.0,
+        "RSS flat within 5% after the warm-up",
+    ),
+    (
+        "churn",
+        "fds_growth_after_warmup_pct",
+        Op::AtMost,
+        5.0,
+        "open descriptors flat within 5% after the warm-up",
+    ),
+    (
+        "churn",
+        "metrics_bytes_growth_after_warmup_pct",
+        Op::AtMost,
+        5.0,
+        "/metrics size flat within 5% after the warm-up",
+    ),
+    (
+        "churn",
+        "stale_series_lines",
+        Op::AtMost,
+        0.0,
+        "0 series of removed targets in /metrics",
+    ),
 ];
 
 /// What limits a goal when it is missed, from profiling it: shown under the goals table for each
