@@ -46,6 +46,9 @@ use tokio::time::Instant;
 
 use crate::support::{self, ChildGuard, TICKS_PER_SEC};
 
+/// Targets per config file the harness writes.
+const TARGETS_PER_FILE: usize = 20_000;
+
 /// Flags of `probe-bench api-load`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -128,21 +131,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let timeout = (args.interval / 2).min(Duration::from_secs(1));
     // `rise: 1`: a target is UP after its first run, so the daemon is ready one interval after
     // it starts instead of two; what is measured starts after that.
-    let mut yaml = format!(
+    // Files of at most 20k targets: one YAML document is kept under the parser's budget of
+    // nodes (250k), which a single file of 100k targets would exceed.
+    let defaults = format!(
         "defaults:\n  interval: {}ms\n  timeout: {}ms\n  jitter: 0.1\n  fast_interval: {}ms\n  \
          rise: 1\ntargets:\n",
         args.interval.as_millis(),
         timeout.as_millis(),
         args.interval.as_millis()
     );
-    for i in 0..args.targets {
-        writeln!(
-            yaml,
-            "  - id: t-{i:06}\n    tcp:\n      address: \"{}\"",
-            listeners[i % listeners.len()]
-        )?;
+    for (file, first) in (0..args.targets).step_by(TARGETS_PER_FILE).enumerate() {
+        let mut yaml = defaults.clone();
+        for i in first..(first + TARGETS_PER_FILE).min(args.targets) {
+            writeln!(
+                yaml,
+                "  - id: t-{i:06}\n    tcp:\n      address: \"{}\"",
+                listeners[i % listeners.len()]
+            )?;
+        }
+        std::fs::write(config_dir.join(format!("targets-{file:02}.yaml")), yaml)?;
     }
-    std::fs::write(config_dir.join("targets.yaml"), yaml)?;
 
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let api = SocketAddr::from(([127, 0, 0, 1], port));
