@@ -538,6 +538,20 @@ impl Target {
         self.seat.meters.run(ok, own.then_some(latency), counted);
     }
 
+    /// The step to the next try after a run that found a resource of the engine exhausted: soon,
+    /// doubling with each such run in a row, never later than the interval. The run is not the
+    /// target's result: nothing else about the target changes.
+    fn retry_exhausted(&self) -> Duration {
+        let tries = {
+            let mut status = self.status.lock();
+            status.exhausted = status.exhausted.saturating_add(1);
+            status.exhausted
+        };
+        EXHAUSTED_RETRY
+            .saturating_mul(1 << u32::from(tries.min(16) - 1))
+            .min(self.policy.schedule.interval())
+    }
+
     /// Whether this run can be skipped because real traffic already proves the target healthy;
     /// starts counting afresh either way.
     fn skip_for_traffic(&self) -> bool {
@@ -622,22 +636,6 @@ impl Job for Target {
         let deferred =
             deferred || (dns_trouble_failure(&result) && self.ctx.resolver.outage_possible());
         self.record(result, took, deferred)
-    }
-}
-
-impl Target {
-    /// The step to the next try after a run that found a resource of the engine exhausted: soon,
-    /// doubling with each such run in a row, never later than the interval. The run is not the
-    /// target's result: nothing else about the target changes.
-    fn retry_exhausted(&self) -> Duration {
-        let tries = {
-            let mut status = self.status.lock();
-            status.exhausted = status.exhausted.saturating_add(1);
-            status.exhausted
-        };
-        EXHAUSTED_RETRY
-            .saturating_mul(1 << u32::from(tries.min(16) - 1))
-            .min(self.policy.schedule.interval())
     }
 }
 
