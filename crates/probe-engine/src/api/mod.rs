@@ -43,6 +43,7 @@ mod events;
 mod health_json;
 mod reads;
 mod shared;
+mod tokens;
 mod views;
 
 use std::sync::Arc;
@@ -53,9 +54,9 @@ use axum::routing::get;
 use probe::gate::GateLayer;
 
 pub(crate) use auth::UNTOKENED_BEYOND_LOOPBACK;
-pub use auth::{Credentials, Role, TokenError, TokenSources, Tokens};
 pub use shared::ApiState;
 use shared::error;
+pub use tokens::{Credentials, Role, TokenError, TokenSources, Tokens};
 
 /// Builds the router. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`: the
 /// mutation guard needs the peer address.

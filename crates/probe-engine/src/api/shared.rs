@@ -11,7 +11,7 @@ use probe::target::TargetId;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::Tokens;
+use super::tokens::Tokens;
 use super::views::ListingCache;
 use crate::persist::StateStore;
 use crate::topology::TopologyHandle;
