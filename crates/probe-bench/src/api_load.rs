@@ -110,19 +110,7 @@ impl Args {
 /// Runs `probe-bench api-load`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
-    let daemon = match &args.daemon {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("locating target/release")?
-            .join("probe-engine"),
-    };
-    if !daemon.is_file() {
-        bail!(
-            "no daemon binary at {} (cargo build --release -p probe-engine --bin probe-engine)",
-            daemon.display()
-        );
-    }
+    let daemon = support::daemon_binary(args.daemon.as_deref())?;
     let accepted = Arc::new(AtomicU64::new(0));
     let listeners = start_listeners(args.listeners, &accepted)?;
     let dir = tempfile::tempdir()?;

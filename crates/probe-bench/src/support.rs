@@ -214,6 +214,26 @@ pub fn engine_counts(engine: &probe::Engine) -> (u64, u64) {
     )
 }
 
+/// The daemon binary a harness starts: `given`, or `probe-engine` next to this binary (that
+/// is, `target/release/probe-engine`); an error naming the build command when it is missing.
+pub fn daemon_binary(given: Option<&std::path::Path>) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context as _;
+    let daemon = match given {
+        Some(path) => path.to_owned(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("locating target/release")?
+            .join("probe-engine"),
+    };
+    if !daemon.is_file() {
+        anyhow::bail!(
+            "no daemon binary at {} (cargo build --release -p probe-engine --bin probe-engine)",
+            daemon.display()
+        );
+    }
+    Ok(daemon)
+}
+
 /// A child process that is killed (by its own pid) when dropped.
 pub struct ChildGuard(pub std::process::Child);
 
