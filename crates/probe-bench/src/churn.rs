@@ -310,8 +310,12 @@ async fn measure(args: Args, daemon: PathBuf) -> anyhow::Result<()> {
         reqwest::header::AUTHORIZATION,
         format!("Bearer {TOKEN}").parse()?,
     );
+    // One kept-alive connection at most: the changes of a churn step go out together, and
+    // every extra connection the pool kept would sit in the daemon's descriptor count as an
+    // accepted socket, moving the figure with the harness's own timing, not the daemon's.
     let http = reqwest::Client::builder()
         .default_headers(headers)
+        .pool_max_idle_per_host(1)
         .timeout(Duration::from_secs(30))
         .build()
         .context("building an HTTP client")?;
