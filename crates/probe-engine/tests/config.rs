@@ -85,7 +85,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "tls", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -237,7 +237,7 @@ const CASES: &[Case] = &[
         errors: &[(
             2,
             5,
-            r#"target "db" has no probe: add one of "tcp", "http""#,
+            r#"target "db" has no probe: add one of "tcp", "http", "tls""#,
         )],
     },
     Case {
@@ -1063,6 +1063,56 @@ const CASES: &[Case] = &[
             23,
             r#"readiness requires "chekout", which is neither a target nor a group (did you mean "checkout"?)"#,
         )],
+    },
+    Case {
+        name: "tls probe keys are checked",
+        yaml: &[
+            "targets:",                                                                   // 1
+            "  - id: a",                                                                  // 2
+            "    tls: {address: \"a:443\", starttls: smtps}",                             // 3
+            "  - id: b",                                                                  // 4
+            "    tls: {address: \"b:443\", expires_within: soon}",                        // 5
+            "  - id: c",                                                                  // 6
+            "    tls: {address: \"c:443\", ca_file: ca.pem, insecure_skip_verify: true}", // 7
+            "  - id: d",                                                                  // 8
+            "    tls: {server_name: d}",                                                  // 9
+            "  - id: e",                                                                  // 10
+            "    tls: {address: \"e:443\", server_name: \"not a name!\"}",                // 11
+            "  - id: f",                                                                  // 12
+            "    tls: {address: \"f:443\", expire_within: 14d}",                          // 13
+            "  - id: g",                                                                  // 14
+            "    tls: {address: g}",                                                      // 15
+            "  - id: h",                                                                  // 16
+            "    tcp: {address: \"h:1\"}",                                                // 17
+            "    tls: {address: \"h:443\", expires_within: 500d}",                        // 18
+        ],
+        errors: &[
+            (
+                3,
+                39,
+                r#"unknown protocol "smtps" for "starttls", did you mean "smtp"?"#,
+            ),
+            (5, 45, r#"invalid duration "soon" for "expires_within""#),
+            (
+                7,
+                29,
+                r#""insecure_skip_verify" and "ca_file" are mutually exclusive"#,
+            ),
+            (9, 10, r#"missing field "address""#),
+            (11, 42, r#"invalid server name "not a name!""#),
+            (
+                13,
+                29,
+                r#"unknown field "expire_within" in tls, did you mean "expires_within"?"#,
+            ),
+            (15, 20, "has no port"),
+            (18, 5, r#"target "h" has more than one probe"#),
+            (
+                18,
+                45,
+                r#"expires_within must be at most 1year, got "500d""#,
+            ),
+        ],
     },
 ];
 

@@ -214,7 +214,7 @@ const KEYS: &[&str] = &[
     "resolver", "servers", "attempts", "metrics", "per_target_histograms", "topology", "etcd",
     "endpoints", "prefix", "circuit_breaker", "failure_rate", "slow_call", "outlier",
     "consecutive_5xx", "recovery", "slow_start", "skip_active_after", "maintenance", "reason",
-    "duration", "cron", "enabled", "targetz", "",
+    "duration", "cron", "enabled", "expires_within", "starttls", "targetz", "",
 ];
 
 /// Scalars: valid values of many keys, edge cases and junk.
@@ -226,7 +226,7 @@ const SCALARS: &[&str] = &[
     "https://[::1]:8443/x?y=z", "ftp://x", "2xx", "5XX", "600", "$.status", "$[\"a\"][0]", "$..x",
     "\"${HOME}\"", "\"${UNSET_VAR_FOR_FUZZ}\"", "\"$$\"", "GET", "POST", "reset", "graceful",
     "group", "high", "0.5", "1.0000001", "\"\\u0000\"", "\"é💥\"", "&a x", "*a", "!!binary aGk=",
-    "!tag x", "|", ">", "- ", "{", "}", "[", "]", "#", ": ", "? ",
+    "!tag x", "|", ">", "- ", "{", "}", "[", "]", "#", ": ", "? ", "14d", "smtp", "postgres",
 ];
 
 /// A YAML value tree, rendered in block or flow style.

@@ -250,6 +250,69 @@ pub struct CheckResult {
     pub signals: Vec<Signal>,
     /// What the check worked around to reach its verdict.
     pub remarks: Remarks,
+    /// What the TLS handshake behind the check showed of the server, when there was one (the
+    /// TLS tier; HTTPS), also when the certificate was refused.
+    pub tls: Option<Arc<TlsFacts>>,
+}
+
+/// What a TLS handshake showed of a server: the certificates it sent and the protocol agreed.
+///
+/// Kept with a target's latest result: these are what `probe_ssl_earliest_cert_expiry` (and the
+/// rest of blackbox_exporter's TLS series) and the API's `tls` field report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFacts {
+    /// The protocol version agreed, as blackbox_exporter spells it ("TLS 1.3"); `None` when the
+    /// handshake ended before that was known (a refused certificate).
+    pub version: Option<&'static str>,
+    /// The certificates the server sent, the leaf first.
+    pub chain: Vec<CertificateFacts>,
+}
+
+/// One certificate of a server's chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificateFacts {
+    /// The subject's distinguished name, e.g. `CN=api.internal`.
+    pub subject: String,
+    /// The issuer's distinguished name.
+    pub issuer: String,
+    /// The start of its validity.
+    pub not_before: SystemTime,
+    /// The end of its validity.
+    pub not_after: SystemTime,
+}
+
+impl TlsFacts {
+    /// The leaf certificate, the one naming the server.
+    pub fn leaf(&self) -> Option<&CertificateFacts> {
+        self.chain.first()
+    }
+
+    /// The earliest end of validity of any certificate sent: blackbox_exporter's
+    /// `probe_ssl_earliest_cert_expiry`.
+    pub fn earliest_expiry(&self) -> Option<SystemTime> {
+        self.chain.iter().map(|c| c.not_after).min()
+    }
+
+    /// The earliest end of validity along the chain the leaf heads: from the leaf, each
+    /// certificate followed by the one sent that issued it (extra certificates a server sends
+    /// out of that path do not count): the counterpart of blackbox_exporter's
+    /// `probe_ssl_last_chain_expiry_timestamp_seconds`, for the one path a TLS client verifies.
+    pub fn chain_expiry(&self) -> Option<SystemTime> {
+        let mut current = self.leaf()?;
+        let mut earliest = current.not_after;
+        // At most one step per certificate, so a loop of issuers ends.
+        for _ in 1..self.chain.len() {
+            if current.issuer == current.subject {
+                break;
+            }
+            let Some(issuer) = self.chain.iter().find(|c| c.subject == current.issuer) else {
+                break;
+            };
+            earliest = earliest.min(issuer.not_after);
+            current = issuer;
+        }
+        Some(earliest)
+    }
 }
 
 /// What a check worked around to reach its verdict: ordinary trouble on the path (a kept-alive
@@ -332,20 +395,22 @@ impl Remarks {
 impl CheckResult {
     /// A passing check without signals.
     pub fn up() -> Self {
+        Self::of(Verdict::Up)
+    }
+
+    /// A check with this verdict and nothing else to say.
+    pub fn of(verdict: Verdict) -> Self {
         Self {
-            verdict: Verdict::Up,
+            verdict,
             signals: Vec::new(),
             remarks: Remarks::default(),
+            tls: None,
         }
     }
 
     /// A failed check without signals.
     pub fn failed(failure: Failure) -> Self {
-        Self {
-            verdict: Verdict::Failed(failure),
-            signals: Vec::new(),
-            remarks: Remarks::default(),
-        }
+        Self::of(Verdict::Failed(failure))
     }
 
     /// The failure, if the check failed.

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use probe::engine::{MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
-use probe::outcome::{Outcome, Signal};
+use probe::outcome::{Outcome, Signal, TlsFacts};
 use probe::passive::breaker::CircuitSnapshot;
 use probe::passive::outlier::MemberStatus;
 use probe::passive::recovery::RecoveryPhase;
@@ -122,6 +122,67 @@ struct TargetView {
     ejection: Option<EjectionView>,
     /// Its circuit breaker; `null` without one.
     circuit: Option<CircuitView>,
+    /// What its probe's latest TLS handshake showed; `null` for a probe that makes none.
+    tls: Option<TlsView>,
+}
+
+/// A server's certificates: the leaf's subject, issuer and end of validity, the days left before
+/// the first certificate of the chain expires, and each certificate.
+#[derive(Serialize)]
+struct TlsView {
+    /// `null` when the handshake ended before a version was agreed (a refused certificate).
+    version: Option<&'static str>,
+    subject: Option<String>,
+    issuer: Option<String>,
+    not_after: Option<String>,
+    /// The earliest end of validity in the chain (`probe_ssl_earliest_cert_expiry`).
+    earliest_expiry: Option<String>,
+    /// Whole days until then, negative once past.
+    days_left: Option<i64>,
+    chain: Vec<CertificateView>,
+}
+
+#[derive(Serialize)]
+struct CertificateView {
+    subject: String,
+    issuer: String,
+    not_before: String,
+    not_after: String,
+}
+
+impl TlsView {
+    fn new(facts: &TlsFacts, now: SystemTime) -> Self {
+        let leaf = facts.leaf();
+        let earliest = facts.earliest_expiry();
+        Self {
+            version: facts.version,
+            subject: leaf.map(|c| c.subject.clone()),
+            issuer: leaf.map(|c| c.issuer.clone()),
+            not_after: leaf.map(|c| rfc3339(c.not_after)),
+            earliest_expiry: earliest.map(rfc3339),
+            days_left: earliest.map(|at| days_between(now, at)),
+            chain: facts
+                .chain
+                .iter()
+                .map(|c| CertificateView {
+                    subject: c.subject.clone(),
+                    issuer: c.issuer.clone(),
+                    not_before: rfc3339(c.not_before),
+                    not_after: rfc3339(c.not_after),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Whole days from `now` to `at`, rounded down: negative once `at` has passed.
+fn days_between(now: SystemTime, at: SystemTime) -> i64 {
+    const DAY: i64 = 86_400;
+    let seconds = match at.duration_since(now) {
+        Ok(ahead) => i64::try_from(ahead.as_secs()).unwrap_or(i64::MAX),
+        Err(behind) => -i64::try_from(behind.duration().as_secs()).unwrap_or(i64::MAX),
+    };
+    seconds.div_euclid(DAY)
 }
 
 /// A confirmation in progress, as HAProxy shows "UP 1/3".
@@ -384,6 +445,10 @@ impl From<&TargetStatus> for TargetView {
                 .filter(|m| m.ejected)
                 .map(EjectionView::from),
             circuit: s.circuit.as_ref().map(CircuitView::from),
+            tls: s
+                .tls
+                .as_deref()
+                .map(|facts| TlsView::new(facts, SystemTime::now())),
         }
     }
 }

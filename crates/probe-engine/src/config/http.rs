@@ -135,9 +135,14 @@ pub(super) fn parse(
     let headers = raw.headers.map_or(Ok(RequestHeaders::new()), |h| {
         headers(h.value, source, diags)
     });
-    let tls = raw
-        .tls
-        .map_or(Ok(TlsTrust::System), |t| tls(t.value, source.dir, diags));
+    let tls = raw.tls.map_or(Ok(TlsTrust::System), |t| {
+        trust(
+            t.value.ca_file,
+            t.value.insecure_skip_verify,
+            source.dir,
+            diags,
+        )
+    });
     let expect = raw
         .expect
         .map_or(Ok(Expect::default()), |e| expect(e.value, diags));
@@ -166,7 +171,7 @@ pub(super) fn parse(
 }
 
 /// Marks a value that failed validation; its error is already in the diagnostics.
-type Checked<T> = Result<T, ()>;
+pub(super) type Checked<T> = Result<T, ()>;
 
 fn method(raw: &Sp<String>, diags: &mut Diags) -> Checked<Method> {
     let upper = raw.value.trim().to_ascii_uppercase();
@@ -213,9 +218,16 @@ fn headers(
     ok.then_some(headers).ok_or(())
 }
 
-fn tls(raw: RawTls, dir: &Path, diags: &mut Diags) -> Checked<TlsTrust> {
-    let insecure = raw.insecure_skip_verify.is_some_and(|i| i.value);
-    match raw.ca_file {
+/// The trust of a section with `ca_file` and `insecure_skip_verify` (an `http` or `grpc`
+/// section's `tls`, or a `tls` probe), the CA file read relative to `dir`.
+pub(super) fn trust(
+    ca_file: Option<Sp<String>>,
+    insecure_skip_verify: Option<Sp<bool>>,
+    dir: &Path,
+    diags: &mut Diags,
+) -> Checked<TlsTrust> {
+    let insecure = insecure_skip_verify.is_some_and(|i| i.value);
+    match ca_file {
         Some(ca) if insecure => {
             diags.push((
                 ca.key,

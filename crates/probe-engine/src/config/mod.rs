@@ -106,6 +106,7 @@ mod resolver;
 mod schedule;
 mod schema;
 mod targets;
+mod tls;
 mod topology;
 
 use std::path::Path;

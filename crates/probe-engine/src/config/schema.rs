@@ -3,7 +3,7 @@
 //! Values that need validation are kept as located strings and numbers (`Sp`), and checked
 //! afterwards so that the checks can point at them; every struct denies unknown keys, which
 //! [`collect`](super::node::collect) turns into did-you-mean errors. A section that has a module
-//! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`,
+//! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`, `tls`,
 //! `graph`, `topology`, `resolver`, `metrics`); this module ties them into the document.
 
 use serde::Deserialize;
@@ -13,6 +13,7 @@ use super::http::RawHttp;
 use super::node::{BoolOr, Sp};
 use super::passive;
 use super::schedule::{RawBackoff, RawFlap, RawSchedule};
+use super::tls::RawTlsProbe;
 
 /// The top level of a file. Only used to report unknown or mistyped top-level keys: the sections
 /// are then deserialized one by one from the tree.
@@ -105,6 +106,7 @@ schedule_section! {
         kind: Option<Sp<String>>,
         tcp: Option<Sp<RawTcp>>,
         http: Option<Sp<RawHttp>>,
+        tls: Option<Sp<RawTlsProbe>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,

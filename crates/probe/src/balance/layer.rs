@@ -197,6 +197,11 @@ fn member_uri(lease: &Lease, uri: &Uri) -> Result<Uri, BoxError> {
             (scheme, Authority::try_from(format!("{host}:{port}"))?)
         }
         ProbeSpec::Tcp(spec) => (Scheme::HTTP, Authority::try_from(spec.address.to_string())?),
+        // A member whose certificate is probed serves TLS.
+        ProbeSpec::Tls(spec) => (
+            Scheme::HTTPS,
+            Authority::try_from(spec.address.to_string())?,
+        ),
         ProbeSpec::Custom(_) => return Err(Box::new(NoAddress(lease.id().clone()))),
     };
     let mut parts = uri.clone().into_parts();

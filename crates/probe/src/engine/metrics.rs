@@ -24,11 +24,11 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use crate::outcome::FailureReason;
+use crate::outcome::{FailureReason, TlsFacts};
 use crate::verdict::state::HealthState;
 
 /// Registers descriptions and units of the process-wide metrics the library emits through the
@@ -285,10 +285,13 @@ enum Family {
     Circuit,
     Score,
     DependencyDown,
+    SslEarliestExpiry,
+    SslChainExpiry,
+    TlsVersion,
 }
 
 impl Family {
-    const ALL: [Family; 16] = [
+    const ALL: [Family; 19] = [
         Self::Success,
         Self::Durations,
         Self::Up,
@@ -305,6 +308,9 @@ impl Family {
         Self::Circuit,
         Self::Score,
         Self::DependencyDown,
+        Self::SslEarliestExpiry,
+        Self::SslChainExpiry,
+        Self::TlsVersion,
     ];
 
     /// Name, type and help.
@@ -394,6 +400,23 @@ impl Family {
                 "gauge",
                 "Whether a critical dependency of the target or group is DOWN (1) or not (0).",
             ),
+            // blackbox_exporter's names and units, so that alerts written for it keep working.
+            Self::SslEarliestExpiry => (
+                "probe_ssl_earliest_cert_expiry",
+                "gauge",
+                "Unix time at which the first certificate the server sent expires.",
+            ),
+            Self::SslChainExpiry => (
+                "probe_ssl_last_chain_expiry_timestamp_seconds",
+                "gauge",
+                "Unix time at which the first certificate of the chain from the server's \
+                 certificate to its issuers expires.",
+            ),
+            Self::TlsVersion => (
+                "probe_tls_version_info",
+                "gauge",
+                "The TLS version the latest handshake agreed, as the version label.",
+            ),
         }
     }
 }
@@ -481,6 +504,25 @@ impl Encoder {
             node,
             if dependency_down { 1.0 } else { 0.0 },
         );
+    }
+
+    /// What the target's latest TLS handshake showed.
+    pub fn tls(&mut self, target: &str, facts: &TlsFacts) {
+        let unix = |at: SystemTime| {
+            at.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        if let Some(at) = facts.earliest_expiry() {
+            self.gauge(Family::SslEarliestExpiry, target, unix(at));
+        }
+        if let Some(at) = facts.chain_expiry() {
+            self.gauge(Family::SslChainExpiry, target, unix(at));
+        }
+        if let Some(version) = facts.version {
+            let (name, ..) = Family::TlsVersion.describe();
+            let out = self.family(Family::TlsVersion);
+            let _ = writeln!(out, "{name}{{target=\"{target}\",version=\"{version}\"}} 1");
+        }
     }
 
     /// Appends every family with samples, each after its `# HELP` and `# TYPE` lines.

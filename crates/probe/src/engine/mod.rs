@@ -266,6 +266,9 @@ impl Engine {
             if let Some(circuit) = target.circuit(now) {
                 encoder.circuit(seat.id.as_str(), circuit.state.code());
             }
+            if let Some(facts) = target.tls() {
+                encoder.tls(seat.id.as_str(), &facts);
+            }
         }
         for member in self.inner.hub().members(now) {
             encoder.member(member.id.as_str(), member.weight, member.ejected);

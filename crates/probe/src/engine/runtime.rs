@@ -18,7 +18,9 @@ use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
 use super::resources::Resources;
 use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
-use crate::outcome::{CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, Verdict};
+use crate::outcome::{
+    CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, TlsFacts, Verdict,
+};
 use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
 use crate::passive::outlier::MemberStatus;
 use crate::resolve::{Names, Resolver};
@@ -93,6 +95,8 @@ struct Details {
     signals: Vec<Signal>,
     /// What the latest run worked around, in words.
     note: Option<String>,
+    /// What the latest TLS handshake showed.
+    tls: Option<Arc<TlsFacts>>,
 }
 
 impl Details {
@@ -108,6 +112,7 @@ impl Details {
             && reasons.is_empty()
             && result.signals.is_empty()
             && result.remarks.is_empty()
+            && result.tls.is_none()
         {
             return;
         }
@@ -119,6 +124,9 @@ impl Details {
         details.degraded_reasons.extend_from_slice(reasons);
         details.signals.clone_from(&result.signals);
         details.note = result.remarks.describe();
+        if result.tls.is_some() {
+            details.tls.clone_from(&result.tls);
+        }
     }
 }
 
@@ -376,6 +384,7 @@ impl Target {
                 .unwrap_or_default(),
             signals: details.map(|d| d.signals.clone()).unwrap_or_default(),
             note: details.and_then(|d| d.note.clone()),
+            tls: details.and_then(|d| d.tls.clone()),
             maintenance: status.maintenance.as_ref().map(|m| m.info.clone()),
             consecutive_successes: status.machine.consecutive_successes(),
             consecutive_failures: status.machine.consecutive_failures(),
@@ -391,6 +400,11 @@ impl Target {
             pool: None,
             circuit,
         }
+    }
+
+    /// What the latest TLS handshake of its probe showed, for its metrics.
+    pub fn tls(&self) -> Option<Arc<TlsFacts>> {
+        self.status.lock().details.as_ref()?.tls.clone()
     }
 
     /// Its circuit breaker's state at `now`, once an open circuit whose time has passed has moved

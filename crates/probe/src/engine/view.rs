@@ -2,9 +2,10 @@
 //! an apply changed, and why an operator request failed. Plain values, built from snapshots and
 //! handed out; holding one holds no lock.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::outcome::{Failure, Outcome, Signal};
+use crate::outcome::{Failure, Outcome, Signal, TlsFacts};
 use crate::passive::breaker::CircuitSnapshot;
 use crate::passive::outlier::MemberStatus;
 use crate::target::TargetId;
@@ -56,6 +57,10 @@ pub struct TargetStatus {
     ///
     /// [`Remarks::describe`]: crate::outcome::Remarks::describe
     pub note: Option<String>,
+    /// What the latest TLS handshake of its probe showed (certificates, version): the TLS tier's
+    /// and HTTPS targets'. Kept from the last run that made one, so a server that stopped
+    /// answering still shows the certificate it had.
+    pub tls: Option<Arc<TlsFacts>>,
     /// The maintenance in force, if any.
     pub maintenance: Option<MaintenanceInfo>,
     /// Passing results in a row.

@@ -8,6 +8,7 @@ use crate::resolve::Names;
 use crate::tier::http::HttpSpec;
 use crate::tier::probe::Probe;
 use crate::tier::spec::ProbeSpec;
+use crate::tier::tls::TlsSpec;
 
 /// Builds the probe a spec describes, resolving its names through `names` (the engine's shared
 /// resolver, with the target's `dns_stale_for`).
@@ -18,6 +19,10 @@ pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
         }
         ProbeSpec::Http(http) => Arc::new(crate::tier::http::HttpProbe::new(
             HttpSpec::clone(http),
+            names.clone(),
+        )),
+        ProbeSpec::Tls(tls) => Arc::new(crate::tier::tls::TlsProbe::new(
+            TlsSpec::clone(tls),
             names.clone(),
         )),
         ProbeSpec::Custom(custom) => custom.probe().clone(),

@@ -4,7 +4,9 @@
 //! - [`ProbeSpec`] (in `spec`): which tier probes a target, with that tier's spec;
 //! - [`build`]: the probe a spec describes;
 //! - [`tcp`]: the TCP connect tier;
-//! - [`http`]: the HTTP tier, judged by conditions.
+//! - [`http`]: the HTTP tier, judged by conditions;
+//! - [`tls`]: the TLS certificate tier, and the TLS trust and handshake facts the tiers that
+//!   speak TLS share.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
@@ -14,6 +16,7 @@ pub mod http;
 pub(crate) mod probe;
 pub(crate) mod spec;
 pub mod tcp;
+pub mod tls;
 
 pub use build::build;
 pub use probe::Probe;

@@ -20,7 +20,7 @@
 //! treated as secrets throughout (see [`headers`]).
 //!
 //! The one piece of process-wide state is a read-only copy of the system's trust store, loaded
-//! on first use and shared by every HTTPS probe (see `client::system_roots`).
+//! on first use and shared by every HTTPS probe (see `tier::tls::trust`).
 //!
 //! For embedders that use reqwest themselves: this tier hands reqwest its own rustls
 //! configuration (with the pure-Rust `ring` provider) and so enables reqwest's
@@ -39,6 +39,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The TLS trust a spec's `tls` names, shared with the other tiers that speak TLS.
+pub use crate::tier::tls::{CaBundle, InvalidCa, TlsTrust};
 pub use conditions::{
     DegradedIf, Expect, HeaderMatch, JsonMatch, JsonScalar, Match, SignalRule, StatusPattern,
     StatusSet,
@@ -47,7 +49,7 @@ pub use headers::{RequestHeaders, expand_env};
 pub use json_path::JsonPath;
 /// The HTTP types that appear in this module's API (`Method`, `Url`, `header::HeaderName`, ...).
 pub use reqwest::{Method, Url, header};
-pub use spec::{CaBundle, HttpSpec, HttpUrl, InvalidCa, InvalidUrl, TlsTrust};
+pub use spec::{HttpSpec, HttpUrl, InvalidUrl};
 
 use crate::outcome::{CheckResult, Failure, Remarks, Verdict};
 use crate::tier::probe::Probe;
@@ -67,6 +69,8 @@ pub struct HttpProbe {
     keep_body: bool,
     /// The resolver, with this probe's slot for what a lookup worked around.
     dns: std::sync::Arc<dns::ProbeDns>,
+    /// What its TLS handshakes showed; `None` for a probe that never makes one.
+    tls: Option<std::sync::Arc<crate::tier::tls::facts::Noting>>,
 }
 
 impl HttpProbe {
@@ -74,7 +78,9 @@ impl HttpProbe {
     /// `fresh_connection`, its own connection per check), resolving names through `names`.
     pub fn new(spec: HttpSpec, names: crate::resolve::Names) -> Self {
         let dns = dns::ProbeDns::new(names);
-        let transport = client::spec_tls(&spec).and_then(|tls| {
+        let mut noting = None;
+        let transport = client::spec_tls(&spec).and_then(|(tls, facts)| {
+            noting = facts;
             let fresh = fresh::Fresh::new(&spec, &tls, dns.clone());
             if spec.fresh_connection {
                 return Ok(Transport::Fresh(fresh));
@@ -92,6 +98,7 @@ impl HttpProbe {
             keep_body: spec.needs_body(),
             spec,
             dns,
+            tls: noting,
         }
     }
 
@@ -128,9 +135,8 @@ impl HttpProbe {
             Ok(body) => self.judge(&Reply::new(status, headers, &body, latency)),
             // Signals still apply: status and headers were received.
             Err(failure) => CheckResult {
-                verdict: Verdict::Failed(failure),
                 signals: self.signals(&Reply::new(status, headers, &[], latency)),
-                remarks: Remarks::default(),
+                ..CheckResult::failed(failure)
             },
         };
         result.remarks = remarks;
@@ -150,9 +156,8 @@ impl HttpProbe {
             }
         };
         CheckResult {
-            verdict,
             signals: self.signals(reply),
-            remarks: Remarks::default(),
+            ..CheckResult::of(verdict)
         }
     }
 
@@ -179,6 +184,7 @@ impl Probe for HttpProbe {
         self.dns.begin(Instant::now() + timeout);
         let mut result = self.run(timeout).await;
         result.remarks.dns_trouble = self.dns.finish();
+        result.tls = self.tls.as_ref().and_then(|noting| noting.facts());
         result
     }
 }

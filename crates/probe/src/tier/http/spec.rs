@@ -1,17 +1,14 @@
 //! The validated description of an HTTP probe: the request, how to connect and what to expect.
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use reqwest::{Method, Url};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use super::conditions::{DegradedIf, Expect, SignalRule};
 use super::headers::RequestHeaders;
+use crate::tier::tls::TlsTrust;
 
 /// An `http://` or `https://` URL with a host and without credentials.
 ///
@@ -86,126 +83,6 @@ impl fmt::Debug for HttpUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.0.as_str(), f)
     }
-}
-
-/// Extra trusted CA certificates, parsed from PEM.
-///
-/// Compares by the certificates' content, so a reload notices a changed CA file (and restarts the
-/// probe with the new roots) but not a moved one.
-#[derive(Clone)]
-pub struct CaBundle {
-    certs: Arc<[CertificateDer<'static>]>,
-}
-
-/// Why a CA bundle could not be read.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidCa {
-    /// The file could not be read.
-    #[error("cannot read CA file {path}: {error}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The OS error.
-        error: String,
-    },
-    /// The file is too large to be a CA bundle.
-    #[error("CA file is larger than {} KiB", CaBundle::MAX_BYTES / 1024)]
-    TooLarge,
-    /// Broken PEM framing or base64.
-    #[error("invalid PEM in CA file: {0}")]
-    Pem(String),
-    /// No `CERTIFICATE` block.
-    #[error("no certificate in CA file")]
-    Empty,
-    /// A block that is not a usable X.509 CA certificate.
-    #[error("certificate {index} of the CA file is invalid: {error}")]
-    Certificate {
-        /// 1-based position in the file.
-        index: usize,
-        /// What is wrong.
-        error: String,
-    },
-}
-
-impl CaBundle {
-    /// The largest CA file read: system bundles are about 200 KiB.
-    pub const MAX_BYTES: usize = 4 * 1024 * 1024;
-
-    /// Parses the `CERTIFICATE` blocks of a PEM document; other blocks are ignored.
-    ///
-    /// # Errors
-    /// [`InvalidCa`] for broken PEM, no certificate, or a certificate that cannot be a trust
-    /// anchor.
-    pub fn from_pem(pem: &[u8]) -> Result<Self, InvalidCa> {
-        if pem.len() > Self::MAX_BYTES {
-            return Err(InvalidCa::TooLarge);
-        }
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| InvalidCa::Pem(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(InvalidCa::Empty);
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for (i, cert) in certs.iter().enumerate() {
-            roots
-                .add(cert.clone())
-                .map_err(|e| InvalidCa::Certificate {
-                    index: i + 1,
-                    error: e.to_string(),
-                })?;
-        }
-        Ok(Self {
-            certs: certs.into(),
-        })
-    }
-
-    /// Reads and parses a PEM file.
-    ///
-    /// # Errors
-    /// [`InvalidCa::Read`] when the file cannot be read, else as [`CaBundle::from_pem`].
-    pub fn from_file(path: &Path) -> Result<Self, InvalidCa> {
-        let read_error = |e: std::io::Error| InvalidCa::Read {
-            path: path.display().to_string(),
-            error: e.to_string(),
-        };
-        let len = std::fs::metadata(path).map_err(read_error)?.len();
-        if usize::try_from(len).map_or(true, |len| len > Self::MAX_BYTES) {
-            return Err(InvalidCa::TooLarge);
-        }
-        Self::from_pem(&std::fs::read(path).map_err(read_error)?)
-    }
-
-    /// The certificates, DER-encoded.
-    pub fn certificates(&self) -> &[CertificateDer<'static>] {
-        &self.certs
-    }
-}
-
-impl PartialEq for CaBundle {
-    fn eq(&self, other: &Self) -> bool {
-        self.certs == other.certs
-    }
-}
-
-impl fmt::Debug for CaBundle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CaBundle({} certificates)", self.certs.len())
-    }
-}
-
-/// Which servers a TLS connection trusts.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum TlsTrust {
-    /// Certificates must chain to the system's trust store (`/etc/ssl/certs`, or `SSL_CERT_FILE`
-    /// / `SSL_CERT_DIR`) and match the host name. The default.
-    #[default]
-    System,
-    /// As [`TlsTrust::System`], with these CAs trusted as well (a private CA).
-    WithCa(CaBundle),
-    /// Any certificate, for any name: the connection is encrypted but not authenticated. For
-    /// self-signed test setups only; signatures in the handshake are still checked.
-    InsecureSkipVerify,
 }
 
 /// An HTTP probe: one request, evaluated against conditions.
@@ -310,22 +187,5 @@ mod tests {
                 .to_string()
                 .contains("hunter2")
         );
-    }
-
-    #[test]
-    fn ca_bundles_reject_garbage() {
-        assert_eq!(CaBundle::from_pem(b"not pem"), Err(InvalidCa::Empty));
-        assert!(matches!(
-            CaBundle::from_pem(b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n"),
-            Err(InvalidCa::Pem(_))
-        ));
-        assert!(matches!(
-            CaBundle::from_pem(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
-            Err(InvalidCa::Certificate { index: 1, .. })
-        ));
-        assert!(matches!(
-            CaBundle::from_file(Path::new("/nonexistent/ca.pem")),
-            Err(InvalidCa::Read { .. })
-        ));
     }
 }

@@ -44,58 +44,15 @@ impl TcpProbe {
     }
 
     async fn run(&self, deadline: Instant, remarks: &mut Remarks) -> Result<(), Failure> {
-        let addrs = self.resolve(deadline, remarks).await?;
-        let mut stream = self.connect_any(&addrs, deadline).await?;
+        let addrs = resolve(&self.spec.address, &self.names, deadline, remarks).await?;
+        let nodelay = self.spec.send().is_some();
+        let mut stream = connect_any(&addrs, self.spec.close, nodelay, deadline).await?;
         let result = self.converse(&mut stream, deadline).await;
         if self.spec.close == CloseMode::Graceful {
             // Best effort: the verdict is already made, a failed FIN changes nothing.
             let _ = timeout_at(deadline, stream.shutdown()).await;
         }
         result
-    }
-
-    async fn resolve(
-        &self,
-        deadline: Instant,
-        remarks: &mut Remarks,
-    ) -> Result<Vec<SocketAddr>, Failure> {
-        match &self.spec.address {
-            Address::Socket(addr) => Ok(vec![*addr]),
-            Address::Host { host, port } => match self.names.lookup(host, deadline).await {
-                Ok(resolved) => {
-                    remarks.dns_trouble = resolved.stale;
-                    Ok(resolved
-                        .addrs
-                        .iter()
-                        .map(|ip| SocketAddr::new(*ip, *port))
-                        .collect())
-                }
-                Err(e) => {
-                    if let LookupError::Trouble(trouble) = &e {
-                        remarks.dns_trouble = Some(trouble.clone());
-                    }
-                    Err(Failure::new(FailureReason::Dns, e))
-                }
-            },
-        }
-    }
-
-    /// Connects to the first address that accepts, in resolver order.
-    async fn connect_any(
-        &self,
-        addrs: &[SocketAddr],
-        deadline: Instant,
-    ) -> Result<TcpStream, Failure> {
-        let mut last = None;
-        for addr in addrs {
-            match connect(*addr, self.spec.close, self.spec.send().is_some(), deadline).await {
-                Ok(stream) => return Ok(stream),
-                // Out of time: trying the next address cannot succeed either.
-                Err(f) if f.reason == FailureReason::Timeout => return Err(f),
-                Err(f) => last = Some(f),
-            }
-        }
-        Err(last.unwrap_or_else(|| Failure::new(FailureReason::Dns, "no address to connect to")))
     }
 
     async fn converse(&self, stream: &mut TcpStream, deadline: Instant) -> Result<(), Failure> {
@@ -136,6 +93,54 @@ impl TcpProbe {
     }
 }
 
+/// The socket addresses of `address`, looked up through `names` when it is a host name; resolver
+/// trouble is noted in `remarks`.
+pub(crate) async fn resolve(
+    address: &Address,
+    names: &Names,
+    deadline: Instant,
+    remarks: &mut Remarks,
+) -> Result<Vec<SocketAddr>, Failure> {
+    match address {
+        Address::Socket(addr) => Ok(vec![*addr]),
+        Address::Host { host, port } => match names.lookup(host, deadline).await {
+            Ok(resolved) => {
+                remarks.dns_trouble = resolved.stale;
+                Ok(resolved
+                    .addrs
+                    .iter()
+                    .map(|ip| SocketAddr::new(*ip, *port))
+                    .collect())
+            }
+            Err(e) => {
+                if let LookupError::Trouble(trouble) = &e {
+                    remarks.dns_trouble = Some(trouble.clone());
+                }
+                Err(Failure::new(FailureReason::Dns, e))
+            }
+        },
+    }
+}
+
+/// Connects to the first address that accepts, in resolver order.
+pub(crate) async fn connect_any(
+    addrs: &[SocketAddr],
+    close: CloseMode,
+    nodelay: bool,
+    deadline: Instant,
+) -> Result<TcpStream, Failure> {
+    let mut last = None;
+    for addr in addrs {
+        match connect(*addr, close, nodelay, deadline).await {
+            Ok(stream) => return Ok(stream),
+            // Out of time: trying the next address cannot succeed either.
+            Err(f) if f.reason == FailureReason::Timeout => return Err(f),
+            Err(f) => last = Some(f),
+        }
+    }
+    Err(last.unwrap_or_else(|| Failure::new(FailureReason::Dns, "no address to connect to")))
+}
+
 fn mismatch(expect: &TcpExpect, reply: &[u8], when: &str) -> Failure {
     const SHOWN: usize = 64;
     let shown = String::from_utf8_lossy(&reply[..reply.len().min(SHOWN)]);
@@ -146,7 +151,7 @@ fn mismatch(expect: &TcpExpect, reply: &[u8], when: &str) -> Failure {
 }
 
 /// A non-blocking connect: socket2 builds and starts it, tokio waits for writability.
-async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     close: CloseMode,
     nodelay: bool,

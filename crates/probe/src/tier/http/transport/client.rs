@@ -7,27 +7,24 @@
 //! to a proxy), no retries (a retry would hide the very failure a probe is for), no automatic
 //! `Referer`, HTTP/1.1 only, no redirects (`exchange` follows them).
 //!
-//! TLS is rustls with the pure-Rust `ring` provider, configured here and handed to reqwest, so
-//! the library installs no process-wide crypto provider that an embedder might want to choose.
+//! TLS is rustls with the pure-Rust `ring` provider, configured by `tier::tls::trust` and handed
+//! to reqwest, so the library installs no process-wide crypto provider that an embedder might
+//! want to choose.
 //!
 //! Name resolution goes through the engine's resolver (see `dns`), whose errors have their own
 //! type: reqwest's default resolver reports failures as plain I/O errors, which could not be told
 //! apart from a connection failure.
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::dns::{DnsError, ProbeDns, Reqwest};
 use crate::outcome::{Failure, FailureReason};
-use crate::tier::http::spec::{HttpSpec, TlsTrust};
+use crate::tier::http::spec::HttpSpec;
+use crate::tier::tls::facts::Noting;
+use crate::tier::tls::trust::{client_config, noting_config};
 
 /// Sent as `User-Agent`, so that probes are recognisable in the target's access logs.
 pub(crate) const USER_AGENT: &str = concat!("probe-engine/", env!("CARGO_PKG_VERSION"));
@@ -65,16 +62,22 @@ pub(crate) fn build(
         })
 }
 
-fn tls_failure(detail: impl std::fmt::Display) -> Failure {
-    Failure::new(FailureReason::Tls, detail)
-}
-
-/// The rustls configuration a spec needs. A plain-HTTP probe that follows no redirect never
-/// makes a TLS connection: it does not need the system trust store (which may be missing on a
-/// minimal host), and gets a configuration that trusts nothing.
-pub(crate) fn spec_tls(spec: &HttpSpec) -> Result<rustls::ClientConfig, Failure> {
+/// The rustls configuration a spec needs, and the verifier that notes what its handshakes show
+/// (see `tier::tls::facts`). A plain-HTTP probe that follows no redirect never makes a TLS
+/// connection: it does not need the system trust store (which may be missing on a minimal host),
+/// and gets a configuration that trusts nothing.
+pub(crate) fn spec_tls(
+    spec: &HttpSpec,
+) -> Result<(rustls::ClientConfig, Option<Arc<Noting>>), Failure> {
     let tls_needed = spec.url.is_https() || spec.follow_redirects;
-    tls_config(if tls_needed { Some(&spec.tls) } else { None })
+    let (mut config, noting) = if tls_needed {
+        let (config, noting) = noting_config(&spec.tls)?;
+        (config, Some(noting))
+    } else {
+        (client_config(None)?, None)
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((config, noting))
 }
 
 /// Counts the connections a pooled client opens, so that a failed request can tell whether it
@@ -150,123 +153,6 @@ pub(crate) fn closed_under_us(err: &reqwest::Error) -> bool {
         source = e.source();
     }
     false
-}
-
-/// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used.
-pub(crate) fn tls_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(tls_failure)?;
-    let mut config = match trust {
-        None => builder.with_root_certificates(RootCertStore::empty()),
-        Some(TlsTrust::InsecureSkipVerify) => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(SkipVerify(provider))),
-        Some(TlsTrust::System) => {
-            let verifier = WebPkiServerVerifier::builder_with_provider(system_roots()?, provider)
-                .build()
-                .map_err(tls_failure)?;
-            builder.with_webpki_verifier(verifier)
-        }
-        Some(TlsTrust::WithCa(ca)) => {
-            // Roots of a store already in use can be shared, not extended: copy them.
-            let mut roots = match system_roots() {
-                Ok(system) => RootCertStore::clone(&system),
-                Err(_) => RootCertStore::empty(),
-            };
-            for cert in ca.certificates() {
-                roots.add(cert.clone()).map_err(tls_failure)?;
-            }
-            let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(tls_failure)?;
-            builder.with_webpki_verifier(verifier)
-        }
-    }
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// The system's trust store, read once per process and shared by every probe.
-///
-/// A store holds about 150 certificates (~200 KiB parsed); 10 000 HTTPS targets each loading
-/// their own would take seconds of CPU at every load and gigabytes of memory. The cost of sharing
-/// is that a change to the system store is seen after a restart, as with most daemons.
-fn system_roots() -> Result<Arc<RootCertStore>, Failure> {
-    static ROOTS: OnceLock<Result<Arc<RootCertStore>, String>> = OnceLock::new();
-    ROOTS
-        .get_or_init(|| {
-            let loaded = rustls_native_certs::load_native_certs();
-            let mut roots = RootCertStore::empty();
-            roots.add_parsable_certificates(loaded.certs);
-            if roots.is_empty() {
-                let why = loaded
-                    .errors
-                    .first()
-                    .map_or_else(|| "none found".to_owned(), ToString::to_string);
-                Err(format!(
-                    "no CA certificates could be loaded from the system trust store ({why}); \
-                     install the CA certificates or set tls.ca_file"
-                ))
-            } else {
-                Ok(Arc::new(roots))
-            }
-        })
-        .clone()
-        .map_err(tls_failure)
-}
-
-/// Accepts any certificate for any name (`insecure_skip_verify`), but still checks that the
-/// handshake is signed by the certificate's key, so the session is at least not trivially
-/// tampered with.
-#[derive(Debug)]
-struct SkipVerify(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for SkipVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// Classifies a reqwest error met while `doing` something ("request", "reading the body").

@@ -11,7 +11,7 @@
 //! - when the reply is complete, the socket is closed with `SO_LINGER 0`, i.e. a reset, as the
 //!   TCP tier does: neither side keeps a `TIME_WAIT` entry, so a high probe rate cannot exhaust
 //!   ephemeral ports (the request also says `Connection: close`, so the server expects the end);
-//! - TLS uses the same rustls configuration as the pooled client (see `client::tls_config`).
+//! - TLS uses the same rustls configuration as the pooled client (see `client::spec_tls`).
 //!
 //! Each redirect (see `exchange`) is a new connection too.
 

@@ -1,0 +1,92 @@
+//! The `tls` section of a target, a TLS certificate probe: raw schema and its mapping onto
+//! [`TlsSpec`].
+
+use std::time::Duration;
+
+use probe::target::Address;
+use probe::tier::tls::{StartTls, TlsSpec};
+use serde::Deserialize;
+
+use super::diagnostics::{did_you_mean, quote};
+use super::files::Source;
+use super::http::{Checked, trust};
+use super::node::{Diags, Sp};
+use super::schedule::duration_at_most;
+
+/// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
+/// certificates are issued for at most 13 months, and a warning longer than that never clears.
+const MAX_EXPIRES_WITHIN: Duration = Duration::from_secs(31_557_600);
+
+#[derive(Deserialize)]
+#[serde(rename = "tls", deny_unknown_fields)]
+pub(super) struct RawTlsProbe {
+    address: Sp<String>,
+    server_name: Option<Sp<String>>,
+    ca_file: Option<Sp<String>>,
+    insecure_skip_verify: Option<Sp<bool>>,
+    expires_within: Option<Sp<String>>,
+    starttls: Option<Sp<String>>,
+}
+
+/// Maps a raw `tls` section onto a spec, reporting every invalid value.
+pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) -> Option<TlsSpec> {
+    let spec = raw
+        .address
+        .value
+        .trim()
+        .parse::<Address>()
+        .map_err(|e| diags.push((raw.address.pos, e.to_string())))
+        .and_then(|address| {
+            TlsSpec::new(address).map_err(|e| {
+                diags.push((
+                    raw.address.pos,
+                    format!("{e}; set \"server_name\" to the name the certificate holds"),
+                ));
+            })
+        });
+    let spec = match (spec, raw.server_name) {
+        (Ok(spec), Some(name)) => spec
+            .with_server_name(name.value.trim())
+            .map_err(|e| diags.push((name.pos, e.to_string()))),
+        (spec, _) => spec,
+    };
+    let trust = trust(raw.ca_file, raw.insecure_skip_verify, source.dir, diags);
+    let within = duration_at_most(
+        raw.expires_within.as_ref(),
+        "expires_within",
+        true,
+        MAX_EXPIRES_WITHIN,
+        diags,
+    );
+    let starttls = raw
+        .starttls
+        .map_or(Ok(None), |s| starttls(&s, diags).map(Some));
+    let mut spec = spec.ok()?;
+    spec.trust = trust.ok()?;
+    if within.is_invalid() {
+        return None;
+    }
+    spec.expires_within = within.value();
+    spec.starttls = starttls.ok()?;
+    Some(spec)
+}
+
+fn starttls(raw: &Sp<String>, diags: &mut Diags) -> Checked<StartTls> {
+    let name = raw.value.trim();
+    if let Some(known) = StartTls::ALL.into_iter().find(|p| p.as_str() == name) {
+        return Ok(known);
+    }
+    let names = StartTls::ALL.map(StartTls::as_str);
+    let hint = match did_you_mean(name, names) {
+        Some(best) => format!(", did you mean {best:?}?"),
+        None => format!("; expected one of {}", names.join(", ")),
+    };
+    diags.push((
+        raw.pos,
+        format!(
+            "unknown protocol {} for \"starttls\"{hint}",
+            quote(&raw.value)
+        ),
+    ));
+    Err(())
+}

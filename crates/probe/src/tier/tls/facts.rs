@@ -1,0 +1,194 @@
+//! What a handshake shows of the server: a certificate verifier that notes the chain it was
+//! shown and the protocol version, around the verifier that decides.
+//!
+//! The chain is noted before it is judged, so a refused certificate (expired, for the wrong name,
+//! from an unknown issuer) still reports its dates: the moment a certificate has expired is when
+//! `probe_ssl_earliest_cert_expiry` matters most. The version is told by which signature check
+//! the handshake asks for (TLS 1.2 and 1.3 each have their own), so the verifier learns it with
+//! no access to the connection, which is what lets a pooled HTTPS client report it too.
+//!
+//! Only full handshakes call a verifier. The TLS tier turns session resumption off, so that every
+//! check sees the certificate; a pooled HTTPS client keeps what its last full handshake showed.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
+
+use crate::outcome::{CertificateFacts, Failure, FailureReason, TlsFacts};
+
+/// A verifier that notes what each handshake showed, then lets `inner` decide.
+#[derive(Debug)]
+pub(crate) struct Noting {
+    inner: Arc<dyn ServerCertVerifier>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// The chain of the latest handshake, the leaf first.
+    chain: Vec<CertificateDer<'static>>,
+    version: Option<&'static str>,
+    /// The facts last read from `chain` and `version`, shared until either changes: a pooled
+    /// client reports the same facts run after run, and parsing certificates is not free.
+    read: Option<Arc<TlsFacts>>,
+}
+
+impl Noting {
+    pub(crate) fn new(inner: Arc<dyn ServerCertVerifier>) -> Self {
+        Self {
+            inner,
+            seen: Mutex::new(Seen::default()),
+        }
+    }
+
+    /// What the latest full handshake showed; `None` before any.
+    pub(crate) fn facts(&self) -> Option<Arc<TlsFacts>> {
+        let mut seen = self.seen.lock();
+        if seen.chain.is_empty() {
+            return None;
+        }
+        if seen.read.is_none() {
+            seen.read = Some(Arc::new(read(&seen.chain, seen.version)));
+        }
+        seen.read.clone()
+    }
+
+    /// Forgets the latest handshake, so that facts afterwards are those of a new one.
+    pub(crate) fn forget(&self) {
+        *self.seen.lock() = Seen::default();
+    }
+
+    fn version(&self, version: &'static str) {
+        let mut seen = self.seen.lock();
+        if seen.version != Some(version) {
+            seen.version = Some(version);
+            seen.read = None;
+        }
+    }
+}
+
+impl ServerCertVerifier for Noting {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        {
+            let mut seen = self.seen.lock();
+            let same = seen.chain.len() == intermediates.len() + 1
+                && seen
+                    .chain
+                    .iter()
+                    .zip(std::iter::once(end_entity).chain(intermediates))
+                    .all(|(a, b)| a.as_ref() == b.as_ref());
+            if !same {
+                seen.chain = std::iter::once(end_entity)
+                    .chain(intermediates)
+                    .map(|c| c.clone().into_owned())
+                    .collect();
+                // Known once a signature is checked, after this.
+                seen.version = None;
+                seen.read = None;
+            }
+        }
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.version("TLS 1.2");
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.version("TLS 1.3");
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+
+    fn requires_raw_public_keys(&self) -> bool {
+        self.inner.requires_raw_public_keys()
+    }
+
+    fn root_hint_subjects(&self) -> Option<&[rustls::DistinguishedName]> {
+        self.inner.root_hint_subjects()
+    }
+}
+
+/// The facts of a chain; a certificate that cannot be parsed is left out (a verifier refuses it
+/// anyway, and says so).
+fn read(chain: &[CertificateDer<'_>], version: Option<&'static str>) -> TlsFacts {
+    let chain = chain
+        .iter()
+        .filter_map(|der| {
+            let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+            let validity = cert.validity();
+            Some(CertificateFacts {
+                subject: cert.subject().to_string(),
+                issuer: cert.issuer().to_string(),
+                not_before: unix(validity.not_before.timestamp()),
+                not_after: unix(validity.not_after.timestamp()),
+            })
+        })
+        .collect();
+    TlsFacts { version, chain }
+}
+
+fn unix(seconds: i64) -> SystemTime {
+    let magnitude = std::time::Duration::from_secs(seconds.unsigned_abs());
+    if seconds >= 0 {
+        UNIX_EPOCH + magnitude
+    } else {
+        UNIX_EPOCH - magnitude
+    }
+}
+
+/// A refused certificate in words that say which check refused it.
+pub(crate) fn certificate_failure(error: &CertificateError) -> Failure {
+    let detail = match error {
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+            "certificate expired".to_owned()
+        }
+        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+            "certificate not yet valid".to_owned()
+        }
+        CertificateError::NotValidForName => "certificate not valid for the name".to_owned(),
+        CertificateError::NotValidForNameContext {
+            expected,
+            presented,
+        } => format!(
+            "certificate not valid for the name {}: it names {}",
+            expected.to_str(),
+            if presented.is_empty() {
+                "nothing".to_owned()
+            } else {
+                presented.join(", ")
+            }
+        ),
+        CertificateError::UnknownIssuer => {
+            "certificate untrusted: its issuer is not a trusted CA".to_owned()
+        }
+        other => format!("certificate refused: {other}"),
+    };
+    Failure::new(FailureReason::Tls, detail)
+}
