@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::resolve::Names;
+use crate::tier::dns::DnsSpec;
 use crate::tier::http::HttpSpec;
 use crate::tier::probe::Probe;
 use crate::tier::spec::ProbeSpec;
@@ -21,5 +22,6 @@ pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
             names.clone(),
         )),
         ProbeSpec::Custom(custom) => custom.probe().clone(),
+        ProbeSpec::Dns(dns) => Arc::new(crate::tier::dns::DnsProbe::new(DnsSpec::clone(dns))),
     }
 }

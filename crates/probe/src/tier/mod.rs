@@ -4,12 +4,14 @@
 //! - [`ProbeSpec`] (in `spec`): which tier probes a target, with that tier's spec;
 //! - [`build`]: the probe a spec describes;
 //! - [`tcp`]: the TCP connect tier;
-//! - [`http`]: the HTTP tier, judged by conditions.
+//! - [`http`]: the HTTP tier, judged by conditions;
+//! - [`dns`]: the DNS tier, one question to one server.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
 
 pub(crate) mod build;
+pub mod dns;
 pub mod http;
 pub(crate) mod probe;
 pub(crate) mod spec;

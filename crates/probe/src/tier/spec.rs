@@ -15,20 +15,23 @@ pub enum ProbeSpec {
     /// An HTTP request judged by conditions. Boxed: it is much larger than the other variants,
     /// and a target's spec is cloned on every apply.
     Http(Box<crate::tier::http::HttpSpec>),
+    /// A DNS query judged by its reply. Boxed, like `Http`: a parsed name is large.
+    Dns(Box<crate::tier::dns::DnsSpec>),
     /// A probe supplied in code by an embedder (or a test).
     Custom(CustomProbe),
 }
 
 impl ProbeSpec {
     /// Every kind's name, as [`ProbeSpec::kind`] gives it.
-    pub const KINDS: [&'static str; 3] = ["tcp", "http", "custom"];
+    pub const KINDS: [&'static str; 4] = ["tcp", "http", "custom", "dns"];
 
-    /// The probe's kind, a metric label: `tcp`, `http` or `custom`.
+    /// The probe's kind, a metric label: one of [`ProbeSpec::KINDS`].
     pub const fn kind(&self) -> &'static str {
         match self {
             Self::Tcp(_) => Self::KINDS[0],
             Self::Http(_) => Self::KINDS[1],
             Self::Custom(_) => Self::KINDS[2],
+            Self::Dns(_) => Self::KINDS[3],
         }
     }
 }

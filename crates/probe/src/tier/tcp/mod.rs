@@ -145,8 +145,9 @@ fn mismatch(expect: &TcpExpect, reply: &[u8], when: &str) -> Failure {
     )
 }
 
-/// A non-blocking connect: socket2 builds and starts it, tokio waits for writability.
-async fn connect(
+/// A non-blocking connect: socket2 builds and starts it, tokio waits for writability. Also the
+/// DNS tier's, for its queries over TCP.
+pub(crate) async fn connect(
     addr: SocketAddr,
     close: CloseMode,
     nodelay: bool,
