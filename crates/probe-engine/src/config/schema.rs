@@ -3,12 +3,13 @@
 //! Values that need validation are kept as located strings and numbers (`Sp`), and checked
 //! afterwards so that the checks can point at them; every struct denies unknown keys, which
 //! [`collect`](super::node::collect) turns into did-you-mean errors. A section that has a module
-//! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`,
+//! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`, `dns`,
 //! `graph`, `topology`, `resolver`, `metrics`); this module ties them into the document.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
+use super::dns::RawDns;
 use super::http::RawHttp;
 use super::node::{BoolOr, Sp};
 use super::passive;
@@ -105,6 +106,7 @@ schedule_section! {
         kind: Option<Sp<String>>,
         tcp: Option<Sp<RawTcp>>,
         http: Option<Sp<RawHttp>>,
+        dns: Option<Sp<RawDns>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,
