@@ -253,7 +253,7 @@ async fn a_server_that_never_answers_times_out_after_asking_three_times() {
         format!("no reply from {addr} over UDP in time (asked 3 times)")
     );
     assert!(
-        (Duration::from_millis(300)..Duration::from_millis(600)).contains(&elapsed),
+        (Duration::from_millis(300)..Duration::from_secs(1)).contains(&elapsed),
         "{elapsed:?}"
     );
     assert_eq!(seen.load(Ordering::SeqCst), 3);
