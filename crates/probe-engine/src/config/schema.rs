@@ -3,7 +3,7 @@
 //! Values that need validation are kept as located strings and numbers (`Sp`), and checked
 //! afterwards so that the checks can point at them; every struct denies unknown keys, which
 //! [`collect`](super::node::collect) turns into did-you-mean errors. A section that has a module
-//! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`, `dns`,
+//! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`,
 //! `graph`, `topology`, `resolver`, `metrics`); this module ties them into the document.
 
 use serde::Deserialize;

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use crate::resolve::Names;
-use crate::tier::dns::DnsSpec;
 use crate::tier::http::HttpSpec;
 use crate::tier::probe::Probe;
 use crate::tier::spec::ProbeSpec;
@@ -22,6 +21,8 @@ pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
             names.clone(),
         )),
         ProbeSpec::Custom(custom) => custom.probe().clone(),
-        ProbeSpec::Dns(dns) => Arc::new(crate::tier::dns::DnsProbe::new(DnsSpec::clone(dns))),
+        ProbeSpec::Dns(dns) => Arc::new(crate::tier::dns::DnsProbe::new(
+            crate::tier::dns::DnsSpec::clone(dns),
+        )),
     }
 }
