@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use probe::outcome::Severity;
 use probe::target::Address;
 use probe::tier::ProbeSpec;
+use probe::tier::dns::{AnswerMatch, DnsSpec, DnsTransport, DnsType, Rcode};
 use probe::tier::http::{
     HeaderMatch, HttpSpec, JsonMatch, JsonScalar, Method, StatusPattern, StatusSet, TlsTrust,
 };
@@ -85,7 +86,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "tls", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "tls", "dns", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -237,7 +238,7 @@ const CASES: &[Case] = &[
         errors: &[(
             2,
             5,
-            r#"target "db" has no probe: add one of "tcp", "http", "tls""#,
+            r#"target "db" has no probe: add one of "tcp", "http", "tls", "dns""#,
         )],
     },
     Case {
@@ -1063,6 +1064,162 @@ const CASES: &[Case] = &[
             23,
             r#"readiness requires "chekout", which is neither a target nor a group (did you mean "checkout"?)"#,
         )],
+    },
+    Case {
+        name: "dns: unknown record types",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns: {server: 127.0.0.1, name: a.test, type: AAA}",
+            "  - id: b",
+            "    dns: {server: 127.0.0.1, name: a.test, type: AXFR}",
+        ],
+        errors: &[
+            (
+                3,
+                50,
+                r#"unknown record type "AAA" for "type", did you mean "AAAA"?"#,
+            ),
+            (
+                5,
+                50,
+                r#"unknown record type "AXFR" for "type"; expected one of A, AAAA, CNAME, MX, TXT, SRV, NS, SOA, PTR"#,
+            ),
+        ],
+    },
+    Case {
+        name: "dns: unknown transport",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns:",
+            "      server: 127.0.0.1",
+            "      name: a.test",
+            "      transport: tpc",
+        ],
+        errors: &[(
+            6,
+            18,
+            r#"unknown transport "tpc" for "transport", did you mean "tcp"?"#,
+        )],
+    },
+    Case {
+        name: "dns: unknown rcode",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns:",
+            "      server: 127.0.0.1",
+            "      name: a.test",
+            "      expect: {rcode: NXDOMIAN}",
+        ],
+        errors: &[(
+            6,
+            23,
+            r#"unknown rcode "NXDOMIAN" for "rcode", did you mean "NXDOMAIN"?"#,
+        )],
+    },
+    Case {
+        name: "dns: bad server addresses",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns: {server: \"dns.internal:53\", name: a.test}",
+            "  - id: b",
+            "    dns: {server: \"127.0.0.1:99999\", name: a.test}",
+        ],
+        errors: &[
+            (
+                3,
+                19,
+                r#"invalid server address "dns.internal:53": expected IP:PORT (such as 127.0.0.1:53 or [::1]:53) or an IP"#,
+            ),
+            (5, 19, r#"invalid server address "127.0.0.1:99999""#),
+        ],
+    },
+    Case {
+        name: "dns: an invalid re: answer",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns:",
+            "      server: 127.0.0.1",
+            "      name: a.test",
+            "      expect:",
+            "        answers: [\"10.0.0.5\", \"re:^10\\\\.(0\"]",
+        ],
+        errors: &[(
+            7,
+            31,
+            r#"invalid regex "re:^10\\.(0" in "answers": unclosed group"#,
+        )],
+    },
+    Case {
+        name: "dns: missing and invalid names",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns:",
+            "      server: 127.0.0.1",
+            "  - id: b",
+            "    dns: {server: 127.0.0.1, name: \"a..test\"}",
+        ],
+        errors: &[
+            (4, 7, r#"missing field "name" in dns"#),
+            (6, 36, r#"invalid DNS name "a..test": "#),
+        ],
+    },
+    Case {
+        name: "dns: unknown keys with suggestions",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns:",
+            "      server: 127.0.0.1",
+            "      name: a.test",
+            "      transprot: tcp",
+            "      expect: {min_answer: 2}",
+        ],
+        errors: &[
+            (
+                6,
+                7,
+                r#"unknown field "transprot" in dns, did you mean "transport"?"#,
+            ),
+            (
+                7,
+                16,
+                r#"unknown field "min_answer" in expect, did you mean "min_answers"?"#,
+            ),
+        ],
+    },
+    Case {
+        name: "dns: bad latency_over, negative min_answers, and a second probe",
+        yaml: &[
+            "targets:",
+            "  - id: a",
+            "    dns:",
+            "      server: 127.0.0.1",
+            "      name: a.test",
+            "      expect: {min_answers: -1}",
+            "      degraded_if: {latency_over: fast}",
+            "  - id: b",
+            "    tcp: {address: \"a:1\"}",
+            "    dns: {server: 127.0.0.1, name: a.test}",
+        ],
+        errors: &[
+            (
+                6,
+                29,
+                r#"invalid value for "dns.expect.min_answers": expected an integer between 0 and 4294967295, found integer -1"#,
+            ),
+            (7, 35, r#"invalid duration "fast" for "latency_over""#),
+            (
+                10,
+                5,
+                r#"target "b" has more than one probe: keep only one"#,
+            ),
+        ],
     },
     Case {
         name: "tls probe keys are checked",
@@ -2101,6 +2258,77 @@ fn an_entry_outside_the_files_reads_like_a_targets_item() {
 
 // ---------------------------------------------------------------------------------------------
 // Passive health: circuit breakers on targets, pools (outlier, recovery, slow start) on groups.
+
+fn dns(config: &Config, index: usize) -> &DnsSpec {
+    match &config.topology.targets[index].probe {
+        ProbeSpec::Dns(dns) => dns,
+        other => panic!("expected a dns probe, got {other:?}"),
+    }
+}
+
+#[test]
+fn dns_section_is_fully_mapped() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: internal-dns",
+        "    dns:",
+        "      server: 127.0.0.1:5353",
+        "      name: orders.internal.",
+        "      type: mx",
+        "      transport: tcp",
+        "      expect:",
+        "        rcode: nxdomain",
+        "        answers: [\"10 mail.internal\", \"re:^20 \"]",
+        "        min_answers: 2",
+        "      degraded_if: {latency_over: 200ms}",
+        "  - id: defaults",
+        "    dns: {server: \"::1\", name: orders.internal, expect: {answers: 10.0.0.5}}",
+    ]));
+    let full = dns(&config, 0);
+    assert_eq!(full.server, "127.0.0.1:5353".parse::<SocketAddr>().unwrap());
+    assert_eq!(full.name(), "orders.internal");
+    assert_eq!(full.record_type, DnsType::Mx);
+    assert_eq!(full.transport, DnsTransport::Tcp);
+    assert_eq!(full.expect.rcode, Rcode::NXDOMAIN);
+    assert_eq!(
+        full.expect.answers,
+        vec![
+            AnswerMatch::parse("10 mail.internal").unwrap(),
+            AnswerMatch::parse("re:^20 ").unwrap()
+        ]
+    );
+    assert_eq!(full.expect.min_answers, Some(2));
+    assert_eq!(
+        full.degraded_if.latency_over,
+        Some(Duration::from_millis(200))
+    );
+
+    let defaults = dns(&config, 1);
+    assert_eq!(defaults.server, "[::1]:53".parse::<SocketAddr>().unwrap());
+    assert_eq!(defaults.record_type, DnsType::A);
+    assert_eq!(defaults.transport, DnsTransport::Udp);
+    assert_eq!(defaults.expect.rcode, Rcode::NOERROR);
+    assert_eq!(defaults.expect.min_answers(), 1);
+    assert_eq!(
+        defaults.expect.answers,
+        vec![AnswerMatch::Exact("10.0.0.5".into())]
+    );
+    assert_eq!(defaults.degraded_if.latency_over, None);
+}
+
+#[test]
+fn a_dns_probe_without_a_server_asks_the_systems_resolver() {
+    let text = doc(&["targets:", "  - id: a", "    dns: {name: a.test}"]);
+    match probe::tier::dns::system_server() {
+        Ok(system) => assert_eq!(dns(&parse_ok(&text), 0).server, system),
+        Err(e) => assert_eq!(
+            errors_of(&text),
+            [format!(
+                "t.yaml:3:5: no \"server\" given, and {e}: add \"server\" (IP:PORT)"
+            )]
+        ),
+    }
+}
 
 fn errors_of(text: &str) -> Vec<String> {
     match parse(text) {

@@ -1,6 +1,7 @@
 //! The daemon's resolver end to end: the `resolver` section pointed at a real dnsmasq on a
 //! loopback port, which then stops answering. Stale answers show in `last.note` and the
-//! metrics; the outage in the log, `/health` and the metrics; no target goes DOWN.
+//! metrics; the outage in the log, `/health` and the metrics; no target goes DOWN. And `dns`
+//! targets, probing the same dnsmasq: their verdicts and answers in the API.
 
 mod support;
 
@@ -111,4 +112,62 @@ async fn a_dead_resolver_is_the_engines_fault_not_the_targets() {
     let health: Value = daemon.get("/health").await.json().await.unwrap();
     assert_eq!(health["checks"]["resolver:dns"][0]["status"], "pass");
     assert_eq!(health["status"], "pass", "{health}");
+}
+
+/// DNS probes as the daemon runs them: one whose answer is right is UP, one whose record
+/// changed is DOWN with the answer that came back, a slow-flagged one is DEGRADED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_targets_show_their_answers_in_the_api() {
+    let server = dns::DnsServer::start(&[("orders.test", "10.0.0.5".parse().unwrap())]);
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "defaults:\n  interval: 300ms\n  timeout: 200ms\n  rise: 1\n  fall: 1\n\
+         targets:\n\
+         \x20 - id: orders-dns\n    dns:\n      server: \"{addr}\"\n      name: orders.test\n      \
+         expect: {{answers: [\"10.0.0.5\"]}}\n\
+         \x20 - id: moved-dns\n    dns:\n      server: \"{addr}\"\n      name: orders.test\n      \
+         transport: tcp\n      expect: {{answers: [\"10.0.0.6\"]}}\n\
+         \x20 - id: slow-dns\n    dns:\n      server: \"{addr}\"\n      name: orders.test\n      \
+         degraded_if: {{latency_over: 1ns}}\n",
+        addr = server.addr
+    );
+    std::fs::write(dir.path().join("targets.yaml"), yaml).unwrap();
+    let daemon = Daemon::start(dir.path());
+    daemon
+        .wait_states(&[
+            ("orders-dns", "UP"),
+            ("moved-dns", "DOWN"),
+            ("slow-dns", "DEGRADED"),
+        ])
+        .await;
+    let moved: Value = daemon
+        .get("/v1/targets/moved-dns")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(moved["last_failure"]["reason"], "assertion", "{moved}");
+    assert_eq!(
+        moved["last_failure"]["detail"],
+        r#"expected "10.0.0.6" among the A answers, got NOERROR: 10.0.0.5"#,
+        "{moved}"
+    );
+    let slow: Value = daemon
+        .get("/v1/targets/slow-dns")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let reasons = slow["degraded_reasons"].as_array().unwrap();
+    assert!(
+        reasons[0].as_str().unwrap().ends_with("ms over 1ns"),
+        "{slow}"
+    );
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.value(
+            "probe_failures_total",
+            &[("target", "moved-dns"), ("reason", "assertion")]
+        ) >= 1.0
+    );
 }

@@ -95,6 +95,7 @@
 //! files into one [`Config`], reporting every problem as `diagnostics` words it.
 
 mod diagnostics;
+mod dns;
 mod files;
 mod graph;
 mod http;

@@ -25,10 +25,10 @@ use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of,
 use super::passive::{self, Passive};
 use super::schedule::{Sched, duration_at_most};
 use super::schema::{RawTarget, RawTcp, RawWindow};
-use super::{graph, http, tls};
+use super::{dns, graph, http, tls};
 
 /// The probe kinds a target can have, exactly one of which it must have.
-const PROBE_KINDS: &[&str] = &["tcp", "http", "tls"];
+const PROBE_KINDS: &[&str] = &["tcp", "http", "tls", "dns"];
 
 /// The longest accepted one-time maintenance window. Daily windows last at most a day.
 const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 60 * 60);
@@ -246,6 +246,10 @@ pub(super) fn parse_target(
         let spec = tls::parse(section.value, source, diags);
         probes.push((section.key, spec.map(|t| ProbeSpec::Tls(Box::new(t)))));
     }
+    if let Some(section) = raw.dns {
+        let spec = dns::parse(section.value, section.key, diags);
+        probes.push((section.key, spec.map(|d| ProbeSpec::Dns(Box::new(d)))));
+    }
     // The second in document order is the one to remove.
     probes.sort_by_key(|(pos, _)| *pos);
     let probe = match probes.as_mut_slice() {
@@ -434,7 +438,7 @@ fn time_of_day(text: &str) -> Option<Duration> {
 }
 
 /// The one line of a regex syntax error that says what is wrong (the others draw a caret).
-fn regex_message(e: &regex::Error) -> String {
+pub(super) fn regex_message(e: &regex::Error) -> String {
     let text = e.to_string();
     text.lines()
         .find_map(|line| line.trim().strip_prefix("error: "))

@@ -203,6 +203,7 @@ fn member_uri(lease: &Lease, uri: &Uri) -> Result<Uri, BoxError> {
             Authority::try_from(spec.address.to_string())?,
         ),
         ProbeSpec::Custom(_) => return Err(Box::new(NoAddress(lease.id().clone()))),
+        ProbeSpec::Dns(_) => return Err(Box::new(NoAddress(lease.id().clone()))),
     };
     let mut parts = uri.clone().into_parts();
     parts.scheme = Some(scheme);

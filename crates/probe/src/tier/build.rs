@@ -26,5 +26,8 @@ pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
             names.clone(),
         )),
         ProbeSpec::Custom(custom) => custom.probe().clone(),
+        ProbeSpec::Dns(dns) => Arc::new(crate::tier::dns::DnsProbe::new(
+            crate::tier::dns::DnsSpec::clone(dns),
+        )),
     }
 }

@@ -7,11 +7,13 @@
 //! - [`http`]: the HTTP tier, judged by conditions;
 //! - [`tls`]: the TLS certificate tier, and the TLS trust and handshake facts the tiers that
 //!   speak TLS share.
+//! - [`dns`]: the DNS tier, one question to one server.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
 
 pub(crate) mod build;
+pub mod dns;
 pub mod http;
 pub(crate) mod probe;
 pub(crate) mod spec;

@@ -17,13 +17,15 @@ pub enum ProbeSpec {
     Http(Box<crate::tier::http::HttpSpec>),
     /// A TLS handshake judged on the server's certificate.
     Tls(Box<crate::tier::tls::TlsSpec>),
+    /// A DNS query judged by its reply. Boxed, like `Http`: a parsed name is large.
+    Dns(Box<crate::tier::dns::DnsSpec>),
     /// A probe supplied in code by an embedder (or a test).
     Custom(CustomProbe),
 }
 
 impl ProbeSpec {
     /// Every kind's name, as [`ProbeSpec::kind`] gives it.
-    pub const KINDS: [&'static str; 4] = ["tcp", "http", "tls", "custom"];
+    pub const KINDS: [&'static str; 5] = ["tcp", "http", "tls", "dns", "custom"];
 
     /// The probe's kind, a metric label: one of [`ProbeSpec::KINDS`].
     pub const fn kind(&self) -> &'static str {
@@ -31,7 +33,8 @@ impl ProbeSpec {
             Self::Tcp(_) => Self::KINDS[0],
             Self::Http(_) => Self::KINDS[1],
             Self::Tls(_) => Self::KINDS[2],
-            Self::Custom(_) => Self::KINDS[3],
+            Self::Dns(_) => Self::KINDS[3],
+            Self::Custom(_) => Self::KINDS[4],
         }
     }
 }

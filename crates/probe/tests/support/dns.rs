@@ -7,7 +7,8 @@
 //! answers, so they time out while every other name resolves: one broken zone.
 //!
 //! [`DnsServer::pause`] stops the process (SIGSTOP), so that every query times out, as with a
-//! resolver that hangs; [`DnsServer::resume`] lets it go on. Shared by the library's tests
+//! resolver that hangs; [`DnsServer::resume`] lets it go on. [`DnsServer::start_with`] adds
+//! records of other types, for the DNS probe's tests. Shared by the library's tests
 //! (`crates/probe/tests/`), the workspace's and the daemon's, through `#[path]`.
 
 #![allow(dead_code)] // Each test file uses a different part.
@@ -39,6 +40,13 @@ impl DnsServer {
     /// Starts dnsmasq answering `names` (each with its address) and NXDOMAIN for other `.test`
     /// names; returns once it accepts connections.
     pub fn start(names: &[(&str, IpAddr)]) -> Self {
+        Self::start_with(names, &[])
+    }
+
+    /// [`DnsServer::start`] with more dnsmasq options, for records a hosts file cannot hold:
+    /// `--txt-record=`, `--mx-host=`, `--srv-host=`, `--cname=`, `--host-record=`,
+    /// `--ptr-record=`.
+    pub fn start_with(names: &[(&str, IpAddr)], records: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let hosts = dir.path().join("hosts");
         write_hosts(&hosts, names);
@@ -69,6 +77,7 @@ impl DnsServer {
             .arg(format!("--server=/broken.test/127.0.0.1#{silent_port}"))
             .arg(format!("--port={port}"))
             .arg(format!("--addn-hosts={}", hosts.display()))
+            .args(records)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -150,7 +150,8 @@ fn mismatch(expect: &TcpExpect, reply: &[u8], when: &str) -> Failure {
     )
 }
 
-/// A non-blocking connect: socket2 builds and starts it, tokio waits for writability.
+/// A non-blocking connect: socket2 builds and starts it, tokio waits for writability. Also the
+/// TLS and DNS tiers' (for DNS over TCP).
 pub(crate) async fn connect(
     addr: SocketAddr,
     close: CloseMode,
