@@ -86,7 +86,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "tls", "dns", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -238,7 +238,7 @@ const CASES: &[Case] = &[
         errors: &[(
             2,
             5,
-            r#"target "db" has no probe: add one of "tcp", "http", "tls", "dns""#,
+            r#"target "db" has no probe: add one of "tcp", "http", "grpc", "tls", "dns""#,
         )],
     },
     Case {
@@ -1269,6 +1269,43 @@ const CASES: &[Case] = &[
                 45,
                 r#"expires_within must be at most 1year, got "500d""#,
             ),
+        ],
+    },
+    Case {
+        name: "grpc probe keys are checked",
+        yaml: &[
+            "targets:",                                                                    // 1
+            "  - id: a",                                                                   // 2
+            "    grpc: {address: a}",                                                      // 3
+            "  - id: b",                                                                   // 4
+            "    grpc: {address: \"b:1\", servce: x}",                                     // 5
+            "  - id: c",                                                                   // 6
+            "    grpc: {address: \"c:1\", tls: {ca_file: x, insecure_skip_verify: true}}", // 7
+            "  - id: d",                                                                   // 8
+            "    grpc: {address: \"d:1\", metadata: {\"bad name\": x}}",                   // 9
+            "  - id: e",                                                                   // 10
+            "    grpc: {address: \"e:1\", degraded_if: {latency_over: fast}}",             // 11
+            "  - id: f",                                                                   // 12
+            "    grpc: {address: \"f:1\", metadata: {authorization: \"${UNSET_FOR_CONFIG_TEST}\"}}", // 13
+            "  - id: g",                                             // 14
+            "    grpc: {address: \"g:1\", fresh_connection: maybe}", // 15
+        ],
+        errors: &[
+            (3, 21, "has no port"),
+            (
+                5,
+                28,
+                r#"unknown field "servce" in grpc, did you mean "service"?"#,
+            ),
+            (
+                7,
+                34,
+                r#""insecure_skip_verify" and "ca_file" are mutually exclusive"#,
+            ),
+            (9, 39, r#"invalid header name "bad name""#),
+            (11, 56, r#"invalid duration "fast" for "latency_over""#),
+            (13, 54, "UNSET_FOR_CONFIG_TEST"),
+            (15, 46, "invalid type"),
         ],
     },
 ];
@@ -3128,4 +3165,64 @@ fn metrics_errors_are_located() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].starts_with("t.yaml:1:"), "{errors:?}");
     assert!(errors[0].contains("per_target_histograms"), "{errors:?}");
+}
+
+#[test]
+fn grpc_and_tls_sections_are_fully_mapped() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: payments",
+        "    grpc:",
+        "      address: payments.internal:50051",
+        "      service: payments.v1.Payments",
+        "      tls: {insecure_skip_verify: true}",
+        "      metadata: {x-probe: \"yes\"}",
+        "      fresh_connection: true",
+        "      degraded_if: {latency_over: 200ms}",
+        "  - id: api-cert",
+        "    tls:",
+        "      address: \"127.0.0.1:443\"",
+        "      server_name: api.internal",
+        "      insecure_skip_verify: true",
+        "      expires_within: 14d",
+        "      starttls: smtp",
+    ]));
+    let ProbeSpec::Grpc(grpc) = &target(&config, "payments").probe else {
+        panic!("expected a gRPC probe");
+    };
+    assert_eq!(
+        grpc.address,
+        Address::Host {
+            host: "payments.internal".into(),
+            port: 50051
+        }
+    );
+    assert_eq!(grpc.service, "payments.v1.Payments");
+    assert_eq!(grpc.tls, Some(TlsTrust::InsecureSkipVerify));
+    assert_eq!(grpc.metadata.expose()["x-probe"], "yes");
+    assert!(grpc.fresh_connection);
+    assert_eq!(grpc.latency_over, Some(Duration::from_millis(200)));
+
+    let ProbeSpec::Tls(tls) = &target(&config, "api-cert").probe else {
+        panic!("expected a TLS probe");
+    };
+    assert_eq!(
+        tls.address,
+        Address::Socket("127.0.0.1:443".parse().unwrap())
+    );
+    assert_eq!(tls.server_name().to_str(), "api.internal");
+    assert_eq!(tls.trust, TlsTrust::InsecureSkipVerify);
+    assert_eq!(tls.expires_within, Some(secs(14 * 86_400)));
+    assert_eq!(tls.starttls, Some(probe::tier::tls::StartTls::Smtp));
+
+    // A plaintext gRPC probe of the whole server by default.
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: g",
+        "    grpc: {address: \"g:1\"}",
+    ]));
+    let ProbeSpec::Grpc(grpc) = &target(&config, "g").probe else {
+        panic!("expected a gRPC probe");
+    };
+    assert_eq!((grpc.service.as_str(), &grpc.tls), ("", &None));
 }

@@ -214,7 +214,8 @@ const KEYS: &[&str] = &[
     "resolver", "servers", "attempts", "metrics", "per_target_histograms", "topology", "etcd",
     "endpoints", "prefix", "circuit_breaker", "failure_rate", "slow_call", "outlier",
     "consecutive_5xx", "recovery", "slow_start", "skip_active_after", "maintenance", "reason",
-    "duration", "cron", "enabled", "expires_within", "starttls", "targetz", "",
+    "duration", "cron", "enabled", "expires_within", "starttls", "grpc", "service", "metadata",
+    "fresh_connection", "latency_over", "degraded_if", "targetz", "",
 ];
 
 /// Scalars: valid values of many keys, edge cases and junk.

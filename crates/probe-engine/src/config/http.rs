@@ -44,9 +44,9 @@ pub(super) struct RawHttp {
 
 #[derive(Deserialize)]
 #[serde(rename = "tls", deny_unknown_fields)]
-struct RawTls {
-    insecure_skip_verify: Option<Sp<bool>>,
-    ca_file: Option<Sp<String>>,
+pub(super) struct RawTls {
+    pub(super) insecure_skip_verify: Option<Sp<bool>>,
+    pub(super) ca_file: Option<Sp<String>>,
 }
 
 #[derive(Deserialize)]
@@ -189,7 +189,8 @@ fn method(raw: &Sp<String>, diags: &mut Diags) -> Checked<Method> {
     Err(())
 }
 
-fn headers(
+/// Request headers (or gRPC metadata), their values expanded from the environment.
+pub(super) fn headers(
     raw: Entries<String>,
     source: &Source<'_>,
     diags: &mut Diags,

@@ -98,6 +98,7 @@ mod diagnostics;
 mod dns;
 mod files;
 mod graph;
+mod grpc;
 mod http;
 mod merge;
 mod metrics;

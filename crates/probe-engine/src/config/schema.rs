@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::dns::RawDns;
+use super::grpc::RawGrpc;
 use super::http::RawHttp;
 use super::node::{BoolOr, Sp};
 use super::passive;
@@ -107,6 +108,7 @@ schedule_section! {
         kind: Option<Sp<String>>,
         tcp: Option<Sp<RawTcp>>,
         http: Option<Sp<RawHttp>>,
+        grpc: Option<Sp<RawGrpc>>,
         tls: Option<Sp<RawTlsProbe>>,
         dns: Option<Sp<RawDns>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.

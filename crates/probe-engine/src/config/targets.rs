@@ -25,10 +25,10 @@ use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of,
 use super::passive::{self, Passive};
 use super::schedule::{Sched, duration_at_most};
 use super::schema::{RawTarget, RawTcp, RawWindow};
-use super::{dns, graph, http, tls};
+use super::{dns, graph, grpc, http, tls};
 
 /// The probe kinds a target can have, exactly one of which it must have.
-const PROBE_KINDS: &[&str] = &["tcp", "http", "tls", "dns"];
+const PROBE_KINDS: &[&str] = &["tcp", "http", "grpc", "tls", "dns"];
 
 /// The longest accepted one-time maintenance window. Daily windows last at most a day.
 const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 60 * 60);
@@ -241,6 +241,10 @@ pub(super) fn parse_target(
         let node = value_of(node, src, "http");
         let spec = http::parse(section.value, node, src, source, diags);
         probes.push((section.key, spec.map(|h| ProbeSpec::Http(Box::new(h)))));
+    }
+    if let Some(section) = raw.grpc {
+        let spec = grpc::parse(section.value, source, diags);
+        probes.push((section.key, spec.map(|g| ProbeSpec::Grpc(Box::new(g)))));
     }
     if let Some(section) = raw.tls {
         let spec = tls::parse(section.value, source, diags);

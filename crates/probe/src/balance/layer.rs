@@ -197,6 +197,14 @@ fn member_uri(lease: &Lease, uri: &Uri) -> Result<Uri, BoxError> {
             (scheme, Authority::try_from(format!("{host}:{port}"))?)
         }
         ProbeSpec::Tcp(spec) => (Scheme::HTTP, Authority::try_from(spec.address.to_string())?),
+        ProbeSpec::Grpc(spec) => (
+            if spec.tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            },
+            Authority::try_from(spec.address.to_string())?,
+        ),
         // A member whose certificate is probed serves TLS.
         ProbeSpec::Tls(spec) => (
             Scheme::HTTPS,

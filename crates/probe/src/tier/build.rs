@@ -21,6 +21,10 @@ pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
             HttpSpec::clone(http),
             names.clone(),
         )),
+        ProbeSpec::Grpc(grpc) => Arc::new(crate::tier::grpc::GrpcProbe::new(
+            crate::tier::grpc::GrpcSpec::clone(grpc),
+            names.clone(),
+        )),
         ProbeSpec::Tls(tls) => Arc::new(crate::tier::tls::TlsProbe::new(
             TlsSpec::clone(tls),
             names.clone(),

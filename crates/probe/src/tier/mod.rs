@@ -7,6 +7,7 @@
 //! - [`http`]: the HTTP tier, judged by conditions;
 //! - [`tls`]: the TLS certificate tier, and the TLS trust and handshake facts the tiers that
 //!   speak TLS share.
+//! - [`grpc`]: the gRPC tier, `grpc.health.v1` checks;
 //! - [`dns`]: the DNS tier, one question to one server.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
@@ -14,6 +15,7 @@
 
 pub(crate) mod build;
 pub mod dns;
+pub mod grpc;
 pub mod http;
 pub(crate) mod probe;
 pub(crate) mod spec;

@@ -15,6 +15,8 @@ pub enum ProbeSpec {
     /// An HTTP request judged by conditions. Boxed: it is much larger than the other variants,
     /// and a target's spec is cloned on every apply.
     Http(Box<crate::tier::http::HttpSpec>),
+    /// A `grpc.health.v1` check.
+    Grpc(Box<crate::tier::grpc::GrpcSpec>),
     /// A TLS handshake judged on the server's certificate.
     Tls(Box<crate::tier::tls::TlsSpec>),
     /// A DNS query judged by its reply. Boxed, like `Http`: a parsed name is large.
@@ -25,16 +27,17 @@ pub enum ProbeSpec {
 
 impl ProbeSpec {
     /// Every kind's name, as [`ProbeSpec::kind`] gives it.
-    pub const KINDS: [&'static str; 5] = ["tcp", "http", "tls", "dns", "custom"];
+    pub const KINDS: [&'static str; 6] = ["tcp", "http", "grpc", "tls", "dns", "custom"];
 
     /// The probe's kind, a metric label: one of [`ProbeSpec::KINDS`].
     pub const fn kind(&self) -> &'static str {
         match self {
             Self::Tcp(_) => Self::KINDS[0],
             Self::Http(_) => Self::KINDS[1],
-            Self::Tls(_) => Self::KINDS[2],
-            Self::Dns(_) => Self::KINDS[3],
-            Self::Custom(_) => Self::KINDS[4],
+            Self::Grpc(_) => Self::KINDS[2],
+            Self::Tls(_) => Self::KINDS[3],
+            Self::Dns(_) => Self::KINDS[4],
+            Self::Custom(_) => Self::KINDS[5],
         }
     }
 }

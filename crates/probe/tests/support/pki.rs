@@ -1,5 +1,6 @@
 //! Certificates made for a test: a CA, and server certificates it signs with the names and
-//! validity a case needs.
+//! validity a case needs. Shared by test files that use only some of it.
+#![allow(dead_code)]
 
 use std::sync::Arc;
 
