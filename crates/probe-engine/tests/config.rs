@@ -1308,6 +1308,38 @@ const CASES: &[Case] = &[
             (15, 46, "invalid type"),
         ],
     },
+    Case {
+        name: "addresses policies are checked in every section that connects",
+        yaml: &[
+            "targets:",                                        // 1
+            "  - id: a",                                       // 2
+            "    tcp: {address: \"a:1\", addresses: alll}",    // 3
+            "  - id: b",                                       // 4
+            "    http: {url: \"http://b/\", addresses: each}", // 5
+            "  - id: c",                                       // 6
+            "    grpc: {address: \"c:1\", addresses: ayn}",    // 7
+            "  - id: d",                                       // 8
+            "    tls: {address: \"d:443\", addresses: [all]}", // 9
+        ],
+        errors: &[
+            (
+                3,
+                38,
+                r#"unknown policy "alll" for "addresses", did you mean "all"?"#,
+            ),
+            (
+                5,
+                41,
+                r#"unknown policy "each" for "addresses"; expected "first", "any" or "all""#,
+            ),
+            (
+                7,
+                39,
+                r#"unknown policy "ayn" for "addresses", did you mean "any"?"#,
+            ),
+            (9, 40, "invalid type"),
+        ],
+    },
 ];
 
 #[test]
@@ -3225,4 +3257,19 @@ fn grpc_and_tls_sections_are_fully_mapped() {
         panic!("expected a gRPC probe");
     };
     assert_eq!((grpc.service.as_str(), &grpc.tls), ("", &None));
+    assert_eq!(grpc.addresses, probe::target::Addresses::First);
+}
+
+#[test]
+fn addresses_policies_are_mapped() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: a",
+        "    tcp: {address: \"a:1\", addresses: all}",
+        "  - id: b",
+        "    http: {url: \"http://b/\", addresses: any}",
+    ]));
+    use probe::target::Addresses;
+    assert_eq!(tcp(&config, 0).addresses, Addresses::All);
+    assert_eq!(http(&config, 1).addresses, Addresses::Any);
 }

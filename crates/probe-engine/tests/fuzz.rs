@@ -215,7 +215,7 @@ const KEYS: &[&str] = &[
     "endpoints", "prefix", "circuit_breaker", "failure_rate", "slow_call", "outlier",
     "consecutive_5xx", "recovery", "slow_start", "skip_active_after", "maintenance", "reason",
     "duration", "cron", "enabled", "expires_within", "starttls", "grpc", "service", "metadata",
-    "fresh_connection", "latency_over", "degraded_if", "targetz", "",
+    "fresh_connection", "latency_over", "degraded_if", "addresses", "targetz", "",
 ];
 
 /// Scalars: valid values of many keys, edge cases and junk.
@@ -227,7 +227,7 @@ const SCALARS: &[&str] = &[
     "https://[::1]:8443/x?y=z", "ftp://x", "2xx", "5XX", "600", "$.status", "$[\"a\"][0]", "$..x",
     "\"${HOME}\"", "\"${UNSET_VAR_FOR_FUZZ}\"", "\"$$\"", "GET", "POST", "reset", "graceful",
     "group", "high", "0.5", "1.0000001", "\"\\u0000\"", "\"é💥\"", "&a x", "*a", "!!binary aGk=",
-    "!tag x", "|", ">", "- ", "{", "}", "[", "]", "#", ": ", "? ", "14d", "smtp", "postgres",
+    "!tag x", "|", ">", "- ", "{", "}", "[", "]", "#", ": ", "? ", "14d", "smtp", "postgres", "all", "any",
 ];
 
 /// A YAML value tree, rendered in block or flow style.

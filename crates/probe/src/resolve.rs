@@ -636,6 +636,9 @@ impl Tracker {
 pub struct Names {
     resolver: Arc<Resolver>,
     stale_for: Duration,
+    /// Every name "resolves" to this address, without a lookup: a per-address probe's view
+    /// (see `tier::addresses`).
+    pinned: Option<IpAddr>,
 }
 
 impl Names {
@@ -644,6 +647,17 @@ impl Names {
         Self {
             resolver,
             stale_for,
+            pinned: None,
+        }
+    }
+
+    /// The same resolver, but every name answers `ip` and nothing is looked up: for a probe of
+    /// one of a name's addresses, which connects there and keeps the name for the rest (SNI,
+    /// `Host`).
+    pub fn pinned(&self, ip: IpAddr) -> Self {
+        Self {
+            pinned: Some(ip),
+            ..self.clone()
         }
     }
 
@@ -668,6 +682,12 @@ impl Names {
     /// # Errors
     /// As [`Resolver::lookup`].
     pub async fn lookup(&self, host: &str, deadline: Instant) -> Result<Resolved, LookupError> {
+        if let Some(ip) = self.pinned {
+            return Ok(Resolved {
+                addrs: Arc::new([ip]),
+                stale: None,
+            });
+        }
         self.resolver.lookup(host, deadline, self.stale_for).await
     }
 }

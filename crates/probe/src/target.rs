@@ -103,6 +103,32 @@ pub enum Address {
     },
 }
 
+/// Which of a name's addresses a check probes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Addresses {
+    /// The first that connects, in the resolver's order (the default).
+    #[default]
+    First,
+    /// Every one; the check passes when one of them passes.
+    Any,
+    /// Every one; the check passes only when each of them passes.
+    All,
+}
+
+impl Addresses {
+    /// Every policy, as [`Addresses::as_str`] names them.
+    pub const ALL: [Addresses; 3] = [Self::First, Self::Any, Self::All];
+
+    /// The policy's name in config.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Any => "any",
+            Self::All => "all",
+        }
+    }
+}
+
 /// Why a string is not a valid [`Address`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidAddress {

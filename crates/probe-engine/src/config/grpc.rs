@@ -7,6 +7,7 @@ use probe::tier::grpc::GrpcSpec;
 use probe::tier::http::RequestHeaders;
 use serde::Deserialize;
 
+use super::addresses;
 use super::files::Source;
 use super::http::{RawTls, headers, trust};
 use super::node::{Diags, Entries, Sp};
@@ -20,6 +21,7 @@ pub(super) struct RawGrpc {
     tls: Option<Sp<RawTls>>,
     metadata: Option<Sp<Entries<String>>>,
     fresh_connection: Option<Sp<bool>>,
+    addresses: Option<Sp<String>>,
     degraded_if: Option<Sp<RawGrpcDegradedIf>>,
 }
 
@@ -51,7 +53,9 @@ pub(super) fn parse(raw: RawGrpc, source: &Source<'_>, diags: &mut Diags) -> Opt
     let latency = raw
         .degraded_if
         .map(|d| duration(d.value.latency_over.as_ref(), "latency_over", true, diags));
+    let policy = addresses::parse(raw.addresses.as_ref(), diags);
     let mut spec = GrpcSpec::new(address.ok()?);
+    spec.addresses = policy.ok()?;
     spec.service = raw.service.map(|s| s.value).unwrap_or_default();
     spec.tls = tls.transpose().ok()?;
     spec.metadata = metadata.ok()?;

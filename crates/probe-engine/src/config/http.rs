@@ -18,6 +18,7 @@ use probe::tier::http::{
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
 
+use super::addresses;
 use super::diagnostics::{did_you_mean, quote};
 use super::files::Source;
 use super::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
@@ -36,6 +37,7 @@ pub(super) struct RawHttp {
     tls: Option<Sp<RawTls>>,
     follow_redirects: Option<Sp<bool>>,
     fresh_connection: Option<Sp<bool>>,
+    addresses: Option<Sp<String>>,
     expect: Option<Sp<RawExpect>>,
     degraded_if: Option<Sp<RawDegradedIf>>,
     // Only checked to be a sequence here: each signal is then read on its own (`node::each`).
@@ -157,7 +159,9 @@ pub(super) fn parse(
         _ => Ok(Vec::new()),
     };
 
+    let policy = addresses::parse(raw.addresses.as_ref(), diags);
     let mut spec = HttpSpec::get(url.ok()?);
+    spec.addresses = policy.ok()?;
     spec.method = method.ok()?;
     spec.headers = headers.ok()?;
     spec.body = raw.body.map(|b| b.value.into());

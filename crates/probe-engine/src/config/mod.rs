@@ -94,6 +94,7 @@
 //! their own in it (`http`, `passive`, `graph`, `topology`, `resolver`, `metrics`). `merge` assembles the
 //! files into one [`Config`], reporting every problem as `diagnostics` words it.
 
+mod addresses;
 mod diagnostics;
 mod dns;
 mod files;

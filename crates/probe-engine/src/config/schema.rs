@@ -135,4 +135,5 @@ pub(super) struct RawTcp {
     pub(super) expect: Option<Sp<String>>,
     pub(super) expect_regex: Option<Sp<String>>,
     pub(super) close: Option<Sp<String>>,
+    pub(super) addresses: Option<Sp<String>>,
 }

@@ -25,7 +25,7 @@ use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of,
 use super::passive::{self, Passive};
 use super::schedule::{Sched, duration_at_most};
 use super::schema::{RawTarget, RawTcp, RawWindow};
-use super::{dns, graph, grpc, http, tls};
+use super::{addresses, dns, graph, grpc, http, tls};
 
 /// The probe kinds a target can have, exactly one of which it must have.
 const PROBE_KINDS: &[&str] = &["tcp", "http", "grpc", "tls", "dns"];
@@ -351,9 +351,11 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
             }
         },
     };
+    let policy = addresses::parse(raw.addresses.as_ref(), diags);
     let (address, expect, close) = (address.ok()?, expect.ok()?, close.ok()?);
     let mut spec = TcpSpec::connect(address);
     spec.close = close;
+    spec.addresses = policy.ok()?;
     if let Some(send) = send {
         spec = spec.with_send(send);
     }

@@ -7,6 +7,7 @@ use probe::target::Address;
 use probe::tier::tls::{StartTls, TlsSpec};
 use serde::Deserialize;
 
+use super::addresses;
 use super::diagnostics::{did_you_mean, quote};
 use super::files::Source;
 use super::http::{Checked, trust};
@@ -26,6 +27,7 @@ pub(super) struct RawTlsProbe {
     insecure_skip_verify: Option<Sp<bool>>,
     expires_within: Option<Sp<String>>,
     starttls: Option<Sp<String>>,
+    addresses: Option<Sp<String>>,
 }
 
 /// Maps a raw `tls` section onto a spec, reporting every invalid value.
@@ -61,8 +63,10 @@ pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) ->
     let starttls = raw
         .starttls
         .map_or(Ok(None), |s| starttls(&s, diags).map(Some));
+    let policy = addresses::parse(raw.addresses.as_ref(), diags);
     let mut spec = spec.ok()?;
     spec.trust = trust.ok()?;
+    spec.addresses = policy.ok()?;
     if within.is_invalid() {
         return None;
     }

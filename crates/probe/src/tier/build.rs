@@ -5,14 +5,33 @@
 use std::sync::Arc;
 
 use crate::resolve::Names;
+use crate::target::Addresses;
+use crate::tier::addresses::EachAddress;
 use crate::tier::http::HttpSpec;
 use crate::tier::probe::Probe;
 use crate::tier::spec::ProbeSpec;
 use crate::tier::tls::TlsSpec;
 
 /// Builds the probe a spec describes, resolving its names through `names` (the engine's shared
-/// resolver, with the target's `dns_stale_for`).
+/// resolver, with the target's `dns_stale_for`): with `addresses: any | all` and a host name, a
+/// probe of each of its addresses (see `tier::addresses`).
 pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
+    match (spec.addresses(), spec.host()) {
+        (policy @ (Addresses::Any | Addresses::All), Some(host)) => {
+            let one = spec.clone();
+            Arc::new(EachAddress::new(
+                Box::new(move |pinned| build_one(&one, pinned)),
+                host.to_owned(),
+                names.clone(),
+                policy,
+            ))
+        }
+        _ => build_one(spec, names),
+    }
+}
+
+/// The probe of one spec, connecting where `names` says.
+fn build_one(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
     match spec {
         ProbeSpec::Tcp(tcp) => {
             Arc::new(crate::tier::tcp::TcpProbe::new(tcp.clone(), names.clone()))

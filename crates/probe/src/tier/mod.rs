@@ -3,6 +3,7 @@
 //! - [`Probe`] (in `probe`): the one trait every tier implements, and an embedder's custom check;
 //! - [`ProbeSpec`] (in `spec`): which tier probes a target, with that tier's spec;
 //! - [`build`]: the probe a spec describes;
+//! - [`addresses`]: every address of a name probed (`addresses: any | all`);
 //! - [`tcp`]: the TCP connect tier;
 //! - [`http`]: the HTTP tier, judged by conditions;
 //! - [`tls`]: the TLS certificate tier, and the TLS trust and handshake facts the tiers that
@@ -13,6 +14,7 @@
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
 
+pub mod addresses;
 pub(crate) mod build;
 pub mod dns;
 pub mod grpc;

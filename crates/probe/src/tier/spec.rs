@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::target::{Address, Addresses};
 use crate::tier::probe::Probe;
 use crate::tier::tcp::spec::TcpSpec;
 
@@ -38,6 +39,40 @@ impl ProbeSpec {
             Self::Tls(_) => Self::KINDS[3],
             Self::Dns(_) => Self::KINDS[4],
             Self::Custom(_) => Self::KINDS[5],
+        }
+    }
+}
+
+impl ProbeSpec {
+    /// Which of its host's addresses the probe checks; `first` for kinds without the choice.
+    pub fn addresses(&self) -> Addresses {
+        match self {
+            Self::Tcp(spec) => spec.addresses,
+            Self::Http(spec) => spec.addresses,
+            Self::Grpc(spec) => spec.addresses,
+            Self::Tls(spec) => spec.addresses,
+            Self::Dns(_) | Self::Custom(_) => Addresses::First,
+        }
+    }
+
+    /// The host name the probe resolves to connect; `None` for an IP address (or a kind that
+    /// connects to none).
+    pub fn host(&self) -> Option<&str> {
+        let address = match self {
+            Self::Tcp(spec) => &spec.address,
+            Self::Grpc(spec) => &spec.address,
+            Self::Tls(spec) => &spec.address,
+            Self::Http(spec) => {
+                return match spec.url.as_url().host() {
+                    Some(url::Host::Domain(host)) => Some(host),
+                    _ => None,
+                };
+            }
+            Self::Dns(_) | Self::Custom(_) => return None,
+        };
+        match address {
+            Address::Host { host, .. } => Some(host),
+            Address::Socket(_) => None,
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::target::Address;
+use crate::target::{Address, Addresses};
 use crate::tier::http::RequestHeaders;
 use crate::tier::tls::TlsTrust;
 
@@ -26,6 +26,8 @@ pub struct GrpcSpec {
     pub fresh_connection: bool,
     /// DEGRADED when the call took longer than this.
     pub latency_over: Option<Duration>,
+    /// Which of a host name's addresses are probed.
+    pub addresses: Addresses,
 }
 
 impl GrpcSpec {
@@ -38,6 +40,7 @@ impl GrpcSpec {
             metadata: RequestHeaders::new(),
             fresh_connection: false,
             latency_over: None,
+            addresses: Addresses::First,
         }
     }
 }

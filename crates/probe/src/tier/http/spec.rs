@@ -8,6 +8,7 @@ use reqwest::{Method, Url};
 
 use super::conditions::{DegradedIf, Expect, SignalRule};
 use super::headers::RequestHeaders;
+use crate::target::Addresses;
 use crate::tier::tls::TlsTrust;
 
 /// An `http://` or `https://` URL with a host and without credentials.
@@ -114,6 +115,8 @@ pub struct HttpSpec {
     /// `Connection: close`, and the connection is closed with a reset once the reply is read, so
     /// that neither side keeps a `TIME_WAIT` entry per check.
     pub fresh_connection: bool,
+    /// Which of the URL host's addresses are probed.
+    pub addresses: Addresses,
     /// What the reply must be.
     pub expect: Expect,
     /// When a good reply is still degraded.
@@ -136,6 +139,7 @@ impl HttpSpec {
             tls: TlsTrust::default(),
             follow_redirects: false,
             fresh_connection: false,
+            addresses: Addresses::First,
             expect: Expect::default(),
             degraded_if: DegradedIf::default(),
             signals: Vec::new(),

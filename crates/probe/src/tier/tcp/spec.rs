@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::target::Address;
+use crate::target::{Address, Addresses};
 
 /// What a TCP probe expects in the peer's reply.
 #[derive(Clone, Debug)]
@@ -67,6 +67,8 @@ pub struct TcpSpec {
     pub address: Address,
     /// How the connection is closed.
     pub close: CloseMode,
+    /// Which of a host name's addresses are probed.
+    pub addresses: Addresses,
     exchange: Option<Box<Exchange>>,
 }
 
@@ -83,6 +85,7 @@ impl TcpSpec {
         Self {
             address,
             close: CloseMode::Reset,
+            addresses: Addresses::First,
             exchange: None,
         }
     }

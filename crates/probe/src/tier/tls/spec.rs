@@ -6,7 +6,7 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 
 use super::trust::TlsTrust;
-use crate::target::Address;
+use crate::target::{Address, Addresses};
 
 /// A TLS certificate probe: a handshake with the server at `address`, judged on its certificate.
 ///
@@ -26,6 +26,8 @@ pub struct TlsSpec {
     /// A plain-text protocol to upgrade from before the handshake, for servers that only speak
     /// TLS after asking (mail, PostgreSQL).
     pub starttls: Option<StartTls>,
+    /// Which of a host name's addresses are probed.
+    pub addresses: Addresses,
 }
 
 /// A server name that cannot be sent as SNI or checked: not a DNS name nor an IP address.
@@ -51,6 +53,7 @@ impl TlsSpec {
             trust: TlsTrust::default(),
             expires_within: None,
             starttls: None,
+            addresses: Addresses::First,
         })
     }
 
