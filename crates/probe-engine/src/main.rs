@@ -166,8 +166,26 @@ fn check(path: &std::path::Path) -> ExitCode {
                 .iter()
                 .filter(|n| n.kind == probe::graph::NodeKind::Group)
                 .count();
+            // By kind, in the order of `ProbeSpec::KINDS`: what each file declared, at a glance.
+            let kinds: Vec<String> = probe::tier::ProbeSpec::KINDS
+                .iter()
+                .filter_map(|kind| {
+                    let n = config
+                        .topology
+                        .targets
+                        .iter()
+                        .filter(|t| t.probe.kind() == *kind)
+                        .count();
+                    (n > 0).then(|| format!("{kind} {n}"))
+                })
+                .collect();
+            let kinds = if kinds.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", kinds.join(", "))
+            };
             println!(
-                "ok: {} targets and {groups} groups ({} pools) in {} files ({})",
+                "ok: {} targets{kinds} and {groups} groups ({} pools) in {} files ({})",
                 config.topology.targets.len(),
                 config.topology.pools.len(),
                 config.files.len(),

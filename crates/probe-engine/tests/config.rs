@@ -3273,3 +3273,46 @@ fn addresses_policies_are_mapped() {
     assert_eq!(tcp(&config, 0).addresses, Addresses::All);
     assert_eq!(http(&config, 1).addresses, Addresses::Any);
 }
+
+/// Every example commented out in `probes/example.yaml` is valid once uncommented: the README
+/// points users at them.
+#[test]
+fn the_commented_examples_of_the_default_config_are_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../probes/example.yaml");
+    let text = fs::read_to_string(&path).expect("probes/example.yaml");
+    let mut examples = vec!["targets:".to_owned()];
+    for line in text.lines() {
+        // An example line is a commented-out YAML line: "#  - id: ..." or "#    key: ...".
+        if let Some(yaml) = line.strip_prefix('#')
+            && yaml.starts_with("  ")
+        {
+            examples.push(yaml.to_owned());
+        }
+    }
+    let yaml = examples
+        .join("\n")
+        .replace("${PAYMENTS_TOKEN}", "$${PAYMENTS_TOKEN}");
+    // The CA file of the gRPC example is the one thing not on this machine.
+    let yaml = yaml.replace(
+        "tls: { ca_file: ca.pem }",
+        "tls: { insecure_skip_verify: true }",
+    );
+    let config = match parse(&yaml) {
+        Ok(config) => config,
+        Err(errors) => panic!("{errors}\n---\n{yaml}"),
+    };
+    for id in [
+        "api-1",
+        "api",
+        "internal-dns",
+        "payments",
+        "api-cert",
+        "cache",
+    ] {
+        assert!(
+            config.topology.targets.iter().any(|t| t.id.as_str() == id)
+                || config.topology.nodes.iter().any(|n| n.id.as_str() == id),
+            "{id} is not among the examples"
+        );
+    }
+}
