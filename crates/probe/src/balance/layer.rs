@@ -198,6 +198,10 @@ fn member_uri(lease: &Lease, uri: &Uri) -> Result<Uri, BoxError> {
         }
         ProbeSpec::Tcp(spec) => (Scheme::HTTP, Authority::try_from(spec.address.to_string())?),
         ProbeSpec::Custom(_) => return Err(Box::new(NoAddress(lease.id().clone()))),
+        // A host without a port, and a UDP port: nothing to send HTTP requests to.
+        ProbeSpec::Icmp(_) | ProbeSpec::Udp(_) => {
+            return Err(Box::new(NoAddress(lease.id().clone())));
+        }
     };
     let mut parts = uri.clone().into_parts();
     parts.scheme = Some(scheme);

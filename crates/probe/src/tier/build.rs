@@ -21,5 +21,12 @@ pub fn build(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
             names.clone(),
         )),
         ProbeSpec::Custom(custom) => custom.probe().clone(),
+        ProbeSpec::Icmp(icmp) => Arc::new(crate::tier::icmp::IcmpProbe::new(
+            icmp.clone(),
+            names.clone(),
+        )),
+        ProbeSpec::Udp(udp) => {
+            Arc::new(crate::tier::udp::UdpProbe::new(udp.clone(), names.clone()))
+        }
     }
 }

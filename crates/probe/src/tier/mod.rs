@@ -4,16 +4,23 @@
 //! - [`ProbeSpec`] (in `spec`): which tier probes a target, with that tier's spec;
 //! - [`build`]: the probe a spec describes;
 //! - [`tcp`]: the TCP connect tier;
-//! - [`http`]: the HTTP tier, judged by conditions.
+//! - [`http`]: the HTTP tier, judged by conditions;
+//! - [`icmp`]: the ICMP echo (ping) tier;
+//! - [`udp`]: the UDP tier: a datagram out, a reply back;
+//! - [`reply`]: what a reply must hold, shared by the TCP and UDP tiers.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
 
 pub(crate) mod build;
 pub mod http;
+pub mod icmp;
+pub(crate) mod lookup;
 pub(crate) mod probe;
+pub mod reply;
 pub(crate) mod spec;
 pub mod tcp;
+pub mod udp;
 
 pub use build::build;
 pub use probe::Probe;

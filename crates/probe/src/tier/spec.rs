@@ -17,18 +17,24 @@ pub enum ProbeSpec {
     Http(Box<crate::tier::http::HttpSpec>),
     /// A probe supplied in code by an embedder (or a test).
     Custom(CustomProbe),
+    /// ICMP echo requests (ping).
+    Icmp(crate::tier::icmp::IcmpSpec),
+    /// A UDP datagram and its reply.
+    Udp(crate::tier::udp::UdpSpec),
 }
 
 impl ProbeSpec {
     /// Every kind's name, as [`ProbeSpec::kind`] gives it.
-    pub const KINDS: [&'static str; 3] = ["tcp", "http", "custom"];
+    pub const KINDS: [&'static str; 5] = ["tcp", "http", "custom", "icmp", "udp"];
 
-    /// The probe's kind, a metric label: `tcp`, `http` or `custom`.
+    /// The probe's kind, a metric label: `tcp`, `http`, `custom`, `icmp` or `udp`.
     pub const fn kind(&self) -> &'static str {
         match self {
             Self::Tcp(_) => Self::KINDS[0],
             Self::Http(_) => Self::KINDS[1],
             Self::Custom(_) => Self::KINDS[2],
+            Self::Icmp(_) => Self::KINDS[3],
+            Self::Udp(_) => Self::KINDS[4],
         }
     }
 }
