@@ -98,6 +98,7 @@ mod diagnostics;
 mod files;
 mod graph;
 mod http;
+mod icmp;
 mod merge;
 mod metrics;
 mod node;
@@ -107,6 +108,7 @@ mod schedule;
 mod schema;
 mod targets;
 mod topology;
+mod udp;
 
 use std::path::Path;
 

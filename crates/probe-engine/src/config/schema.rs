@@ -10,9 +10,11 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::http::RawHttp;
+use super::icmp::RawIcmp;
 use super::node::{BoolOr, Sp};
 use super::passive;
 use super::schedule::{RawBackoff, RawFlap, RawSchedule};
+use super::udp::RawUdp;
 
 /// The top level of a file. Only used to report unknown or mistyped top-level keys: the sections
 /// are then deserialized one by one from the tree.
@@ -105,6 +107,8 @@ schedule_section! {
         kind: Option<Sp<String>>,
         tcp: Option<Sp<RawTcp>>,
         http: Option<Sp<RawHttp>>,
+        icmp: Option<Sp<RawIcmp>>,
+        udp: Option<Sp<RawUdp>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,
