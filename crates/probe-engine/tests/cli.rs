@@ -46,7 +46,11 @@ async fn the_default_config_gives_two_up_one_down_and_ready() {
         .lines_so_far()
         .iter()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("icmp: ")))
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("icmp: "))
+        })
         .collect();
     assert_eq!(icmp.len(), 1, "{icmp:?}");
     assert_eq!(
