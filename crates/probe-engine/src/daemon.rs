@@ -102,6 +102,14 @@ impl Daemon {
         };
         let engine =
             Engine::start_with_resolver(options.engine, Arc::new(resolver), cancel.clone());
+        // Which ICMP sockets the process may use is decided now, once, and said: an `icmp`
+        // target that cannot ping fails as `io`, and this line says why before it does.
+        let icmp = probe::tier::icmp::sockets();
+        if icmp.flavour().is_some() {
+            tracing::info!("icmp: {icmp}");
+        } else {
+            tracing::warn!("icmp: {icmp}");
+        }
         let files = loaded.files.len();
         let (topology, diff) = TopologyHandle::start(
             engine.clone(),

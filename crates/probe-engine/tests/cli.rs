@@ -18,7 +18,7 @@ use tokio::time::Instant;
 /// This is the only test that uses the default port, 127.0.0.1:9464: the default config probes
 /// the daemon's own API there. It fails if something else on the machine holds the port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_default_config_gives_one_up_one_down_and_ready() {
+async fn the_default_config_gives_two_up_one_down_and_ready() {
     // `cargo run -p probe-engine -- run` from a checkout: no flags, `probes/` under the
     // working directory.
     let checkout = tempfile::tempdir().unwrap();
@@ -40,10 +40,31 @@ async fn the_default_config_gives_one_up_one_down_and_ready() {
         .find(|v| v["message"] == "config loaded")
         .unwrap();
     assert_eq!(loaded["config"], "probes", "{loaded}");
-    assert_eq!(loaded["targets"], 2, "{loaded}");
+    assert_eq!(loaded["targets"], 3, "{loaded}");
+    // Which ICMP sockets it pings with, said once at start.
+    let icmp: Vec<Value> = daemon
+        .lines_so_far()
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("icmp: "))
+        })
+        .collect();
+    assert_eq!(icmp.len(), 1, "{icmp:?}");
+    assert_eq!(
+        icmp[0]["message"].as_str(),
+        Some(format!("icmp: {}", probe::tier::icmp::sockets()).as_str()),
+        "{icmp:?}"
+    );
 
     daemon
-        .wait_states(&[("self-api", "UP"), ("closed-port", "DOWN")])
+        .wait_states(&[
+            ("self-api", "UP"),
+            ("closed-port", "DOWN"),
+            ("loopback-ping", "UP"),
+        ])
         .await;
     // Ready although closed-port is DOWN: readiness requires only `self`, whose critical
     // dependency is the API.

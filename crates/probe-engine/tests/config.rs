@@ -16,7 +16,10 @@ use probe::tier::dns::{AnswerMatch, DnsSpec, DnsTransport, DnsType, Rcode};
 use probe::tier::http::{
     HeaderMatch, HttpSpec, JsonMatch, JsonScalar, Method, StatusPattern, StatusSet, TlsTrust,
 };
+use probe::tier::icmp::{IcmpDegradedIf, IcmpHost, IcmpSpec};
+use probe::tier::reply::ReplyExpect;
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
+use probe::tier::udp::UdpSpec;
 use probe::verdict::{FlapPolicy, MaintenanceWindow, Schedule, Thresholds, WindowStart};
 use probe_engine::config::{self, Config, ConfigError, ConfigErrors};
 
@@ -86,7 +89,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "icmp", "udp", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -238,7 +241,7 @@ const CASES: &[Case] = &[
         errors: &[(
             2,
             5,
-            r#"target "db" has no probe: add one of "tcp", "http", "grpc", "tls", "dns""#,
+            r#"target "db" has no probe: add one of "tcp", "http", "grpc", "tls", "dns", "icmp", "udp""#,
         )],
     },
     Case {
@@ -3302,6 +3305,8 @@ fn the_commented_examples_of_the_default_config_are_valid() {
         Err(errors) => panic!("{errors}\n---\n{yaml}"),
     };
     for id in [
+        "gateway",
+        "syslog",
         "api-1",
         "api",
         "internal-dns",
@@ -3315,4 +3320,102 @@ fn the_commented_examples_of_the_default_config_are_valid() {
             "{id} is not among the examples"
         );
     }
+}
+
+#[test]
+fn icmp_and_udp_sections_are_mapped() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: gateway",
+        "    icmp: {host: 10.0.0.1}",
+        "  - id: lossy",
+        "    icmp:",
+        "      host: gw.internal",
+        "      count: 5",
+        "      size: 1400",
+        "      degraded_if: {loss_over: 0.2, latency_over: 50ms}",
+        "  - id: syslog",
+        "    udp: {address: \"127.0.0.1:514\", send: \"ping\\n\", expect: pong}",
+        "  - id: dns",
+        "    udp: {address: \"ns.internal:53\", send: \"\\x00\", expect_regex: \"^\\\\x00\"}",
+    ]));
+    let probes: Vec<&ProbeSpec> = config.topology.targets.iter().map(|t| &t.probe).collect();
+    let gateway = IcmpSpec::echo(IcmpHost::Ip("10.0.0.1".parse().unwrap()));
+    assert_eq!(probes[0], &ProbeSpec::Icmp(gateway));
+    let lossy = IcmpSpec::echo(IcmpHost::Name("gw.internal".into()))
+        .with_count(5)
+        .and_then(|s| s.with_size(1400))
+        .and_then(|s| {
+            s.with_degraded_if(IcmpDegradedIf {
+                loss_over: Some(0.2),
+                latency_over: Some(Duration::from_millis(50)),
+            })
+        })
+        .unwrap();
+    assert_eq!(probes[1], &ProbeSpec::Icmp(lossy));
+    let syslog = UdpSpec::new("127.0.0.1:514".parse::<Address>().unwrap(), &b"ping\n"[..])
+        .unwrap()
+        .with_expect(ReplyExpect::Contains(b"pong".to_vec()));
+    assert_eq!(probes[2], &ProbeSpec::Udp(syslog));
+    let ProbeSpec::Udp(dns) = probes[3] else {
+        panic!("expected a udp probe, got {:?}", probes[3]);
+    };
+    assert_eq!(dns.send(), b"\x00");
+    assert!(matches!(dns.expect(), Some(ReplyExpect::Regex(re)) if re.as_str() == r"^\x00"));
+}
+
+#[test]
+fn icmp_and_udp_errors_are_located() {
+    assert_eq!(
+        errors_of(&doc(&[
+            "targets:",
+            "  - id: a",
+            "    icmp: {host: \"gw:80\"}",
+            "  - id: b",
+            "    icmp: {host: 10.0.0.1, count: 0}",
+            "  - id: c",
+            "    icmp: {host: 10.0.0.1, count: 101, size: 70000}",
+            "  - id: d",
+            "    icmp: {host: 10.0.0.1, count: 3, degraded_if: {loss_over: 1.5}}",
+            "  - id: e",
+            "    icmp: {host: 10.0.0.1, degraded_if: {loss_over: 0.2}}",
+            "  - id: f",
+            "    icmp: {host: 10.0.0.1, timeout: 1s}",
+            "  - id: g",
+            "    icmp: {host: 10.0.0.1, count: 2, degraded_if: {latency_over: soon}}",
+        ])),
+        [
+            "t.yaml:3:18: host \"gw:80\" is neither an IP address nor a host name",
+            "t.yaml:5:35: count must be between 1 and 100, got 0",
+            "t.yaml:7:35: count must be between 1 and 100, got 101",
+            "t.yaml:7:46: size must be at most 65507 bytes (an IP packet's limit), got 70000",
+            "t.yaml:9:63: loss_over must be at least 0 and below 1, got 1.5",
+            "t.yaml:11:42: loss_over needs a count above 1: with one echo, a lost echo fails the run",
+            "t.yaml:13:28: unknown field \"timeout\" in icmp; expected one of \"host\", \"count\", \"size\", \"degraded_if\"",
+            "t.yaml:15:66: invalid duration \"soon\" for \"latency_over\": expected number at 0",
+        ]
+    );
+    assert_eq!(
+        errors_of(&doc(&[
+            "targets:",
+            "  - id: a",
+            "    udp: {address: \"127.0.0.1:514\"}",
+            "  - id: b",
+            "    udp: {address: \"127.0.0.1:514\", send: x, expect: y, expect_regex: z}",
+            "  - id: c",
+            "    udp: {address: \"syslog\", send: x}",
+            "  - id: d",
+            "    udp: {address: \"127.0.0.1:514\", send: x, expect_regex: \"(\"}",
+            "  - id: e",
+            "    udp: {address: \"127.0.0.1:514\", send: x}",
+            "    icmp: {host: 127.0.0.1}",
+        ])),
+        [
+            "t.yaml:3:10: missing field \"send\" in udp",
+            "t.yaml:5:57: \"expect\" and \"expect_regex\" are mutually exclusive: keep only one",
+            "t.yaml:7:20: address \"syslog\" has no port; expected HOST:PORT or [IPV6]:PORT",
+            "t.yaml:9:60: invalid regex \"(\" for \"expect_regex\": unclosed group",
+            "t.yaml:12:5: target \"e\" has more than one probe: keep only one",
+        ]
+    );
 }

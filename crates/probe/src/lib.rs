@@ -10,7 +10,7 @@
 //! - [`target`]: who a target is ([`TargetId`]) and where it lives ([`Address`]);
 //! - [`outcome`]: one probe result and the closed set of failure reasons;
 //! - [`tier`]: the [`Probe`] trait and the tiers that implement it ([`tier::tcp`],
-//!   [`tier::http`]), and the [`ProbeSpec`] that chooses one;
+//!   [`tier::http`], [`tier::icmp`], [`tier::udp`]), and the [`ProbeSpec`] that chooses one;
 //! - [`verdict`]: the per-target state machine (UP, DEGRADED, PROBING, MAINTENANCE, DOWN), its
 //!   schedule and thresholds, backoff, maintenance windows and the engine's self-health;
 //! - [`resolve`]: the engine's one DNS resolver, shared by every probe: last good answers on

@@ -160,12 +160,7 @@ impl FromStr for Address {
             Ok(p) if p != 0 => p,
             _ => return Err(InvalidAddress::BadPort(s.into())),
         };
-        let valid_host = !host.is_empty()
-            && host.len() <= 253
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_');
-        if !valid_host {
+        if !is_host_name(host) {
             return Err(InvalidAddress::BadHost(s.into()));
         }
         Ok(Self::Host {
@@ -173,6 +168,16 @@ impl FromStr for Address {
             port,
         })
     }
+}
+
+/// Whether `host` can be a host name: 1 to 253 characters of letters, digits, `-`, `.` and `_`
+/// (no port, no spaces). Whether it resolves is for the resolver to say, at probe time.
+pub(crate) fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
 }
 
 impl fmt::Display for Address {

@@ -101,6 +101,7 @@ mod files;
 mod graph;
 mod grpc;
 mod http;
+mod icmp;
 mod merge;
 mod metrics;
 mod node;
@@ -111,6 +112,7 @@ mod schema;
 mod targets;
 mod tls;
 mod topology;
+mod udp;
 
 use std::path::Path;
 

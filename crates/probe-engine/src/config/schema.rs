@@ -12,10 +12,12 @@ use serde::de::IgnoredAny;
 use super::dns::RawDns;
 use super::grpc::RawGrpc;
 use super::http::RawHttp;
+use super::icmp::RawIcmp;
 use super::node::{BoolOr, Sp};
 use super::passive;
 use super::schedule::{RawBackoff, RawFlap, RawSchedule};
 use super::tls::RawTlsProbe;
+use super::udp::RawUdp;
 
 /// The top level of a file. Only used to report unknown or mistyped top-level keys: the sections
 /// are then deserialized one by one from the tree.
@@ -111,6 +113,8 @@ schedule_section! {
         grpc: Option<Sp<RawGrpc>>,
         tls: Option<Sp<RawTlsProbe>>,
         dns: Option<Sp<RawDns>>,
+        icmp: Option<Sp<RawIcmp>>,
+        udp: Option<Sp<RawUdp>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,

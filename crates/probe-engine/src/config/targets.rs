@@ -16,19 +16,22 @@ use probe::graph::NodeKind;
 use probe::passive::PoolPolicy;
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
-use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
+use probe::tier::reply::ReplyExpect;
+use probe::tier::tcp::{CloseMode, TcpSpec};
 use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 
 use super::diagnostics::{did_you_mean, one_line, quote};
 use super::files::{Source, process_env};
-use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options};
+use super::node::{
+    Diags, Kind, Node, Pos, Sp, collect, each, syntax_error, value_of, yaml_options,
+};
 use super::passive::{self, Passive};
 use super::schedule::{Sched, duration_at_most};
 use super::schema::{RawTarget, RawTcp, RawWindow};
-use super::{addresses, dns, graph, grpc, http, tls};
+use super::{addresses, dns, graph, grpc, http, icmp, tls, udp};
 
 /// The probe kinds a target can have, exactly one of which it must have.
-const PROBE_KINDS: &[&str] = &["tcp", "http", "grpc", "tls", "dns"];
+const PROBE_KINDS: &[&str] = &["tcp", "http", "grpc", "tls", "dns", "icmp", "udp"];
 
 /// The longest accepted one-time maintenance window. Daily windows last at most a day.
 const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 60 * 60);
@@ -254,6 +257,18 @@ pub(super) fn parse_target(
         let spec = dns::parse(section.value, section.key, diags);
         probes.push((section.key, spec.map(|d| ProbeSpec::Dns(Box::new(d)))));
     }
+    if let Some(section) = raw.icmp {
+        probes.push((
+            section.key,
+            icmp::parse(section.value, diags).map(ProbeSpec::Icmp),
+        ));
+    }
+    if let Some(section) = raw.udp {
+        probes.push((
+            section.key,
+            udp::parse(section.value, diags).map(ProbeSpec::Udp),
+        ));
+    }
     // The second in document order is the one to remove.
     probes.sort_by_key(|(pos, _)| *pos);
     let probe = match probes.as_mut_slice() {
@@ -308,31 +323,7 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
         .parse::<Address>()
         .map_err(|e| diags.push((raw.address.pos, e.to_string())));
     let send = raw.send.map(|s| s.value.into_bytes());
-    let expect = match (raw.expect, raw.expect_regex) {
-        (Some(_), Some(regex)) => {
-            diags.push((
-                regex.key,
-                r#""expect" and "expect_regex" are mutually exclusive: keep only one"#.to_owned(),
-            ));
-            Err(())
-        }
-        (Some(text), None) => Ok(Some(TcpExpect::Contains(text.value.into_bytes()))),
-        (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map(|re| Some(TcpExpect::Regex(re)))
-            .map_err(|e| {
-                diags.push((
-                    regex.pos,
-                    format!(
-                        "invalid regex {} for \"expect_regex\": {}",
-                        quote(&regex.value),
-                        regex_message(&e)
-                    ),
-                ));
-            }),
-        (None, None) => Ok(None),
-    };
+    let expect = reply_expect(raw.expect, raw.expect_regex, diags);
     let close = match raw.close {
         None => Ok(CloseMode::default()),
         Some(close) => match close.value.as_str() {
@@ -363,6 +354,40 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
         spec = spec.with_expect(expect);
     }
     Some(spec)
+}
+
+/// `expect` or `expect_regex` (at most one) as what a reply must hold, for the sections that
+/// read a reply (`tcp`, `udp`).
+pub(super) fn reply_expect(
+    expect: Option<Sp<String>>,
+    expect_regex: Option<Sp<String>>,
+    diags: &mut Diags,
+) -> Result<Option<ReplyExpect>, ()> {
+    match (expect, expect_regex) {
+        (Some(_), Some(regex)) => {
+            diags.push((
+                regex.key,
+                r#""expect" and "expect_regex" are mutually exclusive: keep only one"#.to_owned(),
+            ));
+            Err(())
+        }
+        (Some(text), None) => Ok(Some(ReplyExpect::Contains(text.value.into_bytes()))),
+        (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map(|re| Some(ReplyExpect::Regex(re)))
+            .map_err(|e| {
+                diags.push((
+                    regex.pos,
+                    format!(
+                        "invalid regex {} for \"expect_regex\": {}",
+                        quote(&regex.value),
+                        regex_message(&e)
+                    ),
+                ));
+            }),
+        (None, None) => Ok(None),
+    }
 }
 
 /// One `maintenance` entry: `{start: RFC 3339 UTC time, duration}` or `{daily: "HH:MM", duration}`.

@@ -211,7 +211,11 @@ fn member_uri(lease: &Lease, uri: &Uri) -> Result<Uri, BoxError> {
             Authority::try_from(spec.address.to_string())?,
         ),
         ProbeSpec::Custom(_) => return Err(Box::new(NoAddress(lease.id().clone()))),
-        ProbeSpec::Dns(_) => return Err(Box::new(NoAddress(lease.id().clone()))),
+        // A question to a DNS server, a host without a port, a UDP port: nothing to send HTTP
+        // requests to.
+        ProbeSpec::Dns(_) | ProbeSpec::Icmp(_) | ProbeSpec::Udp(_) => {
+            return Err(Box::new(NoAddress(lease.id().clone())));
+        }
     };
     let mut parts = uri.clone().into_parts();
     parts.scheme = Some(scheme);

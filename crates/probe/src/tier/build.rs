@@ -52,5 +52,12 @@ fn build_one(spec: &ProbeSpec, names: &Names) -> Arc<dyn Probe> {
         ProbeSpec::Dns(dns) => Arc::new(crate::tier::dns::DnsProbe::new(
             crate::tier::dns::DnsSpec::clone(dns),
         )),
+        ProbeSpec::Icmp(icmp) => Arc::new(crate::tier::icmp::IcmpProbe::new(
+            icmp.clone(),
+            names.clone(),
+        )),
+        ProbeSpec::Udp(udp) => {
+            Arc::new(crate::tier::udp::UdpProbe::new(udp.clone(), names.clone()))
+        }
     }
 }

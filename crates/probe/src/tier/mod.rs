@@ -10,6 +10,9 @@
 //!   speak TLS share.
 //! - [`grpc`]: the gRPC tier, `grpc.health.v1` checks;
 //! - [`dns`]: the DNS tier, one question to one server.
+//! - [`icmp`]: the ICMP echo (ping) tier;
+//! - [`udp`]: the UDP tier: a datagram out, a reply back;
+//! - [`reply`]: what a reply must hold, shared by the TCP and UDP tiers.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
@@ -19,10 +22,14 @@ pub(crate) mod build;
 pub mod dns;
 pub mod grpc;
 pub mod http;
+pub mod icmp;
+pub(crate) mod lookup;
 pub(crate) mod probe;
+pub mod reply;
 pub(crate) mod spec;
 pub mod tcp;
 pub mod tls;
+pub mod udp;
 
 pub use build::build;
 pub use probe::Probe;

@@ -24,11 +24,16 @@ pub enum ProbeSpec {
     Dns(Box<crate::tier::dns::DnsSpec>),
     /// A probe supplied in code by an embedder (or a test).
     Custom(CustomProbe),
+    /// ICMP echo requests (ping).
+    Icmp(crate::tier::icmp::IcmpSpec),
+    /// A UDP datagram and its reply.
+    Udp(crate::tier::udp::UdpSpec),
 }
 
 impl ProbeSpec {
     /// Every kind's name, as [`ProbeSpec::kind`] gives it.
-    pub const KINDS: [&'static str; 6] = ["tcp", "http", "grpc", "tls", "dns", "custom"];
+    pub const KINDS: [&'static str; 8] =
+        ["tcp", "http", "grpc", "tls", "dns", "icmp", "udp", "custom"];
 
     /// The probe's kind, a metric label: one of [`ProbeSpec::KINDS`].
     pub const fn kind(&self) -> &'static str {
@@ -38,7 +43,9 @@ impl ProbeSpec {
             Self::Grpc(_) => Self::KINDS[2],
             Self::Tls(_) => Self::KINDS[3],
             Self::Dns(_) => Self::KINDS[4],
-            Self::Custom(_) => Self::KINDS[5],
+            Self::Icmp(_) => Self::KINDS[5],
+            Self::Udp(_) => Self::KINDS[6],
+            Self::Custom(_) => Self::KINDS[7],
         }
     }
 }
@@ -51,7 +58,7 @@ impl ProbeSpec {
             Self::Http(spec) => spec.addresses,
             Self::Grpc(spec) => spec.addresses,
             Self::Tls(spec) => spec.addresses,
-            Self::Dns(_) | Self::Custom(_) => Addresses::First,
+            Self::Dns(_) | Self::Icmp(_) | Self::Udp(_) | Self::Custom(_) => Addresses::First,
         }
     }
 
@@ -68,7 +75,7 @@ impl ProbeSpec {
                     _ => None,
                 };
             }
-            Self::Dns(_) | Self::Custom(_) => return None,
+            Self::Dns(_) | Self::Icmp(_) | Self::Udp(_) | Self::Custom(_) => return None,
         };
         match address {
             Address::Host { host, .. } => Some(host),

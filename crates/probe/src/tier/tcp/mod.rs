@@ -22,9 +22,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks};
-use crate::resolve::{LookupError, Names};
+use crate::resolve::Names;
 use crate::target::Address;
+use crate::tier::lookup;
 use crate::tier::probe::Probe;
+use crate::tier::reply::mismatch;
 pub use spec::{CloseMode, TcpExpect, TcpSpec};
 
 /// The most reply bytes read while looking for `expect`; a larger reply fails as `body`.
@@ -103,22 +105,10 @@ pub(crate) async fn resolve(
 ) -> Result<Vec<SocketAddr>, Failure> {
     match address {
         Address::Socket(addr) => Ok(vec![*addr]),
-        Address::Host { host, port } => match names.lookup(host, deadline).await {
-            Ok(resolved) => {
-                remarks.dns_trouble = resolved.stale;
-                Ok(resolved
-                    .addrs
-                    .iter()
-                    .map(|ip| SocketAddr::new(*ip, *port))
-                    .collect())
-            }
-            Err(e) => {
-                if let LookupError::Trouble(trouble) = &e {
-                    remarks.dns_trouble = Some(trouble.clone());
-                }
-                Err(Failure::new(FailureReason::Dns, e))
-            }
-        },
+        Address::Host { host, port } => {
+            let addrs = lookup::addresses(names, host, deadline, remarks).await?;
+            Ok(addrs.iter().map(|ip| SocketAddr::new(*ip, *port)).collect())
+        }
     }
 }
 
@@ -139,15 +129,6 @@ pub(crate) async fn connect_any(
         }
     }
     Err(last.unwrap_or_else(|| Failure::new(FailureReason::Dns, "no address to connect to")))
-}
-
-fn mismatch(expect: &TcpExpect, reply: &[u8], when: &str) -> Failure {
-    const SHOWN: usize = 64;
-    let shown = String::from_utf8_lossy(&reply[..reply.len().min(SHOWN)]);
-    Failure::new(
-        FailureReason::Body,
-        format_args!("expected {expect} {when}, got {shown:?}"),
-    )
 }
 
 /// A non-blocking connect: socket2 builds and starts it, tokio waits for writability. Also the

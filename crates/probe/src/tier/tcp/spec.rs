@@ -1,49 +1,11 @@
 //! What a TCP probe is asked to do: where to connect, what to send, what the reply must hold,
 //! and how to close.
 
-use std::fmt;
-
 use crate::target::{Address, Addresses};
 
-/// What a TCP probe expects in the peer's reply.
-#[derive(Clone, Debug)]
-pub enum TcpExpect {
-    /// The reply must contain these bytes.
-    Contains(Vec<u8>),
-    /// The reply must match this regular expression (over bytes, so binary replies work).
-    Regex(regex::bytes::Regex),
-}
-
-impl PartialEq for TcpExpect {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Contains(a), Self::Contains(b)) => a == b,
-            (Self::Regex(a), Self::Regex(b)) => a.as_str() == b.as_str(),
-            _ => false,
-        }
-    }
-}
-
-impl TcpExpect {
-    /// Whether `reply` satisfies the expectation.
-    pub fn matches(&self, reply: &[u8]) -> bool {
-        match self {
-            Self::Contains(needle) => {
-                needle.is_empty() || reply.windows(needle.len()).any(|w| w == needle.as_slice())
-            }
-            Self::Regex(re) => re.is_match(reply),
-        }
-    }
-}
-
-impl fmt::Display for TcpExpect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Contains(bytes) => write!(f, "{:?}", String::from_utf8_lossy(bytes)),
-            Self::Regex(re) => write!(f, "/{}/", re.as_str()),
-        }
-    }
-}
+/// What a TCP probe expects in the peer's reply: the expectation every tier that reads a reply
+/// shares, under the name the TCP tier has always given it.
+pub use crate::tier::reply::ReplyExpect as TcpExpect;
 
 /// How a TCP probe closes its connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,18 +75,5 @@ impl TcpSpec {
     /// What the reply must contain or match, if anything.
     pub fn expect(&self) -> Option<&TcpExpect> {
         self.exchange.as_ref()?.expect.as_ref()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expect_matches() {
-        assert!(TcpExpect::Contains(b"PONG".to_vec()).matches(b"+PONG\r\n"));
-        assert!(!TcpExpect::Contains(b"PONG".to_vec()).matches(b"+PON"));
-        let re = regex::bytes::Regex::new(r"^\+PO+NG").unwrap();
-        assert!(TcpExpect::Regex(re).matches(b"+POOONG"));
     }
 }
