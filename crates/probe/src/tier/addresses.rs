@@ -19,8 +19,9 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, Verdict};
-use crate::resolve::{LookupError, Names};
+use crate::resolve::Names;
 use crate::target::Addresses;
+use crate::tier::lookup;
 use crate::tier::probe::Probe;
 
 /// Builds the probe of one address, given a resolver pinned to it.
@@ -157,20 +158,17 @@ impl Probe for EachAddress {
     async fn check(&self, timeout: Duration) -> CheckResult {
         let deadline = Instant::now() + timeout;
         let mut remarks = Remarks::default();
-        let resolved = match self.names.lookup(&self.host, deadline).await {
-            Ok(resolved) => resolved,
-            Err(e) => {
-                if let LookupError::Trouble(trouble) = &e {
-                    remarks.dns_trouble = Some(trouble.clone());
+        let resolved =
+            match lookup::addresses(&self.names, &self.host, deadline, &mut remarks).await {
+                Ok(addrs) => addrs,
+                Err(failure) => {
+                    return CheckResult {
+                        remarks,
+                        ..CheckResult::failed(failure)
+                    };
                 }
-                return CheckResult {
-                    remarks,
-                    ..CheckResult::failed(Failure::new(FailureReason::Dns, e))
-                };
-            }
-        };
-        remarks.dns_trouble = resolved.stale;
-        let addrs = &resolved.addrs[..resolved.addrs.len().min(MAX_ADDRESSES)];
+            };
+        let addrs = &resolved[..resolved.len().min(MAX_ADDRESSES)];
         let probes = self.probes_for(addrs);
         let left = deadline.saturating_duration_since(Instant::now());
         let results = futures_util::future::join_all(
