@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! cargo run --example order_service -- [--listen 127.0.0.1:8080]
-//!     [--config examples/order_service.yaml] [--drain-delay 6s] [--grace 20s]
-//!     [--work 100ms] [--confirm 300ms]
+//!     [--grpc-listen 127.0.0.1:8081] [--config examples/order_service.yaml] [--drain-delay 6s]
+//!     [--grace 20s] [--work 100ms] [--confirm 300ms]
 //! ```
 //!
 //! Routes:
@@ -12,7 +12,10 @@
 //!   database write), spawns a tracked background job that "sends the confirmation" (takes
 //!   `--confirm`), and answers `201 Created` with the order as JSON;
 //! - `GET /orders`: how many orders were taken and confirmed, and the latest few;
-//! - `/livez`, `/readyz`, `/startupz`: the gate's three checks, for an orchestrator.
+//! - `/livez`, `/readyz`, `/startupz`: the gate's three checks, for an orchestrator;
+//! - with `--grpc-listen`, grpc.health.v1 on a second port ([`HealthService`]): `""` is what
+//!   `/readyz` says and `"liveness"` what `/livez` says, for Kubernetes `grpc:` probes (and a
+//!   dependency's id its health); NOT_SERVING from the first step of the stop.
 //!
 //! The two order routes sit behind [`GateLayer`]: while the gate is not Serving they answer 503
 //! with `Connection: close` and `Retry-After`. The health routes sit outside it, so that they
@@ -47,9 +50,9 @@
 //! `--drain-delay + --grace + 2 x HOOK_TIMEOUT + SERVER_CLOSE`: the orchestrator's grace period
 //! (Kubernetes' `terminationGracePeriodSeconds`) must cover it.
 //!
-//! stdout carries exactly two lines, for scripts and tests: `listening on ADDR` once it is
-//! ready to take requests, and the `stopped:` line. Logs go to stderr (`RUST_LOG`, default
-//! `info`).
+//! stdout carries two lines, for scripts and tests: `listening on ADDR` once it is ready to
+//! take requests (then `grpc health on ADDR` with `--grpc-listen`), and the `stopped:` line.
+//! Logs go to stderr (`RUST_LOG`, default `info`).
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
@@ -69,6 +72,7 @@ use axum::{Json, Router};
 use clap::Parser;
 use probe::engine::Topology;
 use probe::gate::{Gate, GateConfig, GateLayer, Hook, ShutdownPlan, shutdown};
+use probe::grpc::HealthService;
 use probe::{Engine, EngineConfig};
 use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -93,6 +97,9 @@ struct Flags {
     /// Address to listen on (port 0: any free port; the `listening on` line says which).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Also serve grpc.health.v1 here (plaintext HTTP/2), for Kubernetes `grpc:` probes.
+    #[arg(long)]
+    grpc_listen: Option<SocketAddr>,
     /// The dependencies to probe: one YAML file in the daemon's syntax; `${LISTEN}` in it
     /// stands for the bound address.
     #[arg(long, default_value = "examples/order_service.yaml")]
@@ -164,9 +171,16 @@ async fn run(flags: Flags) -> anyhow::Result<ExitCode> {
             .with_graceful_shutdown(stop_server.clone().cancelled_owned())
             .into_future(),
     );
+    let grpc = match flags.grpc_listen {
+        Some(at) => Some(serve_grpc_health(at, &engine, &gate, &stop_server).await?),
+        None => None,
+    };
     gate.startup_complete();
     tracing::info!(%addr, "listening");
     say(&format!("listening on {addr}"));
+    if let Some((grpc_addr, _)) = &grpc {
+        say(&format!("grpc health on {grpc_addr}"));
+    }
 
     let received = tokio::select! {
         name = signals.recv() => name,
@@ -226,6 +240,14 @@ async fn run(flags: Flags) -> anyhow::Result<ExitCode> {
             "shutdown: connections still open; exiting anyway"
         ),
     }
+    if let Some((_, grpc)) = grpc {
+        match tokio::time::timeout(SERVER_CLOSE, grpc).await {
+            Ok(Ok(Ok(()))) => tracing::info!("shutdown: grpc health stopped"),
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "shutdown: grpc health failed"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "shutdown: the grpc health task failed"),
+            Err(_) => tracing::warn!("shutdown: grpc health connections still open"),
+        }
+    }
     let drain = if report.drain.clean {
         "clean"
     } else {
@@ -239,6 +261,34 @@ async fn run(flags: Flags) -> anyhow::Result<ExitCode> {
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
+
+/// Serves grpc.health.v1 on `at` until `stop`, answering from the gate (so NOT_SERVING from the
+/// stop's first step, with `/readyz`) and the engine; returns the bound address and the server.
+async fn serve_grpc_health(
+    at: SocketAddr,
+    engine: &Engine,
+    gate: &Gate,
+    stop: &CancellationToken,
+) -> anyhow::Result<(SocketAddr, GrpcServer)> {
+    let listener = tokio::net::TcpListener::bind(at)
+        .await
+        .with_context(|| format!("binding gRPC health to {at}"))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let health = HealthService::new(engine.clone(), stop.clone()).with_gate(gate.clone());
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health.into_server())
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                stop.clone().cancelled_owned(),
+            ),
+    );
+    tracing::info!(%addr, "grpc health listening");
+    Ok((addr, server))
+}
+
+/// The gRPC health server's task.
+type GrpcServer = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// The routes: orders behind the gate, health checks beside it.
 fn router(app: Arc<App>) -> Router {

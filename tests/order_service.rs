@@ -4,7 +4,8 @@
 //! A rolling deploy's stop, end to end: clients post orders as fast as the service answers; SIGTERM arrives; `/readyz` turns 503 at once while orders are still taken for the
 //! drain delay; then every new order is refused with 503 + `Connection: close`, the admitted
 //! ones and their confirmation jobs finish, and the process exits 0 within its budget, having
-//! answered every order it took and sent every confirmation.
+//! answered every order it took and sent every confirmation. Its gRPC health (`--grpc-listen`)
+//! says what `/readyz` says, before and after the signal.
 //!
 //! What counts, precisely:
 //! - every answer (a status line) is a 201 with the order, or a 503 with `Connection: close`;
@@ -31,6 +32,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 /// Load clients: tasks posting orders one after the other, sharing one connection pool.
 const CLIENTS: usize = 48;
@@ -62,6 +67,8 @@ async fn sigterm_under_load_loses_no_order() {
         &[
             "--listen",
             "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
             "--drain-delay",
             &delay,
             "--grace",
@@ -74,7 +81,8 @@ async fn sigterm_under_load_loses_no_order() {
     )
     .await;
     let health = client();
-    let url = |path: &str| format!("http://{}{path}", service.addr);
+    let addr = service.addr;
+    let url = |path: &str| format!("http://{addr}{path}");
 
     // Startup completes once bound; readiness waits for the dependencies' first verdicts, and
     // traffic waits for readiness, as behind a load balancer.
@@ -92,6 +100,9 @@ async fn sigterm_under_load_loses_no_order() {
     })
     .await;
     assert!(ready.is_ok(), "never ready; logs:\n{}", service.logs());
+    // A Kubernetes `grpc:` readiness probe (service "") agrees.
+    let mut grpc = service.grpc_health().await;
+    assert_eq!(grpc_ready(&mut grpc).await, ServingStatus::Serving);
 
     let started = Instant::now();
     let give_up = started + LOAD_BEFORE_SIGNAL + DRAIN_DELAY + GRACE + EXIT_MARGIN;
@@ -133,6 +144,7 @@ async fn sigterm_under_load_loses_no_order() {
         );
     };
     assert_eq!(reason, "shutting down\n");
+    assert_eq!(grpc_ready(&mut grpc).await, ServingStatus::NotServing);
     let livez = health.get(url("/livez")).send().await.unwrap();
     assert_eq!(livez.status(), 200, "liveness holds while leaving");
 
@@ -223,6 +235,14 @@ async fn sigterm_under_load_loses_no_order() {
         "shutdown: confirmations flushed",
         "shutdown: server stopped",
     ]);
+}
+
+/// A gRPC `Check` of service `""`: what a Kubernetes `grpc:` readiness probe asks.
+async fn grpc_ready(client: &mut HealthClient<Channel>) -> ServingStatus {
+    let request = HealthCheckRequest {
+        service: String::new(),
+    };
+    client.check(request).await.unwrap().into_inner().status()
 }
 
 /// What one client saw.
@@ -420,6 +440,25 @@ impl Service {
             _ => panic!("no `listening on` line; logs:\n{}", service.logs()),
         }
         service
+    }
+
+    /// A gRPC health client of the service's `--grpc-listen` port, from the stdout line that
+    /// follows `listening on`.
+    async fn grpc_health(&mut self) -> HealthClient<Channel> {
+        let line = tokio::time::timeout(WAIT, self.stdout.recv()).await;
+        let addr: SocketAddr = match line {
+            Ok(Some(line)) => line
+                .strip_prefix("grpc health on ")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("not a `grpc health on` line: {line}")),
+            _ => panic!("no `grpc health on` line; logs:\n{}", self.logs()),
+        };
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        HealthClient::new(channel)
     }
 
     /// Sends a signal (`-TERM`) with kill(1): the workspace forbids unsafe code, hence libc.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::engine::{Engine, EngineConfig};
 use probe::gate::{self, Gate, GateConfig, Hook, ShutdownPlan};
+use probe::grpc::HealthService;
 use probe::resolve::{Resolver, ResolverConfig, ResolverError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +72,9 @@ pub struct Daemon {
     /// Cancelled to stop at once ([`Daemon::stop_now`]): the stop sequence is cut short and open
     /// API connections are dropped.
     now: CancellationToken,
+    /// Where grpc.health.v1 is served ([`Daemon::serve_grpc_health`]); taken by
+    /// [`Daemon::serve`].
+    grpc: parking_lot::Mutex<Option<TcpListener>>,
 }
 
 /// How long the API's connections get to close once the stop sequence is over: for answers
@@ -137,6 +141,7 @@ impl Daemon {
             stop: CancellationToken::new(),
             cancel,
             now: CancellationToken::new(),
+            grpc: parking_lot::Mutex::new(None),
         };
         Ok(daemon)
     }
@@ -180,6 +185,15 @@ impl Daemon {
         self.stop.is_cancelled()
     }
 
+    /// Also serves grpc.health.v1 (`Check`, `Watch`; plaintext HTTP/2) on `listener` while
+    /// [`Daemon::serve`] serves the API, from the same thread: `""` is what `/readyz` says,
+    /// `"liveness"` what `/livez` says, a target's or group's id its health (see
+    /// [`probe::grpc`]). Every service turns NOT_SERVING in the stop sequence's first step,
+    /// with `/readyz`; the server stops with the API's.
+    pub fn serve_grpc_health(&self, listener: TcpListener) {
+        *self.grpc.lock() = Some(listener);
+    }
+
     /// The gate the API is admitted through.
     pub fn gate(&self) -> &Gate {
         &self.gate
@@ -214,9 +228,19 @@ impl Daemon {
             stop: self.stop.clone(),
             listing: Default::default(),
         });
+        let grpc = match self.grpc.lock().take() {
+            Some(listener) => {
+                let health = HealthService::new(self.engine.clone(), self.cancel.clone())
+                    .with_gate(self.gate.clone());
+                tracing::info!(addr = %listener.local_addr()?, "grpc health listening");
+                Some((listener.into_std()?, health))
+            }
+            None => None,
+        };
         self.gate.startup_complete();
         tracing::info!(%addr, "listening");
-        let server = serve_on_own_thread(listener, app, self.cancel.clone(), self.now.clone())?;
+        let server =
+            serve_on_own_thread(listener, app, grpc, self.cancel.clone(), self.now.clone())?;
         let sequence = async {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
@@ -257,9 +281,10 @@ impl Daemon {
     }
 }
 
-/// Serves `app` from a thread of its own, with a single-threaded runtime, until `cancel`, then
-/// closes its connections gracefully for up to [`SERVER_CLOSE`] (at once on `now`) and drops
-/// those still open; the future resolves with the server's result.
+/// Serves `app` (and the gRPC health service, when given its listener) from a thread of its
+/// own, with a single-threaded runtime, until `cancel`, then closes their connections gracefully
+/// for up to [`SERVER_CLOSE`] (at once on `now`) and drops those still open; the future resolves
+/// with the servers' result.
 ///
 /// The engine's runtime runs the probes: on it, a health check would queue behind thousands of
 /// them a second, and `/readyz` would be slow exactly when the machine is busy, which is when a
@@ -268,6 +293,7 @@ impl Daemon {
 fn serve_on_own_thread(
     listener: TcpListener,
     app: axum::Router,
+    grpc: Option<(std::net::TcpListener, HealthService)>,
     cancel: CancellationToken,
     now: CancellationToken,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
@@ -287,6 +313,11 @@ fn serve_on_own_thread(
                             app.into_make_service_with_connect_info::<SocketAddr>(),
                         )
                         .with_graceful_shutdown(cancel.clone().cancelled_owned());
+                        let health = grpc_health(grpc, cancel.clone());
+                        let server = async {
+                            let (api, grpc) = tokio::join!(server.into_future(), health);
+                            api.and(grpc)
+                        };
                         let closing = async {
                             cancel.cancelled().await;
                             tokio::time::sleep(SERVER_CLOSE).await;
@@ -312,6 +343,23 @@ fn serve_on_own_thread(
             ))
         })
     })
+}
+
+/// Serves grpc.health.v1 on `listener` until `cancel` (a graceful HTTP/2 shutdown: the
+/// service's `Watch` streams end on the same token); at once without a listener.
+async fn grpc_health(
+    grpc: Option<(std::net::TcpListener, HealthService)>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let Some((listener, health)) = grpc else {
+        return Ok(());
+    };
+    let incoming = tonic::transport::server::TcpIncoming::from(TcpListener::from_std(listener)?);
+    tonic::transport::Server::builder()
+        .add_service(health.into_server())
+        .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
+        .await
+        .map_err(std::io::Error::other)
 }
 
 /// Folds recorded histogram samples into their buckets every `period` until cancellation.

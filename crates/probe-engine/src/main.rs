@@ -49,6 +49,11 @@ enum Command {
         /// Address of the health API.
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: SocketAddr,
+        /// Also serve grpc.health.v1 (Check, Watch; plaintext HTTP/2, no TLS) here, for
+        /// Kubernetes `grpc:` probes: service "" is /readyz, "liveness" is /livez, a target's or
+        /// group's id its health. Off by default.
+        #[arg(long, value_name = "ADDR")]
+        grpc_listen: Option<SocketAddr>,
         /// The most probes running at once.
         #[arg(long, default_value = "4096")]
         max_in_flight: NonZeroUsize,
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
         Command::Run {
             config,
             listen,
+            grpc_listen,
             max_in_flight,
             min_workers,
             shutdown_grace,
@@ -146,7 +152,7 @@ fn main() -> ExitCode {
                 },
                 drain_delay,
             };
-            match run(options, listen, shutdown_grace, watch_config) {
+            match run(options, listen, grpc_listen, shutdown_grace, watch_config) {
                 Ok(code) => code,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -205,6 +211,7 @@ fn check(path: &std::path::Path) -> ExitCode {
 async fn run(
     options: daemon::Options,
     listen: SocketAddr,
+    grpc_listen: Option<SocketAddr>,
     grace: Duration,
     watch_config: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -227,6 +234,12 @@ async fn run(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding the API to {listen}"))?;
+    if let Some(addr) = grpc_listen {
+        let grpc = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding gRPC health to {addr}"))?;
+        daemon.serve_grpc_health(grpc);
+    }
     let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

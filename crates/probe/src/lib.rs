@@ -22,6 +22,8 @@
 //! - [`engine`]: targets, scheduler, graph and pools together, with the snapshots servers read;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
+//! - `grpc` (feature `grpc`): `grpc.health.v1` (`Check`, `Watch`) served from the engine and
+//!   the gate, for Kubernetes `grpc:` probes;
 //! - `balance` (feature `tower`): a client-side balancer layer over a pool: weighted picks,
 //!   fail-fast on open circuits, outcomes reported, budgeted retries on another member.
 //!
@@ -51,6 +53,8 @@ pub mod discovery;
 pub mod engine;
 pub mod gate;
 pub mod graph;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod outcome;
 pub mod passive;
 pub mod resolve;

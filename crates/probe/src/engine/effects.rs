@@ -23,7 +23,7 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::metrics::{Counted, Meters};
@@ -269,6 +269,9 @@ pub(crate) struct Hub {
     core: Mutex<Core>,
     pools: Mutex<PoolsCore>,
     readiness: ArcSwap<Readiness>,
+    /// Marked after each store of `readiness`, for those who wait for it to change rather than
+    /// load it on request ([`Hub::readiness_changes`]).
+    readiness_changed: watch::Sender<()>,
     routes: ArcSwap<Routes>,
     events: broadcast::Sender<Event>,
     /// The graph's result window, and a count of the applies that may have changed any node's
@@ -286,6 +289,7 @@ impl Hub {
         };
         Self {
             readiness: ArcSwap::from_pointee(core.tally.readiness(None)),
+            readiness_changed: watch::Sender::new(()),
             core: Mutex::new(core),
             pools: Mutex::new(PoolsCore {
                 pools: Pools::default(),
@@ -303,6 +307,12 @@ impl Hub {
     /// bounce a cache line between them.
     pub fn readiness(&self) -> arc_swap::Guard<Arc<Readiness>> {
         self.readiness.load()
+    }
+
+    /// Marked each time the readiness verdict is published: on a change of verdict and on every
+    /// topology applied.
+    pub fn readiness_changes(&self) -> watch::Receiver<()> {
+        self.readiness_changed.subscribe()
     }
 
     /// The pools' routing tables as of the last change.
@@ -388,6 +398,7 @@ impl Hub {
             });
         if changed {
             self.readiness.store(Arc::new(core.tally.readiness(policy)));
+            self.readiness_changed.send_replace(());
         }
     }
 

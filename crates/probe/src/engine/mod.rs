@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -300,6 +300,15 @@ impl Engine {
     /// no lock, no walk over the targets.
     pub fn readiness(&self) -> Readiness {
         Readiness::clone(&self.inner.hub().readiness())
+    }
+
+    /// A signal marked each time the readiness verdict is published anew: when it changes, and
+    /// whenever a topology is applied (targets added or removed, the graph rewired). On
+    /// `changed()`, read [`Engine::readiness`] (or a target's state) again; marks that come
+    /// while nobody waits fold into one. For servers that push readiness to their clients
+    /// (gRPC health's `Watch`) rather than being polled.
+    pub fn readiness_changes(&self) -> watch::Receiver<()> {
+        self.inner.hub().readiness_changes()
     }
 
     /// Puts a target in maintenance for `duration`, replacing any maintenance in force. Probes

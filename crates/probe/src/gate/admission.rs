@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use tokio::time::Instant;
 
@@ -160,6 +160,9 @@ struct Inner {
     /// every request, from every thread at once.
     readiness: ArcSwapOption<Arc<dyn ReadinessCheck>>,
     heartbeats: Mutex<Vec<Arc<HeartbeatState>>>,
+    /// Marked on every move of the state and when a stop begins ([`Gate::changes`]): a
+    /// watch rather than a [`Notify`], so that a move between two waits is not lost.
+    changed: watch::Sender<()>,
 }
 
 impl Gate {
@@ -174,6 +177,7 @@ impl Gate {
                 config,
                 readiness: ArcSwapOption::empty(),
                 heartbeats: Mutex::new(Vec::new()),
+                changed: watch::Sender::new(()),
             }),
         }
     }
@@ -261,7 +265,10 @@ impl Gate {
             let updated = (current & !STATE_MASK) | to.bits();
             match word.compare_exchange_weak(current, updated, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return true,
+                Ok(_) => {
+                    self.inner.changed.send_replace(());
+                    return true;
+                }
                 Err(now) => current = now,
             }
         }
@@ -270,7 +277,25 @@ impl Gate {
     /// Fails readiness from now on, while still admitting: the first step of a stop, so that load
     /// balancers take the instance out before it refuses anything.
     pub fn leave(&self) {
-        self.inner.leaving.store(true, Ordering::Release);
+        if !self.inner.leaving.swap(true, Ordering::AcqRel) {
+            self.inner.changed.send_replace(());
+        }
+    }
+
+    /// Whether a stop has begun: [`Gate::leave`] was called, as [`Gate::drain`] and [`shutdown`]
+    /// do first. Readiness fails from then on.
+    pub fn stopping(&self) -> bool {
+        self.inner.leaving.load(Ordering::Acquire)
+    }
+
+    /// A signal marked each time the gate moves (startup complete, a stop begun, draining,
+    /// stopped), for a server that pushes readiness to its clients rather than being polled
+    /// (gRPC health's `Watch`): on `changed()`, read [`Gate::readiness`] and [`Gate::liveness`]
+    /// again. The readiness source and heartbeats are not signalled here: the engine has
+    /// [`Engine::readiness_changes`](crate::Engine::readiness_changes), and heartbeats go stale
+    /// with time alone.
+    pub fn changes(&self) -> watch::Receiver<()> {
+        self.inner.changed.subscribe()
     }
 
     /// Stops admitting, waits up to `timeout` for every admitted request and background task,
@@ -815,6 +840,25 @@ mod tests {
             *order.lock(),
             ["request done", "job done", "consumers", "pool"]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_move_is_signalled_once_a_stop_begins_it_is_stopping() {
+        let gate = Gate::new(GateConfig::default());
+        let mut changes = gate.changes();
+        assert!(!changes.has_changed().unwrap());
+        gate.startup_complete();
+        assert!(changes.has_changed().unwrap(), "startup complete");
+        changes.mark_unchanged();
+        assert!(!gate.stopping());
+        gate.leave();
+        assert!(gate.stopping());
+        assert!(changes.has_changed().unwrap(), "a stop begun");
+        changes.mark_unchanged();
+        gate.leave();
+        assert!(!changes.has_changed().unwrap(), "leaving twice is one move");
+        gate.drain(Duration::ZERO).await;
+        assert!(changes.has_changed().unwrap(), "draining and stopped");
     }
 
     #[test]
