@@ -163,16 +163,21 @@ async fn grpc_health_follows_the_daemon_through_a_target_outage_and_the_stop() {
     assert_eq!(group.next().await, Serving);
     assert_eq!(check(&mut client, "api").await, Serving);
 
-    // SIGTERM: every service NOT_SERVING at once, while the daemon still serves (the drain
-    // delay), then the process exits and the streams end.
+    // SIGTERM: every service but liveness NOT_SERVING at once, while the daemon still serves
+    // (the drain delay), then the process exits and the streams end.
     daemon.signal("-TERM");
     assert_eq!(ready.next().await, NotServing);
-    assert_eq!(live.next().await, NotServing);
     assert_eq!(target.next().await, NotServing);
     assert_eq!(group.next().await, NotServing);
     assert!(!daemon.exited(), "NOT_SERVING only as the daemon exited");
     assert_eq!(daemon.get("/readyz").await.status(), 503);
     assert_eq!(check(&mut client, "").await, NotServing);
+    assert_eq!(
+        check(&mut client, "liveness").await,
+        Serving,
+        "as /livez, through the drain"
+    );
+    assert_eq!(daemon.get("/livez").await.status(), 200);
     let status = daemon.wait_exit();
     assert!(status.success(), "{status}");
     let ended = tokio::time::timeout(WAIT, ready.stream.message())

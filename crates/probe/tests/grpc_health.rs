@@ -244,18 +244,19 @@ async fn check_and_watch_follow_targets_groups_and_the_gate() {
     engine.apply(topology(&db, &cache, &[])).unwrap();
     assert_eq!(late.next().await, ServiceUnknown);
 
-    // The stop's first step turns every service NOT_SERVING, liveness included.
+    // The stop's first step turns every service NOT_SERVING but liveness, which stays what
+    // `/livez` says until the process has stopped.
     let mut ready = Watching::start(&mut client, "").await;
     assert_eq!(ready.next().await, Serving);
     let mut live = Watching::start(&mut client, "liveness").await;
     assert_eq!(live.next().await, Serving);
     gate.leave();
     assert_eq!(ready.next().await, NotServing);
-    assert_eq!(live.next().await, NotServing);
     assert_eq!(db_watch.next().await, NotServing);
     assert_eq!(group.next().await, NotServing);
     assert_eq!(check(&mut client, "cache").await, NotServing);
     assert_eq!(check(&mut client, "").await, NotServing);
+    assert_eq!(check(&mut client, "liveness").await, Serving);
 
     // Cancellation ends the streams (so that a graceful server shutdown is not held up).
     cancel.cancel();

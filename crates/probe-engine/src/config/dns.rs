@@ -141,7 +141,7 @@ fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<DnsExpect> {
                     format!(
                         "invalid regex {} in \"answers\": {}",
                         quote(&item.value),
-                        super::targets::regex_message(&e)
+                        super::reply::regex_message(&e)
                     ),
                 ));
                 ok = false;

@@ -106,6 +106,7 @@ mod merge;
 mod metrics;
 mod node;
 mod passive;
+mod reply;
 mod resolver;
 mod schedule;
 mod schema;

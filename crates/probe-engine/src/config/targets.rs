@@ -16,16 +16,14 @@ use probe::graph::NodeKind;
 use probe::passive::PoolPolicy;
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
-use probe::tier::reply::ReplyExpect;
 use probe::tier::tcp::{CloseMode, TcpSpec};
 use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 
 use super::diagnostics::{did_you_mean, one_line, quote};
 use super::files::{Source, process_env};
-use super::node::{
-    Diags, Kind, Node, Pos, Sp, collect, each, syntax_error, value_of, yaml_options,
-};
+use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options};
 use super::passive::{self, Passive};
+use super::reply::reply_expect;
 use super::schedule::{Sched, duration_at_most};
 use super::schema::{RawTarget, RawTcp, RawWindow};
 use super::{addresses, dns, graph, grpc, http, icmp, tls, udp};
@@ -38,9 +36,6 @@ const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// The accepted `close` modes.
 const CLOSE_MODES: &[&str] = &["reset", "graceful"];
-
-/// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// A file's `defaults`, validated field by field.
 #[derive(Default)]
@@ -356,40 +351,6 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
     Some(spec)
 }
 
-/// `expect` or `expect_regex` (at most one) as what a reply must hold, for the sections that
-/// read a reply (`tcp`, `udp`).
-pub(super) fn reply_expect(
-    expect: Option<Sp<String>>,
-    expect_regex: Option<Sp<String>>,
-    diags: &mut Diags,
-) -> Result<Option<ReplyExpect>, ()> {
-    match (expect, expect_regex) {
-        (Some(_), Some(regex)) => {
-            diags.push((
-                regex.key,
-                r#""expect" and "expect_regex" are mutually exclusive: keep only one"#.to_owned(),
-            ));
-            Err(())
-        }
-        (Some(text), None) => Ok(Some(ReplyExpect::Contains(text.value.into_bytes()))),
-        (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map(|re| Some(ReplyExpect::Regex(re)))
-            .map_err(|e| {
-                diags.push((
-                    regex.pos,
-                    format!(
-                        "invalid regex {} for \"expect_regex\": {}",
-                        quote(&regex.value),
-                        regex_message(&e)
-                    ),
-                ));
-            }),
-        (None, None) => Ok(None),
-    }
-}
-
 /// One `maintenance` entry: `{start: RFC 3339 UTC time, duration}` or `{daily: "HH:MM", duration}`.
 fn parse_window(window: RawWindow, pos: Pos, diags: &mut Diags) -> Option<MaintenanceWindow> {
     let duration = duration_at_most(Some(&window.duration), "duration", true, MAX_WINDOW, diags);
@@ -466,15 +427,4 @@ fn time_of_day(text: &str) -> Option<Duration> {
         seconds += value * unit;
     }
     Some(Duration::from_secs(seconds))
-}
-
-/// The one line of a regex syntax error that says what is wrong (the others draw a caret).
-pub(super) fn regex_message(e: &regex::Error) -> String {
-    let text = e.to_string();
-    text.lines()
-        .find_map(|line| line.trim().strip_prefix("error: "))
-        .map_or_else(
-            || text.split_whitespace().collect::<Vec<_>>().join(" "),
-            str::to_owned,
-        )
 }

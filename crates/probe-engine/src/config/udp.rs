@@ -5,7 +5,7 @@ use probe::tier::udp::UdpSpec;
 use serde::Deserialize;
 
 use super::node::{Diags, Sp};
-use super::targets::reply_expect;
+use super::reply::reply_expect;
 
 #[derive(Deserialize)]
 #[serde(rename = "udp", deny_unknown_fields)]

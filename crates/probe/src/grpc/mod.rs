@@ -19,8 +19,11 @@
 //! - any other name: `Check` fails with `NOT_FOUND`, `Watch` sends SERVICE_UNKNOWN and stays
 //!   open, reporting the status once a target or group of that name appears.
 //!
-//! From the first step of a stop ([`Gate::stopping`]) every known service is NOT_SERVING, as
-//! grpc-go's health server does on `Shutdown`, so that clients watching any of them move away.
+//! From the first step of a stop ([`Gate::stopping`]) every known service but `"liveness"` is
+//! NOT_SERVING, as `/readyz` turns 503, so that clients watching any of them move away.
+//! `"liveness"` stays what `/livez` says (SERVING until the process has stopped): a liveness
+//! probe that failed during the drain would have the kubelet kill the container before it
+//! finished serving what it had, the very thing a graceful drain is for.
 //!
 //! The library serves no socket: [`HealthService::into_server`] is a tonic service to add to
 //! the embedder's own tonic server, next to its other services.
@@ -66,7 +69,7 @@ impl HealthService {
     }
 
     /// Answers `""` and `"liveness"` from `gate` (what `/readyz` and `/livez` say), and turns
-    /// every service NOT_SERVING once the gate's stop begins. `Watch` of `""` is woken by the
+    /// every service but `"liveness"` NOT_SERVING once the gate's stop begins. `Watch` of `""` is woken by the
     /// gate's moves and by the engine's readiness changes, so the gate's readiness source should
     /// be this engine (`gate.set_readiness(Arc::new(engine.clone()))`). Heartbeats going stale
     /// are seen by `Check` only: they signal nothing.
@@ -90,7 +93,14 @@ impl HealthService {
                 Some(gate) => gate.readiness().ok,
                 None => self.engine.readiness().ready,
             },
-            Service::Liveness => self.gate.as_ref().is_none_or(|g| g.liveness().ok),
+            // What `/livez` says, through the stop too (see the module docs).
+            Service::Liveness => {
+                return if self.gate.as_ref().is_none_or(|g| g.liveness().ok) {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
+            }
             Service::Node(id) => {
                 let Some(node) = self.engine.with_graph(|g| g.status(id)) else {
                     return ServingStatus::ServiceUnknown;
