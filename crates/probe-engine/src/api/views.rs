@@ -137,7 +137,7 @@ struct TlsView {
     not_after: Option<String>,
     /// The earliest end of validity in the chain (`probe_ssl_earliest_cert_expiry`).
     earliest_expiry: Option<String>,
-    /// Whole days until then, negative once past.
+    /// Whole days until then (towards zero: 0 within a day either side), negative once past.
     days_left: Option<i64>,
     chain: Vec<CertificateView>,
 }
@@ -175,14 +175,14 @@ impl TlsView {
     }
 }
 
-/// Whole days from `now` to `at`, rounded down: negative once `at` has passed.
+/// Whole days from `now` to `at`, towards zero: negative once `at` has passed by a day.
 fn days_between(now: SystemTime, at: SystemTime) -> i64 {
     const DAY: i64 = 86_400;
     let seconds = match at.duration_since(now) {
         Ok(ahead) => i64::try_from(ahead.as_secs()).unwrap_or(i64::MAX),
         Err(behind) => -i64::try_from(behind.duration().as_secs()).unwrap_or(i64::MAX),
     };
-    seconds.div_euclid(DAY)
+    seconds / DAY
 }
 
 /// A confirmation in progress, as HAProxy shows "UP 1/3".

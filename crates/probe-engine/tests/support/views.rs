@@ -86,6 +86,37 @@ pub struct Target {
     pub ejection: Option<Ejection>,
     #[serde(deserialize_with = "Option::deserialize")]
     pub circuit: Option<Circuit>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub tls: Option<Tls>,
+}
+
+/// `tls`: what the target's latest TLS handshake showed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub version: Option<String>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub subject: Option<String>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub issuer: Option<String>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub not_after: Option<Time>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub earliest_expiry: Option<Time>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub days_left: Option<i64>,
+    pub chain: Vec<Certificate>,
+}
+
+/// One certificate of `tls.chain`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Certificate {
+    pub subject: String,
+    pub issuer: String,
+    pub not_before: Time,
+    pub not_after: Time,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
