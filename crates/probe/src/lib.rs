@@ -10,7 +10,9 @@
 //! - [`target`]: who a target is ([`TargetId`]) and where it lives ([`Address`]);
 //! - [`outcome`]: one probe result and the closed set of failure reasons;
 //! - [`tier`]: the [`Probe`] trait and the tiers that implement it ([`tier::tcp`],
-//!   [`tier::http`], [`tier::icmp`], [`tier::udp`]), and the [`ProbeSpec`] that chooses one;
+//!   [`tier::http`], [`tier::grpc`], [`tier::tls`], [`tier::dns`], [`tier::icmp`],
+//!   [`tier::udp`]), the [`ProbeSpec`] that chooses one, and every address of a name probed
+//!   ([`tier::addresses`]);
 //! - [`verdict`]: the per-target state machine (UP, DEGRADED, PROBING, MAINTENANCE, DOWN), its
 //!   schedule and thresholds, backoff, maintenance windows and the engine's self-health;
 //! - [`resolve`]: the engine's one DNS resolver, shared by every probe: last good answers on
@@ -69,9 +71,14 @@ pub use engine::{
 };
 pub use outcome::{CheckResult, Failure, FailureReason, Outcome, Verdict};
 pub use passive::{Call, CallOutcome, PoolPolicy};
-pub use target::{Address, TargetId};
+pub use target::{Address, Addresses, TargetId};
+pub use tier::dns::DnsSpec;
+pub use tier::grpc::GrpcSpec;
 pub use tier::http::HttpSpec;
+pub use tier::icmp::IcmpSpec;
 pub use tier::tcp::TcpSpec;
+pub use tier::tls::TlsSpec;
+pub use tier::udp::UdpSpec;
 pub use tier::{CustomProbe, Probe, ProbeSpec};
 pub use verdict::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 
