@@ -1333,7 +1333,7 @@ const CASES: &[Case] = &[
             (
                 5,
                 41,
-                r#"unknown policy "each" for "addresses"; expected "first", "any" or "all""#,
+                r#"unknown policy "each" for "addresses"; expected one of first, any, all"#,
             ),
             (
                 7,

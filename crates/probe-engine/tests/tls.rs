@@ -16,18 +16,7 @@ use support::Daemon;
 async fn serve(leaf: &pki::Leaf) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(leaf.server());
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let _ = acceptor.accept(stream).await;
-            });
-        }
-    });
+    pki::serve(listener, leaf.server());
     addr
 }
 

@@ -178,18 +178,7 @@ async fn tls_checks_every_address_against_the_name() {
     let wrong = ca.leaf(&["other.test"], -1, 30);
     for (ip, leaf) in [(ONE, &good), (TWO, &wrong)] {
         let listener = TcpListener::bind(SocketAddr::new(ip, port)).await.unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(leaf.server());
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let _ = acceptor.accept(stream).await;
-                });
-            }
-        });
+        pki::serve(listener, leaf.server());
     }
     let mut spec = TlsSpec::new(Address::Host {
         host: "multi.test".into(),

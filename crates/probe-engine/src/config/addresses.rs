@@ -3,7 +3,7 @@
 
 use probe::target::Addresses;
 
-use super::diagnostics::{did_you_mean, quote};
+use super::diagnostics::one_of;
 use super::node::{Diags, Sp};
 
 /// The policy `raw` names (`first` when absent); `Err` once reported.
@@ -11,21 +11,15 @@ pub(super) fn parse(raw: Option<&Sp<String>>, diags: &mut Diags) -> Result<Addre
     let Some(raw) = raw else {
         return Ok(Addresses::First);
     };
-    let name = raw.value.trim();
-    if let Some(known) = Addresses::ALL.into_iter().find(|a| a.as_str() == name) {
-        return Ok(known);
-    }
-    let names = Addresses::ALL.map(Addresses::as_str);
-    let hint = match did_you_mean(name, names) {
-        Some(best) => format!(", did you mean {best:?}?"),
-        None => r#"; expected "first", "any" or "all""#.to_owned(),
-    };
-    diags.push((
-        raw.pos,
-        format!(
-            "unknown policy {} for \"addresses\"{hint}",
-            quote(&raw.value)
-        ),
-    ));
-    Err(())
+    let name = one_of(
+        raw,
+        "policy",
+        "addresses",
+        Addresses::ALL.map(Addresses::as_str),
+        diags,
+    )?;
+    Addresses::ALL
+        .into_iter()
+        .find(|a| a.as_str() == name)
+        .ok_or(())
 }

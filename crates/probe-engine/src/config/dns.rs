@@ -13,7 +13,7 @@ use probe::tier::dns::{
 };
 use serde::Deserialize;
 
-use super::diagnostics::{did_you_mean, quote};
+use super::diagnostics::{one_of, quote};
 use super::node::{Diags, OneOrMany, Pos, Sp};
 use super::schedule::duration;
 
@@ -61,11 +61,11 @@ pub(super) fn parse(raw: RawDns, key: Pos, diags: &mut Diags) -> Option<DnsSpec>
     };
     let record_type = raw.record_type.as_ref().map_or(Ok(DnsType::A), |t| {
         let names = DnsType::ALL.map(DnsType::as_str);
-        named(t, "record type", "type", names, diags).and_then(|n| n.parse().map_err(|_| ()))
+        one_of(t, "record type", "type", names, diags).and_then(|n| n.parse().map_err(|_| ()))
     });
     let transport = raw.transport.as_ref().map_or(Ok(DnsTransport::Udp), |t| {
         let names = DnsTransport::ALL.map(DnsTransport::as_str);
-        named(t, "transport", "transport", names, diags).map(|name| {
+        one_of(t, "transport", "transport", names, diags).map(|name| {
             if name == DnsTransport::Tcp.as_str() {
                 DnsTransport::Tcp
             } else {
@@ -96,38 +96,9 @@ pub(super) fn parse(raw: RawDns, key: Pos, diags: &mut Diags) -> Option<DnsSpec>
     Some(spec)
 }
 
-/// One of `names`, in any case: the canonical name; otherwise an error at the value, with a
-/// suggestion or the list.
-fn named(
-    raw: &Sp<String>,
-    what: &str,
-    field: &str,
-    names: impl IntoIterator<Item = &'static str> + Clone,
-    diags: &mut Diags,
-) -> Checked<&'static str> {
-    let text = raw.value.trim();
-    if let Some(known) = names
-        .clone()
-        .into_iter()
-        .find(|n| n.eq_ignore_ascii_case(text))
-    {
-        return Ok(known);
-    }
-    let all: Vec<&str> = names.clone().into_iter().collect();
-    let hint = match did_you_mean(text, names) {
-        Some(best) => format!(", did you mean {best:?}?"),
-        None => format!("; expected one of {}", all.join(", ")),
-    };
-    diags.push((
-        raw.pos,
-        format!("unknown {what} {} for {field:?}{hint}", quote(&raw.value)),
-    ));
-    Err(())
-}
-
 fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<DnsExpect> {
     let rcode = raw.rcode.as_ref().map_or(Ok(Rcode::NOERROR), |r| {
-        named(r, "rcode", "rcode", Rcode::NAMES, diags)
+        one_of(r, "rcode", "rcode", Rcode::NAMES, diags)
             .and_then(|name| name.parse().map_err(|_| ()))
     });
     let mut answers = Vec::new();

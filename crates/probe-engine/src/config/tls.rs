@@ -8,7 +8,7 @@ use probe::tier::tls::{StartTls, TlsSpec};
 use serde::Deserialize;
 
 use super::addresses;
-use super::diagnostics::{did_you_mean, quote};
+use super::diagnostics::one_of;
 use super::files::Source;
 use super::http::{Checked, trust};
 use super::node::{Diags, Sp};
@@ -76,21 +76,15 @@ pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) ->
 }
 
 fn starttls(raw: &Sp<String>, diags: &mut Diags) -> Checked<StartTls> {
-    let name = raw.value.trim();
-    if let Some(known) = StartTls::ALL.into_iter().find(|p| p.as_str() == name) {
-        return Ok(known);
-    }
-    let names = StartTls::ALL.map(StartTls::as_str);
-    let hint = match did_you_mean(name, names) {
-        Some(best) => format!(", did you mean {best:?}?"),
-        None => format!("; expected one of {}", names.join(", ")),
-    };
-    diags.push((
-        raw.pos,
-        format!(
-            "unknown protocol {} for \"starttls\"{hint}",
-            quote(&raw.value)
-        ),
-    ));
-    Err(())
+    let name = one_of(
+        raw,
+        "protocol",
+        "starttls",
+        StartTls::ALL.map(StartTls::as_str),
+        diags,
+    )?;
+    StartTls::ALL
+        .into_iter()
+        .find(|p| p.as_str() == name)
+        .ok_or(())
 }

@@ -81,3 +81,21 @@ impl Leaf {
         Arc::new(config)
     }
 }
+
+/// A TLS server on `listener` presenting `config`'s certificate: it completes the handshake of
+/// each connection (a client that refuses the certificate resets it: that is the case tested)
+/// and closes it.
+pub fn serve(listener: tokio::net::TcpListener, config: Arc<rustls::ServerConfig>) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(stream).await;
+            });
+        }
+    });
+}
