@@ -140,33 +140,6 @@ pub(super) fn one_line(message: &str) -> String {
 }
 
 #[cfg(test)]
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn suggestions_catch_common_typos_only() {
-        let keys = ["interval", "timeout", "send", "id", "tcp"];
-        assert_eq!(did_you_mean("intervall", keys), Some("interval"));
-        assert_eq!(did_you_mean("Timeout", keys), Some("timeout"));
-        assert_eq!(did_you_mean("sned", keys), Some("send"));
-        assert_eq!(did_you_mean("ip", keys), Some("id"));
-        assert_eq!(did_you_mean("http", keys), None);
-        assert_eq!(did_you_mean("colour", keys), None);
-        assert_eq!(did_you_mean(&"x".repeat(10_000), keys), None);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("ab", "ba"), 1);
-    }
-
-    #[test]
-    fn messages_are_single_bounded_lines() {
-        assert_eq!(one_line("a\nb\tc"), "a\\nb\\tc");
-        assert!(one_line(&"é".repeat(5_000)).len() < 1_100);
-        assert_eq!(quote("a\"b"), r#""a\"b""#);
-        assert!(quote(&"ü".repeat(500)).ends_with("\"..."));
-    }
-}
-
 /// One of `names`, in any case: the canonical name; otherwise an error at the value (an unknown
 /// `what` for `field`), with a suggestion or the list. For every key whose value is one of a
 /// few words (`type`, `transport`, `rcode`, `starttls`, `addresses`).
@@ -195,4 +168,31 @@ pub(super) fn one_of(
         format!("unknown {what} {} for {field:?}{hint}", quote(&raw.value)),
     ));
     Err(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_catch_common_typos_only() {
+        let keys = ["interval", "timeout", "send", "id", "tcp"];
+        assert_eq!(did_you_mean("intervall", keys), Some("interval"));
+        assert_eq!(did_you_mean("Timeout", keys), Some("timeout"));
+        assert_eq!(did_you_mean("sned", keys), Some("send"));
+        assert_eq!(did_you_mean("ip", keys), Some("id"));
+        assert_eq!(did_you_mean("http", keys), None);
+        assert_eq!(did_you_mean("colour", keys), None);
+        assert_eq!(did_you_mean(&"x".repeat(10_000), keys), None);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+    }
+
+    #[test]
+    fn messages_are_single_bounded_lines() {
+        assert_eq!(one_line("a\nb\tc"), "a\\nb\\tc");
+        assert!(one_line(&"é".repeat(5_000)).len() < 1_100);
+        assert_eq!(quote("a\"b"), r#""a\"b""#);
+        assert!(quote(&"ü".repeat(500)).ends_with("\"..."));
+    }
 }
