@@ -139,7 +139,6 @@ pub(super) fn one_line(message: &str) -> String {
     out
 }
 
-#[cfg(test)]
 /// One of `names`, in any case: the canonical name; otherwise an error at the value (an unknown
 /// `what` for `field`), with a suggestion or the list. For every key whose value is one of a
 /// few words (`type`, `transport`, `rcode`, `starttls`, `addresses`).
