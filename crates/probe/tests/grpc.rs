@@ -7,6 +7,7 @@ mod pki;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ struct Server {
     seen: Arc<Mutex<Vec<String>>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    /// Connections accepted (plaintext servers).
+    accepted: Arc<AtomicUsize>,
 }
 
 /// A TLS stream as tonic's server takes it.
@@ -102,11 +105,17 @@ async fn serve(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) ->
     );
     let (stop, stopped) = oneshot::channel::<()>();
     let router = tonic::transport::Server::builder().add_service(service);
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
     let task = match tls {
         None => {
-            let incoming = futures_util::stream::unfold(listener, |l| async move {
-                let accepted = l.accept().await.map(|(s, _)| s);
-                Some((accepted, l))
+            let incoming = futures_util::stream::unfold(listener, move |l| {
+                let counted = counted.clone();
+                async move {
+                    let stream = l.accept().await.map(|(s, _)| s);
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Some((stream, l))
+                }
             });
             tokio::spawn(async move {
                 let _ = router
@@ -144,6 +153,7 @@ async fn serve(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) ->
         seen,
         stop: Some(stop),
         task,
+        accepted,
     }
 }
 
@@ -306,4 +316,16 @@ async fn a_kept_connection_the_server_closed_is_replaced_within_the_check() {
     assert_eq!(result.verdict, Verdict::Up);
     assert!(result.remarks.stale_connection_retried, "{result:?}");
     drop(restarted);
+}
+
+#[tokio::test]
+async fn fresh_connection_opens_a_connection_per_check() {
+    let server = serve(listener().await, None).await;
+    let mut fresh = spec(server.addr, "");
+    fresh.fresh_connection = true;
+    let probe = GrpcProbe::new(fresh, Names::system());
+    for _ in 0..3 {
+        assert_eq!(check(&probe).await.verdict, Verdict::Up);
+    }
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
 }
