@@ -18,6 +18,7 @@
 
 mod api_load;
 mod churn;
+mod cluster_sim;
 mod detection;
 mod drain;
 mod etcd_load;
@@ -64,6 +65,8 @@ enum Command {
     EtcdLoad(etcd_load::Args),
     /// The real daemon's RSS, descriptors and /metrics under ten minutes of topology churn.
     Churn(churn::Args),
+    /// Cluster target ownership at scale: moves on a join or leave, load spread, update time.
+    ClusterSim(cluster_sim::Args),
     /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
     Report(report::Args),
     /// Prints one RESULT line, for a figure a script derives from a log.
@@ -100,6 +103,7 @@ fn main() -> std::process::ExitCode {
         Command::Keepalive(args) => keepalive::run(args),
         Command::EtcdLoad(args) => etcd_load::run(args),
         Command::Churn(args) => churn::run(args),
+        Command::ClusterSim(args) => cluster_sim::run(args),
         Command::Report(args) => report::run(args),
         Command::Result(figure) => {
             support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);

@@ -51,6 +51,7 @@
 
 #[cfg(feature = "tower")]
 pub mod balance;
+pub mod cluster;
 pub mod discovery;
 pub mod engine;
 pub mod gate;
