@@ -13,10 +13,12 @@
 //! [`support::result`], the only writer of that format; `report` reads them back.
 //!
 //! Some harnesses start this same binary again as a helper process (the HTTP server of
-//! `http-load`; the responder, prober and burners of `starve`), through flags hidden from
+//! `http-load`, the gRPC server of `breadth-load`, the TLS server of `tls-load`; the responder,
+//! prober and burners of `starve`), through flags hidden from
 //! `--help`: a process of its own keeps the helper's CPU out of the prober's figures.
 
 mod api_load;
+mod breadth_load;
 mod churn;
 mod cluster_sim;
 mod detection;
@@ -30,6 +32,7 @@ mod scheduler_load;
 mod starve;
 mod support;
 mod tcp_load;
+mod tls_load;
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +50,10 @@ enum Command {
     TcpLoad(tcp_load::Args),
     /// HTTP probes per CPU-second, pooled and fresh connections, vs blackbox_exporter.
     HttpLoad(http_load::Args),
+    /// gRPC, DNS and ICMP probes per CPU-second vs blackbox_exporter's modules.
+    BreadthLoad(breadth_load::Args),
+    /// The engine with 10k TLS certificate targets a minute: scheduler lag and CPU.
+    TlsLoad(tls_load::Args),
     /// Scheduling lag, spread and memory with many no-op targets.
     SchedulerLoad(scheduler_load::Args),
     /// The daemon's health API under wrk while it probes 10k targets a second.
@@ -94,6 +101,8 @@ fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::TcpLoad(args) => tcp_load::run(args),
         Command::HttpLoad(args) => http_load::run(args),
+        Command::BreadthLoad(args) => breadth_load::run(args),
+        Command::TlsLoad(args) => tls_load::run(args),
         Command::SchedulerLoad(args) => scheduler_load::run(args),
         Command::ApiLoad(args) => api_load::run(args),
         Command::Detection(args) => detection::run(args),
@@ -134,6 +143,10 @@ mod tests {
             "tcp-load --scenario tcp --duration-s 1 --warmup-s 0.5",
             "tcp-load --scenario tcp --duration-s 2 --warmup-s 0.5",
             "http-load --duration-s 1 --warmup-s 0.5",
+            "breadth-load --kinds grpc,dns,icmp --duration-s 1 --warmup-s 0.5",
+            "breadth-load --kinds grpc,dns --duration-s 2 --warmup-s 0.5",
+            "tls-load --targets 1000 --interval-s 5 --intervals 2",
+            "tls-load --targets 10000 --interval-s 60 --intervals 2",
             "tcp-load --scenario scale-100k-tcp --targets 100000 --interval-ms 10000 --phase \
              engine --warmup-s 11 --duration-s 2",
             "scheduler-load --scenario scale-1m --targets 1000000 --metrics lag --interval-s 10 \
@@ -150,6 +163,9 @@ mod tests {
             "result --scenario hygiene --metric eaddrnotavail_lines --value 0 --unit lines",
             "report LOGS OUT.md",
             "http-load",
+            "breadth-load",
+            "tls-load",
+            "breadth-load --kinds dns,icmp --blackbox none",
             "scheduler-load",
             "detection",
             "starve",
@@ -163,6 +179,8 @@ mod tests {
             "loss --losses 1,2,3",
             // The helper processes the harnesses start.
             "http-load --serve 1",
+            "breadth-load --serve-grpc 1",
+            "tls-load --serve 1 --ca-file /tmp/ca.pem",
             "starve --serve",
             "starve --burn",
             "starve --probe on --addrs 127.0.0.2:1,127.0.0.3:2 --targets 500 --interval-ms 500 \

@@ -269,17 +269,27 @@ impl Blackbox {
         prober: &str,
         timeout: std::time::Duration,
     ) -> anyhow::Result<Self> {
-        use std::process::{Command, Stdio};
-        let dir = tempfile::tempdir()?;
-        let config = dir.path().join("blackbox.yml");
-        std::fs::write(
-            &config,
-            format!(
+        Self::start_with(
+            binary,
+            module,
+            &format!(
                 "modules:\n  {module}:\n    prober: {prober}\n    timeout: {}ms\n    {prober}:\n      \
                  preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
                 timeout.as_millis()
             ),
-        )?;
+        )
+    }
+
+    /// Starts `binary` with `config` as its `blackbox.yml`, probing through its module `module`.
+    pub fn start_with(
+        binary: &std::path::Path,
+        module: &str,
+        config_yaml: &str,
+    ) -> anyhow::Result<Self> {
+        use std::process::{Command, Stdio};
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("blackbox.yml");
+        std::fs::write(&config, config_yaml)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();

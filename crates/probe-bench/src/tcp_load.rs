@@ -1276,11 +1276,11 @@ fn install_metrics(mode: MetricsMode) -> anyhow::Result<Counters> {
 
 /// Count, sum and max of the scheduler lag, in nanoseconds, and a log-linear histogram of it in
 /// microseconds for quantiles.
-struct LagStats {
+pub(crate) struct LagStats {
     count: AtomicU64,
     sum_ns: AtomicU64,
     max_ns: AtomicU64,
-    buckets: Box<[AtomicU64]>,
+    pub(crate) buckets: Box<[AtomicU64]>,
 }
 
 /// Buckets of [`LagStats`]: 1 us wide below 32 us, then 16 per power of two (up to 2^40 us).
@@ -1318,7 +1318,7 @@ impl LagStats {
     }
 
     /// The `q` quantile of `counts` (bucket counts), as its bucket's upper bound, in ms.
-    fn quantile_ms(counts: &[u64], q: f64) -> f64 {
+    pub(crate) fn quantile_ms(counts: &[u64], q: f64) -> f64 {
         let total: u64 = counts.iter().sum();
         if total == 0 {
             return 0.0;
@@ -1347,10 +1347,10 @@ impl metrics::HistogramFn for LagStats {
 
 /// A recorder that counts runs and failures, keeps lag statistics and ignores every other
 /// metric.
-struct CountingRecorder {
-    runs: Arc<RunCounter>,
-    failures: Arc<AtomicU64>,
-    lag: Arc<LagStats>,
+pub(crate) struct CountingRecorder {
+    pub(crate) runs: Arc<RunCounter>,
+    pub(crate) failures: Arc<AtomicU64>,
+    pub(crate) lag: Arc<LagStats>,
 }
 
 impl Recorder for CountingRecorder {
