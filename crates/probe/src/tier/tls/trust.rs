@@ -6,8 +6,9 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
+use parking_lot::Mutex;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -175,8 +176,30 @@ fn with_verifier(verifier: Arc<dyn ServerCertVerifier>) -> Result<rustls::Client
         .with_no_client_auth())
 }
 
-/// The verifier that decides whether a server is trusted.
+/// The verifier that decides whether a server is trusted: one per distinct trust, shared by
+/// every probe that has it while any does.
+///
+/// A verifier holds its root store: with a private CA, the system's roots copied and the CA
+/// added, about 90 KB. Built per probe, 10,000 targets naming the same `ca_file` held 10,000
+/// copies (870 MiB); shared, they hold one. The cache keeps weak references, so a trust no
+/// probe uses any more (a reload dropped it) is freed with its last probe.
 fn verifier(trust: &TlsTrust) -> Result<Arc<dyn ServerCertVerifier>, Failure> {
+    static SHARED: Mutex<Vec<(TlsTrust, Weak<dyn ServerCertVerifier>)>> = Mutex::new(Vec::new());
+    let mut shared = SHARED.lock();
+    if let Some(live) = shared
+        .iter()
+        .filter(|(known, _)| known == trust)
+        .find_map(|(_, verifier)| verifier.upgrade())
+    {
+        return Ok(live);
+    }
+    let verifier = build_verifier(trust)?;
+    shared.retain(|(_, verifier)| verifier.strong_count() > 0);
+    shared.push((trust.clone(), Arc::downgrade(&verifier)));
+    Ok(verifier)
+}
+
+fn build_verifier(trust: &TlsTrust) -> Result<Arc<dyn ServerCertVerifier>, Failure> {
     let roots = match trust {
         TlsTrust::InsecureSkipVerify => return Ok(Arc::new(SkipVerify(provider()))),
         TlsTrust::System => system_roots()?,
@@ -285,6 +308,25 @@ fn tls_failure(detail: impl fmt::Display) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probes_of_the_same_trust_share_one_verifier_while_any_holds_it() {
+        // A CA of this test's own, so that no other test holds its verifier.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = params.self_signed(&key).unwrap().pem();
+        let trust = TlsTrust::WithCa(CaBundle::from_pem(pem.as_bytes()).unwrap());
+        let one = verifier(&trust).unwrap();
+        let two = verifier(&trust).unwrap();
+        assert!(Arc::ptr_eq(&one, &two));
+        // The same CA read again (another target's ca_file) is the same trust.
+        let again = TlsTrust::WithCa(CaBundle::from_pem(pem.as_bytes()).unwrap());
+        assert!(Arc::ptr_eq(&one, &verifier(&again).unwrap()));
+        let weak = Arc::downgrade(&one);
+        drop((one, two));
+        assert!(weak.upgrade().is_none(), "freed with its last probe");
+    }
 
     #[test]
     fn ca_bundles_reject_garbage() {
