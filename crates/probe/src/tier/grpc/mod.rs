@@ -3,9 +3,13 @@
 //!
 //! The tier makes its own connections, through the TCP tier's connect and this crate's TLS (so
 //! a check has one deadline, names resolve through the engine's resolver, certificate facts are
-//! noted, and the engine's own resource faults are told apart), and hands each one to tonic for
-//! HTTP/2 and the call. By default the connection is kept for the next check: when the server
-//! has closed it meanwhile, the check is made again on a new one within the same deadline (and
+//! noted, and the engine's own resource faults are told apart), sets up HTTP/2 on each with
+//! hyper, and makes the call with tonic's generated client over it. tonic's `Channel` is not
+//! used: its reconnecting, buffered service costs a task, a channel and their wake-ups per
+//! connection, which a probe that opens one per check (`fresh_connection`) pays at every check,
+//! and its reconnects would happen outside the check's deadline. By default the connection is
+//! kept for the next check; one the server has closed meanwhile is replaced, and a call that
+//! finds it closing as it goes out is made again on a new one within the same deadline (and
 //! says so in its remarks), as the HTTP tier does for a kept-alive connection.
 //!
 //! The verdict: `SERVING` passes (DEGRADED over `latency_over`); `NOT_SERVING` or `UNKNOWN`
@@ -16,13 +20,14 @@
 pub(crate) mod spec;
 
 use std::error::Error as StdError;
-use std::future::Ready;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
-use hyper_util::rt::TokioIo;
+use http::uri::{Authority, Scheme};
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
@@ -30,7 +35,6 @@ use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
-use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -54,7 +58,10 @@ pub struct GrpcProbe {
     /// trust store) otherwise, reported by every check.
     tls: Result<Option<(TlsConnector, Arc<Noting>)>, Failure>,
     /// The connection kept from the last check (not with `fresh_connection`).
-    kept: Mutex<Option<Channel>>,
+    kept: Mutex<Option<Conn>>,
+    /// The `:scheme` and `:authority` of every call.
+    scheme: Scheme,
+    authority: Authority,
 }
 
 impl GrpcProbe {
@@ -70,11 +77,22 @@ impl GrpcProbe {
                 })
             })
             .transpose();
+        let scheme = if spec.tls.is_some() {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        };
+        // An address's display (`host:port`, `[v6]:port`) is a valid authority; the fallback
+        // only keeps an impossible case from panicking.
+        let authority = Authority::try_from(spec.address.to_string())
+            .unwrap_or_else(|_| Authority::from_static("localhost"));
         Self {
             spec,
             names,
             tls,
             kept: Mutex::new(None),
+            scheme,
+            authority,
         }
     }
 
@@ -83,36 +101,35 @@ impl GrpcProbe {
         let kept = if self.spec.fresh_connection {
             None
         } else {
-            self.kept.lock().take()
+            // One the server has closed since (an idle timeout, a GOAWAY) is of no use.
+            self.kept
+                .lock()
+                .take()
+                .filter(|conn| !conn.sender.is_closed())
         };
-        let reused = kept.is_some();
         let answer = match kept {
-            Some(channel) => match self.call(channel.clone(), deadline).await {
-                // The kept connection is gone: the server closed it since the last check.
+            Some(conn) => match self.call(&conn, deadline).await {
+                // The connection closed as the call went out: again on a new one.
                 Err(Called::Gone) => {
                     remarks.stale_connection_retried = true;
                     self.call_fresh(deadline, remarks).await
                 }
-                answer => answer.map(|status| (status, channel)),
+                answer => answer.map(|status| (status, conn)),
             },
             None => self.call_fresh(deadline, remarks).await,
         };
         let latency = started.elapsed();
         match answer {
-            Ok((status, channel)) => {
+            Ok((status, conn)) => {
                 if !self.spec.fresh_connection {
-                    *self.kept.lock() = Some(channel);
+                    *self.kept.lock() = Some(conn);
                 }
                 self.judge(status, latency)
             }
             Err(Called::Failed(failure)) => Verdict::Failed(failure),
             Err(Called::Gone) => Verdict::Failed(Failure::new(
                 FailureReason::Reset,
-                if reused {
-                    "the server closed the new connection too"
-                } else {
-                    "the server closed the connection"
-                },
+                "the server closed the connection before answering",
             )),
         }
     }
@@ -122,14 +139,14 @@ impl GrpcProbe {
         &self,
         deadline: Instant,
         remarks: &mut Remarks,
-    ) -> Result<(i32, Channel), Called> {
-        let channel = self.connect(deadline, remarks).await?;
-        let status = self.call(channel.clone(), deadline).await?;
-        Ok((status, channel))
+    ) -> Result<(i32, Conn), Called> {
+        let conn = self.connect(deadline, remarks).await?;
+        let status = self.call(&conn, deadline).await?;
+        Ok((status, conn))
     }
 
-    /// A channel over a new connection, HTTP/2 set up.
-    async fn connect(&self, deadline: Instant, remarks: &mut Remarks) -> Result<Channel, Called> {
+    /// A new connection, HTTP/2 set up, driven by a task of its own until the probe drops it.
+    async fn connect(&self, deadline: Instant, remarks: &mut Remarks) -> Result<Conn, Called> {
         let tls = self.tls.as_ref().map_err(|f| Called::Failed(f.clone()))?;
         let addrs = resolve(&self.spec.address, &self.names, deadline, remarks).await?;
         let stream = connect_any(&addrs, CloseMode::Reset, true, deadline).await?;
@@ -144,31 +161,40 @@ impl GrpcProbe {
                 }
             }
         };
-        let endpoint = Endpoint::from_shared(format!("http://{}", self.spec.address))
-            .map_err(|e| Called::Failed(Failure::new(FailureReason::Io, e)))?
-            .user_agent(crate::tier::http::transport::client::USER_AGENT)
-            .map_err(|e| Called::Failed(Failure::new(FailureReason::Io, e)))?;
-        let handover = Handover(Arc::new(Mutex::new(Some(io))));
-        match timeout_at(deadline, endpoint.connect_with_connector(handover)).await {
-            Err(_) => Err(timed_out("HTTP/2 set-up timed out")),
-            Ok(Err(err)) => Err(Called::Failed(transport_failure(&err, "HTTP/2 set-up"))),
-            Ok(Ok(channel)) => Ok(channel),
-        }
+        let handshake = http2::handshake(TokioExecutor::new(), TokioIo::new(io));
+        let (sender, connection) = match timeout_at(deadline, handshake).await {
+            Err(_) => return Err(timed_out("HTTP/2 set-up timed out")),
+            Ok(Err(err)) => return Err(Called::Failed(transport_failure(&err, "HTTP/2 set-up"))),
+            Ok(Ok(parts)) => parts,
+        };
+        let task = tokio::spawn(async move {
+            // Its end (the server closed it, or the probe dropped the sender) is seen by the
+            // sender: nothing to report here.
+            let _ = connection.await;
+        });
+        Ok(Conn { sender, task })
     }
 
     /// One `Check` call; the serving status answered.
-    async fn call(&self, channel: Channel, deadline: Instant) -> Result<i32, Called> {
+    async fn call(&self, conn: &Conn, deadline: Instant) -> Result<i32, Called> {
         let mut request = tonic::Request::new(HealthCheckRequest {
             service: self.spec.service.clone(),
         });
         *request.metadata_mut() =
             tonic::metadata::MetadataMap::from_headers(self.spec.metadata.expose().clone());
-        // The server is told the deadline too, so that it can give up when the probe does.
+        // The server is told the deadline, so that it can give up when the probe does.
         request.set_timeout(deadline.saturating_duration_since(Instant::now()));
-        let mut client = HealthClient::new(channel);
+        let mut client = HealthClient::new(Origin {
+            sender: conn.sender.clone(),
+            scheme: self.scheme.clone(),
+            authority: self.authority.clone(),
+        });
         match timeout_at(deadline, client.check(request)).await {
             Err(_) => Err(timed_out("no Check answer in time")),
             Ok(Ok(response)) => Ok(response.into_inner().status),
+            Ok(Err(status)) if conn.sender.is_closed() && StdError::source(&status).is_some() => {
+                Err(Called::Gone)
+            }
             Ok(Err(status)) => Err(self.refused(&status)),
         }
     }
@@ -176,13 +202,6 @@ impl GrpcProbe {
     /// What an error status from the server (or the transport) means.
     fn refused(&self, status: &tonic::Status) -> Called {
         use tonic::Code;
-        if caused_by::<Spent>(status) {
-            return Called::Gone;
-        }
-        // The call's own deadline, which tonic enforces too (it sends it as `grpc-timeout`).
-        if caused_by::<tonic::TimeoutExpired>(status) {
-            return timed_out("no Check answer in time");
-        }
         let failure = match status.code() {
             Code::NotFound => Failure::new(
                 FailureReason::Assertion,
@@ -272,20 +291,6 @@ fn server_name(spec: &GrpcSpec) -> Result<ServerName<'static>, Called> {
     }
 }
 
-/// Whether an error of type `E` is behind `status`: [`Spent`] when the kept connection was gone
-/// (tonic asked for a new connection, and [`Handover`] had none to give), tonic's
-/// `TimeoutExpired` when the call's deadline passed.
-fn caused_by<E: StdError + 'static>(status: &tonic::Status) -> bool {
-    let mut source = StdError::source(status);
-    while let Some(e) = source {
-        if e.is::<E>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
-}
-
 /// A transport error met while `doing` something, classified by its innermost I/O error (or as
 /// a reset when the connection ended without one: an HTTP/2 `GOAWAY` or a closed stream).
 fn transport_failure(err: &(dyn StdError + 'static), doing: &str) -> Failure {
@@ -313,28 +318,51 @@ fn code_name(code: tonic::Code) -> String {
         .collect()
 }
 
-/// Hands tonic the one connection the check made; asked again (the connection broke and tonic
-/// would reconnect), it has none, so that a new connection is always the check's own, made
-/// under its deadline.
+/// A kept HTTP/2 connection: the handle requests go out through, and the task driving it
+/// (stopped with the connection, when the probe drops it).
+struct Conn {
+    sender: http2::SendRequest<tonic::body::Body>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The connection as the tonic client's service: each request gets the URI's scheme and
+/// authority (tonic writes the path only) and the probe's `User-Agent`.
 #[derive(Clone)]
-struct Handover(Arc<Mutex<Option<Io>>>);
+struct Origin {
+    sender: http2::SendRequest<tonic::body::Body>,
+    scheme: Scheme,
+    authority: Authority,
+}
 
-/// [`Handover`]'s connection was taken already.
-#[derive(Debug, thiserror::Error)]
-#[error("the connection is gone")]
-struct Spent;
+impl tower_service::Service<http::Request<tonic::body::Body>> for Origin {
+    type Response = http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, hyper::Error>> + Send>,
+    >;
 
-impl tower_service::Service<Uri> for Handover {
-    type Response = TokioIo<Io>;
-    type Error = Spent;
-    type Future = Ready<Result<Self::Response, Spent>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Spent>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.sender.poll_ready(cx)
     }
 
-    fn call(&mut self, _: Uri) -> Self::Future {
-        std::future::ready(self.0.lock().take().map(TokioIo::new).ok_or(Spent))
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        let mut uri = std::mem::take(request.uri_mut()).into_parts();
+        uri.scheme = Some(self.scheme.clone());
+        uri.authority = Some(self.authority.clone());
+        if let Ok(full) = Uri::from_parts(uri) {
+            *request.uri_mut() = full;
+        }
+        request.headers_mut().insert(
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(crate::tier::http::transport::client::USER_AGENT),
+        );
+        Box::pin(self.sender.send_request(request))
     }
 }
 
