@@ -155,6 +155,8 @@ mod tests {
             "starve --starve-first-s 4 --duration-s 1",
             "api-load --duration-s 2",
             "drain --before-s 0.5",
+            "cluster-sim --targets 100000",
+            "cluster-sim",
             "loss --duration-s 20",
             "keepalive --duration-s 10",
             "churn --duration-s 150 --warmup-s 60",

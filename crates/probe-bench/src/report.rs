@@ -93,6 +93,23 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
     ),
     ("tls-10k", "failed", Op::AtMost, 0.0, "0 failed handshakes"),
     (
+        "cluster-sim",
+        "moved_on_join_pct",
+        Op::AtMost,
+        1.99,
+        "<= 1/N + 1% (N = 101 members)",
+    ),
+    (
+        "cluster-sim",
+        "moved_on_leave_pct",
+        Op::AtMost,
+        1.99,
+        "<= 1/N + 1% (N = 101 members)",
+    ),
+    ("cluster-sim", "max_mean_load", Op::AtMost, 1.1, "<= 1.1"),
+    ("cluster-sim", "join_ms", Op::AtMost, 200.0, "<= 200 ms"),
+    ("cluster-sim", "leave_ms", Op::AtMost, 200.0, "<= 200 ms"),
+    (
         "scale-1m",
         "lag_steady_p99",
         Op::AtMost,
