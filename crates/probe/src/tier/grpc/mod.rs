@@ -24,8 +24,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::Uri;
 use http::uri::{Authority, Scheme};
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
@@ -321,7 +323,7 @@ fn code_name(code: tonic::Code) -> String {
 /// A kept HTTP/2 connection: the handle requests go out through, and the task driving it
 /// (stopped with the connection, when the probe drops it).
 struct Conn {
-    sender: http2::SendRequest<tonic::body::Body>,
+    sender: http2::SendRequest<Full<Bytes>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -332,37 +334,47 @@ impl Drop for Conn {
 }
 
 /// The connection as the tonic client's service: each request gets the URI's scheme and
-/// authority (tonic writes the path only) and the probe's `User-Agent`.
+/// authority (tonic writes the path only) and the probe's `User-Agent`, and its body, one small
+/// message ready at once, goes out whole: hyper sends a body it is handed whole with the
+/// headers, where a streamed one would cost a task to pipe it.
 #[derive(Clone)]
 struct Origin {
-    sender: http2::SendRequest<tonic::body::Body>,
+    sender: http2::SendRequest<Full<Bytes>>,
     scheme: Scheme,
     authority: Authority,
 }
 
+type BoxError = Box<dyn StdError + Send + Sync>;
+
 impl tower_service::Service<http::Request<tonic::body::Body>> for Origin {
     type Response = http::Response<hyper::body::Incoming>;
-    type Error = hyper::Error;
+    type Error = BoxError;
     type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, hyper::Error>> + Send>,
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
     >;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
-        self.sender.poll_ready(cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.sender.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
-        let mut uri = std::mem::take(request.uri_mut()).into_parts();
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let (mut parts, body) = request.into_parts();
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
         uri.scheme = Some(self.scheme.clone());
         uri.authority = Some(self.authority.clone());
         if let Ok(full) = Uri::from_parts(uri) {
-            *request.uri_mut() = full;
+            parts.uri = full;
         }
-        request.headers_mut().insert(
+        parts.headers.insert(
             http::header::USER_AGENT,
             http::HeaderValue::from_static(crate::tier::http::transport::client::USER_AGENT),
         );
-        Box::pin(self.sender.send_request(request))
+        let mut sender = self.sender.clone();
+        Box::pin(async move {
+            let body = body.collect().await?.to_bytes();
+            let request = http::Request::from_parts(parts, Full::new(body));
+            Ok(sender.send_request(request).await?)
+        })
     }
 }
 
