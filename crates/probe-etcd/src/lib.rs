@@ -30,6 +30,8 @@
 //! - [`snapshot`]: [`Snapshot`] and [`Entry`];
 //! - [`status`]: [`Status`], [`SyncState`], [`Counters`];
 //! - [`error`]: what can fail, [`Error`];
+//! - [`membership`]: a cluster's members, each holding a lease-bound key, and the set as each
+//!   sees it;
 //! - `testing` (feature `test-support`): a throw-away `etcd` for tests, reusable from any crate.
 //!
 //! Metrics (`probe_etcd_*`, through the `metrics` facade) are described by
@@ -46,6 +48,7 @@
 pub mod config;
 pub mod discovery;
 pub mod error;
+pub mod membership;
 mod metrics;
 pub mod snapshot;
 pub mod source;

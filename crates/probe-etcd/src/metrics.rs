@@ -11,6 +11,8 @@ pub(crate) const WATCH_RESTARTS: &str = "probe_etcd_watch_restarts_total";
 pub(crate) const FAILURES: &str = "probe_etcd_failures_total";
 pub(crate) const EVENTS: &str = "probe_etcd_watch_events_total";
 pub(crate) const SNAPSHOTS: &str = "probe_etcd_snapshots_published_total";
+/// Renewals of a cluster member's lease that failed (see `membership`).
+pub(crate) const LEASE_RENEWAL_FAILURES: &str = "probe_cluster_lease_renewal_failures_total";
 
 /// Registers descriptions of every metric this crate emits.
 ///
@@ -45,5 +47,9 @@ pub fn describe_metrics() {
     describe_counter!(
         SNAPSHOTS,
         "Snapshots of the etcd content published (one per change)."
+    );
+    describe_counter!(
+        LEASE_RENEWAL_FAILURES,
+        "Renewals of this cluster member's etcd lease that failed or timed out."
     );
 }
