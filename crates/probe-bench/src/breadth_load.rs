@@ -59,7 +59,7 @@
 //! blackbox_exporter's (`fresh_vs_blackbox` for gRPC, `library_vs_blackbox` for DNS and ICMP;
 //! goal: at least 8x).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -214,20 +214,15 @@ fn serve_grpc(threads: usize) -> anyhow::Result<()> {
 
 /// Starts the gRPC server process; its guard and address.
 fn start_grpc_server(threads: usize) -> anyhow::Result<(ChildGuard, SocketAddr)> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["breadth-load", "--serve-grpc", &threads.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the gRPC server process")?;
-    let stdout = child.stdout.take().context("gRPC server stdout")?;
-    let guard = ChildGuard(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .context("reading the gRPC server's port")?;
-    let port: u16 = line.trim().parse().context("the gRPC server's port")?;
-    Ok((guard, SocketAddr::from(([127, 0, 0, 1], port))))
+    let threads = threads.to_string();
+    support::start_child_server(
+        &[
+            "breadth-load".as_ref(),
+            "--serve-grpc".as_ref(),
+            threads.as_ref(),
+        ],
+        "gRPC server",
+    )
 }
 
 /// dnsmasq on a free loopback port, answering [`DNS_NAME`] from a hosts file of its own and

@@ -38,9 +38,8 @@
 //! printed as a line `RESULT scenario=http metric=<name> value=<number> unit=<unit>` for
 //! `scripts/bench`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -167,20 +166,11 @@ fn serve(threads: usize) -> anyhow::Result<()> {
 }
 
 fn start_server(threads: usize) -> anyhow::Result<(ChildGuard, SocketAddr)> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["http-load", "--serve", &threads.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the server process")?;
-    let stdout = child.stdout.take().context("server stdout")?;
-    let guard = ChildGuard(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .context("reading the server's port")?;
-    let port: u16 = line.trim().parse().context("the server's port")?;
-    Ok((guard, SocketAddr::from(([127, 0, 0, 1], port))))
+    let threads = threads.to_string();
+    support::start_child_server(
+        &["http-load".as_ref(), "--serve".as_ref(), threads.as_ref()],
+        "server",
+    )
 }
 
 // ---------------------------------------------------------------------------------------------

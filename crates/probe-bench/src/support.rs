@@ -250,6 +250,35 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Starts this binary again with `args` as a server process of its own (so that its CPU is not
+/// the prober's), and reads the loopback port it prints as its first line.
+pub fn start_child_server(
+    args: &[&std::ffi::OsStr],
+    what: &str,
+) -> anyhow::Result<(ChildGuard, std::net::SocketAddr)> {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting the {what} process"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .with_context(|| format!("{what} stdout"))?;
+    let guard = ChildGuard(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .with_context(|| format!("reading the {what}'s port"))?;
+    let port: u16 = line
+        .trim()
+        .parse()
+        .with_context(|| format!("the {what}'s port"))?;
+    Ok((guard, std::net::SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
 /// A blackbox_exporter started by a harness on a free loopback port with one module, stopped when
 /// dropped.
 pub struct Blackbox {

@@ -28,10 +28,9 @@
 //! as the engine's), the machine's busy CPU, and the engine's `VmRSS` growth per target. Printed
 //! as `RESULT scenario=<--scenario> metric=<name> ...` lines for `scripts/bench`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -199,22 +198,19 @@ fn serve(threads: usize, ca_file: &Path) -> anyhow::Result<()> {
 /// Starts the server process; its guard, address and CA.
 fn start_server(threads: usize, dir: &Path) -> anyhow::Result<(ChildGuard, SocketAddr, Vec<u8>)> {
     let ca_file = dir.join("ca.pem");
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["tls-load", "--serve", &threads.to_string(), "--ca-file"])
-        .arg(&ca_file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting the TLS server process")?;
-    let stdout = child.stdout.take().context("server stdout")?;
-    let guard = ChildGuard(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .context("reading the server's port")?;
-    let port: u16 = line.trim().parse().context("the server's port")?;
+    let threads = threads.to_string();
+    let (guard, addr) = support::start_child_server(
+        &[
+            "tls-load".as_ref(),
+            "--serve".as_ref(),
+            threads.as_ref(),
+            "--ca-file".as_ref(),
+            ca_file.as_os_str(),
+        ],
+        "TLS server",
+    )?;
     let ca = std::fs::read(&ca_file).with_context(|| format!("reading {}", ca_file.display()))?;
-    Ok((guard, SocketAddr::from(([127, 0, 0, 1], port)), ca))
+    Ok((guard, addr, ca))
 }
 
 // ---------------------------------------------------------------------------------------------
