@@ -3,8 +3,8 @@
 
 use probe::target::Addresses;
 
-use super::diagnostics::one_of;
 use super::node::{Diags, Sp};
+use super::words::one_of;
 
 /// The policy `raw` names (`first` when absent); `Err` once reported.
 pub(super) fn parse(raw: Option<&Sp<String>>, diags: &mut Diags) -> Result<Addresses, ()> {

@@ -7,8 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use super::node::{Diags, Sp};
-
 /// One configuration problem, located so that an editor or a person can jump to it.
 ///
 /// Displays as `FILE:LINE:COL: message`, the format editors and CI annotations understand. Lines
@@ -137,36 +135,6 @@ pub(super) fn one_line(message: &str) -> String {
         }
     }
     out
-}
-
-/// One of `names`, in any case: the canonical name; otherwise an error at the value (an unknown
-/// `what` for `field`), with a suggestion or the list. For every key whose value is one of a
-/// few words (`type`, `transport`, `rcode`, `starttls`, `addresses`).
-pub(super) fn one_of(
-    raw: &Sp<String>,
-    what: &str,
-    field: &str,
-    names: impl IntoIterator<Item = &'static str> + Clone,
-    diags: &mut Diags,
-) -> Result<&'static str, ()> {
-    let text = raw.value.trim();
-    if let Some(known) = names
-        .clone()
-        .into_iter()
-        .find(|n| n.eq_ignore_ascii_case(text))
-    {
-        return Ok(known);
-    }
-    let all: Vec<&str> = names.clone().into_iter().collect();
-    let hint = match did_you_mean(text, names) {
-        Some(best) => format!(", did you mean {best:?}?"),
-        None => format!("; expected one of {}", all.join(", ")),
-    };
-    diags.push((
-        raw.pos,
-        format!("unknown {what} {} for {field:?}{hint}", quote(&raw.value)),
-    ));
-    Err(())
 }
 
 #[cfg(test)]

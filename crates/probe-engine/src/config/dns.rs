@@ -13,9 +13,10 @@ use probe::tier::dns::{
 };
 use serde::Deserialize;
 
-use super::diagnostics::{one_of, quote};
+use super::diagnostics::quote;
 use super::node::{Diags, OneOrMany, Pos, Sp};
 use super::schedule::duration;
+use super::words::one_of;
 
 #[derive(Deserialize)]
 #[serde(rename = "dns", deny_unknown_fields)]

@@ -114,6 +114,7 @@ mod targets;
 mod tls;
 mod topology;
 mod udp;
+mod words;
 
 use std::path::Path;
 

@@ -8,11 +8,11 @@ use probe::tier::tls::{StartTls, TlsSpec};
 use serde::Deserialize;
 
 use super::addresses;
-use super::diagnostics::one_of;
 use super::files::Source;
 use super::http::{Checked, trust};
 use super::node::{Diags, Sp};
 use super::schedule::duration_at_most;
+use super::words::one_of;
 
 /// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
 /// certificates are issued for at most 13 months, and a warning longer than that never clears.
