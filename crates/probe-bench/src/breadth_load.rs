@@ -63,7 +63,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -334,19 +334,6 @@ impl Measured {
     }
 }
 
-#[derive(Default)]
-struct Counts {
-    ok: AtomicU64,
-    failed: AtomicU64,
-}
-
-impl Counts {
-    fn read(&self) -> (u64, u64) {
-        let failed = self.failed.load(Ordering::Relaxed);
-        (self.ok.load(Ordering::Relaxed) + failed, failed)
-    }
-}
-
 /// Runs each of `probes` in a loop of its own task for warm-up plus duration, measuring `pid`'s
 /// CPU (and `server_pid`'s, when there is a server) over the window after the warm-up.
 /// `during` is called once in the middle of the window (for a sample of the prober's sockets).
@@ -358,7 +345,7 @@ async fn measure(
     server_pid: Option<&str>,
     during: impl FnOnce(),
 ) -> anyhow::Result<Measured> {
-    let counts = Arc::new(Counts::default());
+    let counts = Arc::new(support::Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
     for (probe, timeout) in probes {

@@ -41,7 +41,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -216,19 +216,6 @@ impl Measured {
     }
 }
 
-#[derive(Default)]
-struct Counts {
-    ok: AtomicU64,
-    failed: AtomicU64,
-}
-
-impl Counts {
-    fn read(&self) -> (u64, u64) {
-        let failed = self.failed.load(Ordering::Relaxed);
-        (self.ok.load(Ordering::Relaxed) + failed, failed)
-    }
-}
-
 /// Runs `tasks` loops of `probe` (one per task) for warm-up plus duration, measuring `pid`'s CPU
 /// over the window after the warm-up.
 async fn measure(
@@ -238,7 +225,7 @@ async fn measure(
     pid: &str,
     server_pid: &str,
 ) -> anyhow::Result<Measured> {
-    let counts = Arc::new(Counts::default());
+    let counts = Arc::new(support::Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
     let mut first_failure = None;

@@ -546,3 +546,19 @@ impl Drop for Collector {
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// Probes counted by a harness's checking loops, passed and failed.
+#[derive(Default)]
+pub struct Counts {
+    pub ok: std::sync::atomic::AtomicU64,
+    pub failed: std::sync::atomic::AtomicU64,
+}
+
+impl Counts {
+    /// Probes run, and of them failed.
+    pub fn read(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        let failed = self.failed.load(Ordering::Relaxed);
+        (self.ok.load(Ordering::Relaxed) + failed, failed)
+    }
+}

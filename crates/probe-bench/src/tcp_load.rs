@@ -1247,18 +1247,26 @@ fn sum_series(text: &str, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// Installs the [`CountingRecorder`] as the process's recorder: what it counts (runs, failed
+/// runs, the scheduler's lag), for the harnesses that read the engine's own figures.
+pub(crate) fn install_counting_recorder()
+-> anyhow::Result<(Arc<RunCounter>, Arc<AtomicU64>, Arc<LagStats>)> {
+    let runs = Arc::new(RunCounter::default());
+    let failures = Arc::new(AtomicU64::new(0));
+    let lag = Arc::new(LagStats::default());
+    metrics::set_global_recorder(CountingRecorder {
+        runs: runs.clone(),
+        failures: failures.clone(),
+        lag: lag.clone(),
+    })
+    .map_err(|e| anyhow::anyhow!("installing the counting recorder: {e}"))?;
+    Ok((runs, failures, lag))
+}
+
 fn install_metrics(mode: MetricsMode) -> anyhow::Result<Counters> {
     match mode {
         MetricsMode::Count => {
-            let runs = Arc::new(RunCounter::default());
-            let failures = Arc::new(AtomicU64::new(0));
-            let lag = Arc::new(LagStats::default());
-            metrics::set_global_recorder(CountingRecorder {
-                runs: runs.clone(),
-                failures: failures.clone(),
-                lag: lag.clone(),
-            })
-            .map_err(|e| anyhow::anyhow!("installing the counting recorder: {e}"))?;
+            let (runs, failures, lag) = install_counting_recorder()?;
             Ok(Counters::Count(runs, failures, lag))
         }
         MetricsMode::Prometheus => {

@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{self, ChildGuard, RunCounter, TICKS_PER_SEC};
-use crate::tcp_load::{CountingRecorder, LagStats};
+use crate::tcp_load::LagStats;
 
 /// Flags of `probe-bench tls-load`.
 #[derive(clap::Args)]
@@ -114,15 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return serve(threads, ca_file);
     }
     args.validate()?;
-    let runs = Arc::new(RunCounter::default());
-    let failures = Arc::new(AtomicU64::new(0));
-    let lag = Arc::new(LagStats::default());
-    metrics::set_global_recorder(CountingRecorder {
-        runs: runs.clone(),
-        failures: failures.clone(),
-        lag: lag.clone(),
-    })
-    .map_err(|e| anyhow::anyhow!("installing the counting recorder: {e}"))?;
+    let (runs, failures, lag) = crate::tcp_load::install_counting_recorder()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
         .enable_all()
