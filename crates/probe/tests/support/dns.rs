@@ -52,52 +52,53 @@ impl DnsServer {
         write_hosts(&hosts, names);
         let silent = UdpSocket::bind("127.0.0.1:0").expect("silent socket");
         let silent_port = silent.local_addr().unwrap().port();
-        // A port free for both UDP and TCP, released just before dnsmasq binds it.
-        let port = loop {
-            let udp = UdpSocket::bind("127.0.0.1:0").expect("udp port");
-            let port = udp.local_addr().unwrap().port();
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                break port;
+        // A port free for both UDP and TCP, released just before dnsmasq binds it. Another
+        // test may take it in between (dnsmasq then exits): start again on another port.
+        for _ in 0..5 {
+            let port = loop {
+                let udp = UdpSocket::bind("127.0.0.1:0").expect("udp port");
+                let port = udp.local_addr().unwrap().port();
+                if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                    break port;
+                }
+            };
+            let mut child = Command::new("dnsmasq")
+                .args([
+                    "--keep-in-foreground",
+                    "--no-resolv",
+                    "--no-hosts",
+                    "--no-poll",
+                    "--bind-interfaces",
+                    "--listen-address=127.0.0.1",
+                    // Root in tests: do not drop to `nobody`, who cannot read the temp dir.
+                    "--user=root",
+                    "--pid-file=",
+                    "--log-facility=/dev/null",
+                    "--local=/test/",
+                ])
+                .arg(format!("--server=/broken.test/127.0.0.1#{silent_port}"))
+                .arg(format!("--port={port}"))
+                .arg(format!("--addn-hosts={}", hosts.display()))
+                .args(records)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("dnsmasq is installed (apt-get install dnsmasq)");
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            if answers(&mut child, addr) {
+                return Self {
+                    child,
+                    addr,
+                    hosts,
+                    _silent: silent,
+                    _dir: dir,
+                };
             }
-        };
-        let child = Command::new("dnsmasq")
-            .args([
-                "--keep-in-foreground",
-                "--no-resolv",
-                "--no-hosts",
-                "--no-poll",
-                "--bind-interfaces",
-                "--listen-address=127.0.0.1",
-                // Root in tests: do not drop to `nobody`, who cannot read the temp dir.
-                "--user=root",
-                "--pid-file=",
-                "--log-facility=/dev/null",
-                "--local=/test/",
-            ])
-            .arg(format!("--server=/broken.test/127.0.0.1#{silent_port}"))
-            .arg(format!("--port={port}"))
-            .arg(format!("--addn-hosts={}", hosts.display()))
-            .args(records)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dnsmasq is installed (apt-get install dnsmasq)");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let server = Self {
-            child,
-            addr,
-            hosts,
-            _silent: silent,
-            _dir: dir,
-        };
-        for _ in 0..200 {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(50)).is_ok() {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        panic!("dnsmasq did not start listening on {addr}");
+        panic!("dnsmasq did not start on a free port in 5 tries");
     }
 
     /// The resolver settings that ask only this server, with short timeouts and one attempt.
@@ -160,4 +161,29 @@ fn write_hosts(path: &std::path::Path, names: &[(&str, IpAddr)]) {
         writeln!(text, "{ip} {name}").unwrap();
     }
     std::fs::write(path, text).expect("hosts file");
+}
+
+/// Whether the dnsmasq in `child` answers a query over UDP at `addr` and accepts TCP there:
+/// ready, and not some other process that took the port. `false` once it has exited.
+fn answers(child: &mut Child, addr: SocketAddr) -> bool {
+    // A query for `ready.test A`, id 0x5eed: any answer (NXDOMAIN) comes from the server.
+    const QUERY: &[u8] =
+        b"\x5e\xed\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05ready\x04test\x00\x00\x01\x00\x01";
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("read timeout");
+    for _ in 0..200 {
+        if child.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        let mut reply = [0u8; 512];
+        let answered = socket.send_to(QUERY, addr).is_ok()
+            && matches!(socket.recv_from(&mut reply), Ok((n, from)) if from == addr && n >= 2 && reply[..2] == QUERY[..2]);
+        if answered && TcpStream::connect_timeout(&addr, Duration::from_millis(50)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
