@@ -18,15 +18,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
 use crate::api::{TokenError, TokenSources, Tokens};
-use crate::config::{self, ConfigErrors};
+use crate::config::{self, ClusterConfig, ConfigErrors};
 use crate::persist::{PersistError, StateStore};
 use crate::topology::TopologyHandle;
+use probe::cluster::MemberId;
+use probe_etcd::cluster::Cluster;
+use probe_etcd::membership::{MemberRecord, unix_ms_now};
 
 /// How to start the daemon.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// A YAML file or a directory of them.
     pub config: PathBuf,
+    /// This daemon's name in the config's cluster, over the `cluster` section's `member`.
+    pub member: Option<String>,
     /// Engine limits.
     pub engine: EngineConfig,
     /// Where operator maintenance is saved; `None` keeps it in memory only.
@@ -53,6 +58,9 @@ pub enum StartError {
     /// The API's tokens could not be read.
     #[error("api tokens: {0}")]
     Tokens(#[from] TokenError),
+    /// The cluster could not be joined: no member name, a name taken, etcd.
+    #[error("{0}")]
+    Cluster(String),
 }
 
 /// A running daemon: its engine, where its config comes from and where its state goes.
@@ -75,12 +83,19 @@ pub struct Daemon {
     /// Where grpc.health.v1 is served ([`Daemon::serve_grpc_health`]); taken by
     /// [`Daemon::serve`].
     grpc: parking_lot::Mutex<Option<TcpListener>>,
+    /// The `cluster` section with this member's name, when there is one.
+    clustered: Option<(ClusterConfig, MemberId)>,
+    /// The cluster, once joined ([`Daemon::join_cluster`]).
+    cluster: std::sync::OnceLock<Cluster>,
 }
 
 /// How long the API's connections get to close once the stop sequence is over: for answers
 /// being written at that moment (a health check, a refusal). Requests still in flight had their
 /// `--shutdown-grace` already; after this their connections are dropped.
 const SERVER_CLOSE: Duration = Duration::from_secs(1);
+
+/// How long a stopping member waits for etcd to revoke its lease.
+const CLUSTER_LEAVE: Duration = Duration::from_secs(2);
 
 impl Daemon {
     /// Loads the config, starts the engine, schedules every target and restores saved
@@ -106,6 +121,26 @@ impl Daemon {
         };
         let engine =
             Engine::start_with_resolver(options.engine, Arc::new(resolver), cancel.clone());
+        let clustered = match &loaded.cluster {
+            None => None,
+            Some(cluster) => {
+                let name = match options.member.as_deref() {
+                    Some(name) => MemberId::new(name)
+                        .map_err(|e| StartError::Cluster(format!("--member {e}")))?,
+                    None => cluster.member.clone().ok_or_else(|| {
+                        StartError::Cluster(
+                            "the cluster needs this member's name: set cluster.member or --member"
+                                .to_owned(),
+                        )
+                    })?,
+                };
+                // Before the first apply: no target is probed before the cluster says whose.
+                engine.join_cluster(name.clone(), cluster.replication);
+                Some((cluster.clone(), name))
+            }
+        };
+        // In a cluster, operator maintenance lives in etcd, shared by every member.
+        let maintenance_store = store.clone().filter(|_| clustered.is_none());
         // Which ICMP sockets the process may use is decided now, once, and said: an `icmp`
         // target that cannot ping fails as `io`, and this line says why before it does.
         let icmp = probe::tier::icmp::sockets();
@@ -119,7 +154,7 @@ impl Daemon {
             engine.clone(),
             options.config.clone(),
             loaded,
-            store.clone(),
+            maintenance_store,
             cancel.clone(),
         )?;
         tracing::info!(
@@ -142,8 +177,51 @@ impl Daemon {
             cancel,
             now: CancellationToken::new(),
             grpc: parking_lot::Mutex::new(None),
+            clustered,
+            cluster: std::sync::OnceLock::new(),
         };
         Ok(daemon)
+    }
+
+    /// Joins the cluster the config describes, if any, giving `api` as this member's address:
+    /// the member key is written (a name in use is refused), the verdicts already published are
+    /// read, and the member's tasks start. Call it once, before [`Daemon::serve`].
+    ///
+    /// # Errors
+    /// [`StartError::Cluster`]: etcd could not be reached or refused, or the name is taken.
+    pub async fn join_cluster(&self, api: SocketAddr) -> Result<(), StartError> {
+        let Some((config, name)) = &self.clustered else {
+            return Ok(());
+        };
+        let failed = |e: &dyn std::fmt::Display| StartError::Cluster(e.to_string());
+        let client = config.etcd.connect().await.map_err(|e| failed(&e))?;
+        let cluster = Cluster::join(
+            self.engine.clone(),
+            client,
+            probe_etcd::cluster::ClusterConfig {
+                prefix: config.prefix.clone(),
+                me: MemberRecord {
+                    name: name.to_string(),
+                    api: api.to_string(),
+                    started_unix_ms: unix_ms_now(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                },
+                lease_ttl: config.lease_ttl,
+            },
+        )
+        .await
+        .map_err(|e| failed(&e))?;
+        tracing::info!(member = %name, prefix = %config.prefix, "joined the cluster");
+        let running = cluster.clone();
+        let cancel = self.cancel.clone();
+        tokio::spawn(async move { running.run(cancel).await });
+        let _ = self.cluster.set(cluster);
+        Ok(())
+    }
+
+    /// The cluster this daemon is a member of, once joined.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.get()
     }
 
     /// The engine, for embedding tests and the API.
@@ -221,12 +299,14 @@ impl Daemon {
             metrics,
             tokens: self.tokens.clone(),
             loopback_only,
-            store: self.store.clone(),
+            // In a cluster, maintenance is kept in etcd instead.
+            store: self.store.clone().filter(|_| self.clustered.is_none()),
             topology: self.topology.clone(),
             shutdown: self.cancel.clone(),
             gate: self.gate.clone(),
             stop: self.stop.clone(),
             listing: Default::default(),
+            cluster: self.cluster.get().cloned(),
         });
         let grpc = match self.grpc.lock().take() {
             Some(listener) => {
@@ -245,6 +325,19 @@ impl Daemon {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
                 () = self.stop.cancelled() => {}
+            }
+            // First of all, so that the others take this member's targets over now, not after
+            // the lease's TTL; while it drains, it follows their verdicts.
+            if let Some(cluster) = self.cluster.get() {
+                match tokio::time::timeout(CLUSTER_LEAVE, cluster.leave()).await {
+                    Ok(Ok(())) => tracing::info!("left the cluster"),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "could not leave the cluster: its lease will expire")
+                    }
+                    Err(_) => {
+                        tracing::warn!("leaving the cluster timed out: its lease will expire")
+                    }
+                }
             }
             let (engine, cancel) = (self.engine.clone(), self.cancel.clone());
             let plan = ShutdownPlan {

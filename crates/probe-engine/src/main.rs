@@ -95,6 +95,10 @@ enum Command {
         /// health). `0s` turns this off.
         #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
         self_lag_threshold: Duration,
+        /// This daemon's name in the cluster its config's `cluster` section describes
+        /// (`[a-z0-9._-]+`, unique among the members); over the section's `member`.
+        #[arg(long, value_name = "NAME")]
+        member: Option<String>,
     },
     /// Validate a config: exit 0 with a summary, or 1 with every error.
     Check {
@@ -128,9 +132,11 @@ fn main() -> ExitCode {
             read_token_file,
             watch_config,
             self_lag_threshold,
+            member,
         } => {
             let options = daemon::Options {
                 config,
+                member,
                 engine: EngineConfig {
                     scheduler: SchedulerConfig {
                         max_in_flight,
@@ -234,6 +240,15 @@ async fn run(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding the API to {listen}"))?;
+    // After the bind, so that the member record gives the address the API listens on.
+    match daemon.join_cluster(listener.local_addr()?).await {
+        Ok(()) => {}
+        Err(daemon::StartError::Cluster(e)) => {
+            eprintln!("cluster: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(e) => return Err(e.into()),
+    }
     if let Some(addr) = grpc_listen {
         let grpc = tokio::net::TcpListener::bind(addr)
             .await

@@ -139,6 +139,33 @@ impl SourceConfig {
         }
     }
 
+    /// A client with these endpoints, credentials, TLS and timeouts (the prefix plays no part):
+    /// for what else talks to the same etcd, such as a cluster's membership.
+    ///
+    /// # Errors
+    /// An invalid configuration, or no endpoint answering within `connect_timeout`.
+    pub async fn connect(&self) -> Result<etcd_client::Client, Error> {
+        let validated = self.validate()?;
+        let connect =
+            etcd_client::Client::connect(&validated.endpoints, Some(validated.connect_options()));
+        match tokio::time::timeout(
+            validated.connect_timeout + validated.request_timeout,
+            connect,
+        )
+        .await
+        {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(source)) => Err(Error::Etcd {
+                op: crate::Operation::Connect,
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                op: crate::Operation::Connect,
+                timeout: validated.connect_timeout + validated.request_timeout,
+            }),
+        }
+    }
+
     /// Checks every rule (listed on [`Source::new`](crate::Source::new)) and reads the TLS
     /// files.
     pub(crate) fn validate(&self) -> Result<Validated, Error> {

@@ -32,6 +32,8 @@
 //! - [`error`]: what can fail, [`Error`];
 //! - [`membership`]: a cluster's members, each holding a lease-bound key, and the set as each
 //!   sees it;
+//! - [`cluster`]: a member of a cluster at work: the member set fed to the engine, verdicts
+//!   published and adopted, votes exchanged, maintenance shared;
 //! - `testing` (feature `test-support`): a throw-away `etcd` for tests, reusable from any crate.
 //!
 //! Metrics (`probe_etcd_*`, through the `metrics` facade) are described by
@@ -45,6 +47,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod cluster;
 pub mod config;
 pub mod discovery;
 pub mod error;

@@ -142,9 +142,10 @@ impl Membership {
                 .unwrap_or_else(|| "an unknown address".to_owned());
             return Err(MembershipError::NameTaken { name, holder });
         }
+        // Stale until the first read of the set: a member must not act on a set of itself alone.
         let (view, _) = watch::channel(View {
             members: BTreeMap::from([(name, me)]),
-            stale: false,
+            stale: true,
             lease: Lease::Live,
         });
         Ok(Self {
@@ -155,6 +156,17 @@ impl Membership {
             ttl,
             view,
         })
+    }
+
+    /// The lease this member's key is bound to: what keys that must go with the member are
+    /// written with, and what a write that only a member may make is compared against.
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
+
+    /// This member's key.
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// The member set, as it changes.

@@ -13,6 +13,10 @@ pub(crate) const EVENTS: &str = "probe_etcd_watch_events_total";
 pub(crate) const SNAPSHOTS: &str = "probe_etcd_snapshots_published_total";
 /// Renewals of a cluster member's lease that failed (see `membership`).
 pub(crate) const LEASE_RENEWAL_FAILURES: &str = "probe_cluster_lease_renewal_failures_total";
+pub(crate) const CLUSTER_MEMBERS: &str = "probe_cluster_members";
+pub(crate) const CLUSTER_OWNED: &str = "probe_cluster_owned_targets";
+pub(crate) const CLUSTER_HANDOFFS: &str = "probe_cluster_handoffs_total";
+pub(crate) const CLUSTER_WRITES: &str = "probe_cluster_state_writes_total";
 
 /// Registers descriptions of every metric this crate emits.
 ///
@@ -51,5 +55,21 @@ pub fn describe_metrics() {
     describe_counter!(
         LEASE_RENEWAL_FAILURES,
         "Renewals of this cluster member's etcd lease that failed or timed out."
+    );
+    describe_gauge!(
+        CLUSTER_MEMBERS,
+        "Members of the cluster as this member sees them."
+    );
+    describe_gauge!(
+        CLUSTER_OWNED,
+        "Targets this member owns: it decides them and exports their series."
+    );
+    describe_counter!(
+        CLUSTER_HANDOFFS,
+        "Targets handed over to this member by a change of the member set."
+    );
+    describe_counter!(
+        CLUSTER_WRITES,
+        "Verdicts and votes this member wrote to etcd."
     );
 }

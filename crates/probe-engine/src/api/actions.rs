@@ -72,7 +72,19 @@ pub(super) async fn start_maintenance(
         .map_err(|e| e.body_text())
         .and_then(|Json(r)| r.validate())
         .map_err(|message| ApiError::new(StatusCode::BAD_REQUEST, message))?;
-    state.engine.start_maintenance(&id, reason, duration)?;
+    state
+        .engine
+        .start_maintenance(&id, reason.clone(), duration)?;
+    if let Some(cluster) = &state.cluster {
+        // Shared through etcd, which every member (this one too) applies it from.
+        if let Err(e) = cluster.start_maintenance(&id, &reason, duration).await {
+            let _ = state.engine.end_maintenance(&id);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("maintenance not set: the cluster could not share it: {e}"),
+            ));
+        }
+    }
     persist(&state).await?;
     detail(&state.engine, &id)
 }
@@ -85,6 +97,14 @@ pub(super) async fn end_maintenance(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     state.engine.end_maintenance(&id)?;
+    if let Some(cluster) = &state.cluster
+        && let Err(e) = cluster.end_maintenance(&id).await
+    {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("maintenance ended here only: the cluster could not share it: {e}"),
+        ));
+    }
     persist(&state).await?;
     detail(&state.engine, &id)
 }

@@ -7,7 +7,8 @@
 //! | `GET /readyz` | 200 when ready, else 503 with a reason: not while starting or stopping; then from the `readiness` policy when the config has one, else when every target is UP, DEGRADED or in MAINTENANCE |
 //! | `GET /startupz` | 200 once the daemon has loaded its config and listens |
 //! | `POST /v1/drain` | stops the daemon as `SIGTERM` does: not ready, drain, exit |
-//! | `GET /v1/targets` | every target's status as JSON, with its score |
+//! | `GET /v1/targets` | every target's status as JSON, with its score; in a cluster the ones this member probes, `?scope=cluster` for all, each with its owner |
+//! | `GET /v1/cluster` | in a cluster: the members (address, since, owned and replicated targets, lease) and this member's name |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
 //! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
 //! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
@@ -84,6 +85,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/events", get(events::events))
         .route("/v1/topology", get(reads::topology))
+        .route("/v1/cluster", get(reads::cluster))
         .route("/v1/drain", axum::routing::post(actions::drain))
         .layer(GateLayer::new(state.gate.clone()))
         // Added after the layer: not admitted through the gate, so they answer while draining.

@@ -6,6 +6,7 @@
 //! engine's snapshot, never from a probe run on request. Those that walk every target do it on a blocking thread
 //! ([`blocking`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -70,16 +71,96 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>, _: Readable) -> 
     .await
 }
 
-/// `GET /v1/targets`: every target's status.
-pub(super) async fn targets(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
+/// `GET /v1/targets`: every target's status; in a cluster, the targets this member probes
+/// (`?scope=local`, the default) or every target of the cluster (`?scope=cluster`), each with
+/// its owner.
+pub(super) async fn targets(
+    State(state): State<Arc<ApiState>>,
+    _: Readable,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let cluster = match query.get("scope").map(String::as_str) {
+        None | Some("local") => false,
+        Some("cluster") if state.cluster.is_some() => true,
+        Some("cluster") => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "scope=cluster needs a cluster: this daemon's config has no cluster section",
+            );
+        }
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("unknown scope {other:?}: expected local or cluster"),
+            );
+        }
+    };
     blocking("listing targets", move || {
-        match state.listing.render(&state.engine.listing()) {
+        let mut listing = state.engine.listing();
+        if !cluster {
+            listing.retain(|s| s.placement.as_ref().is_none_or(|p| p.role.probes()));
+        }
+        match state.listing.render(&listing) {
             Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
             Err(e) => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("listing targets: {e}"),
             ),
         }
+    })
+    .await
+}
+
+/// `GET /v1/cluster`: the members as this one sees them, with how many targets each owns and
+/// probes as a replica, and this member's name; 404 outside a cluster.
+pub(super) async fn cluster(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
+    let Some(cluster) = state.cluster.clone() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not in a cluster: this daemon's config has no cluster section",
+        );
+    };
+    let engine = state.engine.clone();
+    blocking("listing the cluster", move || {
+        let view = cluster.view().borrow().clone();
+        let loads = engine
+            .cluster_loads()
+            .map(|l| l.members)
+            .unwrap_or_default();
+        let lease = match view.lease {
+            probe_etcd::membership::Lease::Live => "live",
+            probe_etcd::membership::Lease::Lost => "lost",
+        };
+        let members: Vec<serde_json::Value> = view
+            .members
+            .iter()
+            .map(|(name, record)| {
+                let (owned, replicated) = loads.get(name).copied().unwrap_or_default();
+                let since = std::time::UNIX_EPOCH
+                    + std::time::Duration::from_millis(record.started_unix_ms);
+                json!({
+                    "name": name.as_str(),
+                    "address": record.api,
+                    "since": rfc3339(since),
+                    "version": record.version,
+                    "owned": owned,
+                    "replicated": replicated,
+                    // What this member knows of another's lease: its key is there.
+                    "lease": if name == cluster.name() { lease } else { "live" },
+                })
+            })
+            .collect();
+        Json(json!({
+            "member": cluster.name().as_str(),
+            "stale": view.stale,
+            "lease": lease,
+            "members": members,
+        }))
+        .into_response()
     })
     .await
 }

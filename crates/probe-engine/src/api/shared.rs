@@ -39,6 +39,8 @@ pub struct ApiState {
     pub stop: CancellationToken,
     /// `/v1/targets`' serialised views, kept between requests.
     pub(crate) listing: ListingCache,
+    /// The cluster this daemon is a member of, if any.
+    pub cluster: Option<probe_etcd::cluster::Cluster>,
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

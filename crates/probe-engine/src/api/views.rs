@@ -124,6 +124,18 @@ struct TargetView {
     circuit: Option<CircuitView>,
     /// What its probe's latest TLS handshake showed; `null` for a probe that makes none.
     tls: Option<TlsView>,
+    /// In a cluster: the member that decides it (absent outside one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    /// In a cluster: what this member does with it (`decide`, `lead`, `vote`, `follow`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    /// In a cluster: the members that probe it, its owner first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<Vec<String>>,
+    /// In a cluster, for a target several members probe: each one's verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    votes: Option<std::collections::BTreeMap<String, &'static str>>,
 }
 
 /// A server's certificates: the leaf's subject, issuer and end of validity, the days left before
@@ -449,6 +461,25 @@ impl From<&TargetStatus> for TargetView {
                 .tls
                 .as_deref()
                 .map(|facts| TlsView::new(facts, SystemTime::now())),
+            owner: s
+                .placement
+                .as_ref()
+                .and_then(|p| Some(p.owner()?.to_string())),
+            role: s.placement.as_ref().map(|p| p.role.as_str()),
+            replicas: s
+                .placement
+                .as_ref()
+                .map(|p| p.members.iter().map(ToString::to_string).collect()),
+            votes: s
+                .placement
+                .as_ref()
+                .filter(|p| p.members.len() > 1)
+                .map(|p| {
+                    p.votes
+                        .iter()
+                        .map(|(m, v)| (m.to_string(), v.as_str()))
+                        .collect()
+                }),
         }
     }
 }

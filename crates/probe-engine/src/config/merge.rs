@@ -14,6 +14,7 @@ use probe::engine::Topology;
 use probe::graph::GraphConfig;
 use probe::target::TargetId;
 
+use super::cluster::{self, ClusterConfig, ParsedCluster};
 use super::diagnostics::{ConfigError, ConfigErrors, one_line, quote};
 use super::files::Source;
 use super::metrics::MetricsConfig;
@@ -42,6 +43,8 @@ pub struct Config {
     pub resolver: probe::resolve::ResolverConfig,
     /// What `/metrics` keeps per target, as the `metrics` section says.
     pub metrics: MetricsConfig,
+    /// The cluster this daemon is a member of, as the `cluster` section says.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// A top-level section that may be set in one file only: where its key is, and its value when
@@ -62,6 +65,7 @@ pub(super) struct FileOutcome {
     topology: Option<Section<Option<probe_etcd::SourceConfig>>>,
     resolver: Option<Section<probe::resolve::ResolverConfig>>,
     metrics: Option<Section<MetricsConfig>>,
+    cluster: Option<Section<ParsedCluster>>,
 }
 
 impl FileOutcome {
@@ -101,6 +105,7 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
                     Defaults {
                         sched: Sched::parse(&raw.schedule(), &mut diags),
                         passive: Passive::parse(&raw.passive(), &mut diags),
+                        votes: raw.votes(&mut diags),
                     },
                     clean,
                 ),
@@ -153,6 +158,10 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         key: key("metrics"),
         value: metrics::parse(node, text, &mut diags),
     });
+    let cluster = section("cluster").map(|node| Section {
+        key: key("cluster"),
+        value: cluster::parse(node, text, key("cluster"), source, &mut diags),
+    });
     FileOutcome {
         diags,
         targets,
@@ -161,6 +170,7 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         topology,
         resolver,
         metrics,
+        cluster,
     }
 }
 
@@ -231,6 +241,50 @@ pub(super) fn finish(
     )
     .and_then(|(_, metrics)| metrics)
     .unwrap_or_default();
+    let cluster = once(
+        &files,
+        &mut outcomes,
+        "cluster",
+        |o| o.cluster.take(),
+        &mut late,
+    )
+    .and_then(|(index, parsed)| {
+        let parsed = parsed?;
+        let Some(etcd) = parsed.etcd.or_else(|| etcd.clone()) else {
+            late.push((
+                index,
+                parsed.key,
+                "the cluster needs etcd: give cluster an etcd block, or set topology.etcd"
+                    .to_owned(),
+            ));
+            return None;
+        };
+        Some(ClusterConfig {
+            etcd,
+            ..parsed.rest
+        })
+    });
+    // A target's replicas and quorum over the section's; outside a cluster they mean nothing.
+    for (index, outcome) in outcomes.iter_mut().enumerate() {
+        for target in &mut outcome.targets {
+            let (Some(spec), true) = (&mut target.spec, target.votes.is_set()) else {
+                continue;
+            };
+            let at = target.id.as_ref().map_or(Pos::NONE, |(_, pos)| *pos);
+            let Some(cluster) = &cluster else {
+                late.push((
+                    index,
+                    at,
+                    "replicas and quorum apply in a cluster: add a cluster section".to_owned(),
+                ));
+                continue;
+            };
+            match target.votes.resolve(cluster.replication, at) {
+                Ok(replication) => spec.replication = Some(replication),
+                Err((pos, message)) => late.push((index, pos, message)),
+            }
+        }
+    }
 
     let declared: Vec<(usize, graph::DeclaredNode)> = outcomes
         .iter_mut()
@@ -304,6 +358,7 @@ pub(super) fn finish(
         etcd,
         resolver,
         metrics,
+        cluster,
     })
 }
 

@@ -62,7 +62,9 @@
 //! and `skip_active_after`, a group's `outlier`, `recovery` and `slow_start`) in the `passive`
 //! submodule; the `topology` section (targets from etcd) in the `topology` submodule; the
 //! `resolver` section (the DNS servers the engine asks) in the `resolver` submodule; the `metrics`
-//! section (per-target histograms on or off) in the `metrics` submodule.
+//! section (per-target histograms on or off) in the `metrics` submodule; the `cluster` section
+//! (members sharing the fleet through etcd) and the targets' `replicas` and `quorum` in the
+//! `cluster` submodule.
 //! [`parse_entry`] reads one target declaration kept outside the files.
 //!
 //! JSON paths are the subset documented in [`probe::tier::http::json_path`]: `$`, `.name`,
@@ -95,6 +97,7 @@
 //! files into one [`Config`], reporting every problem as `diagnostics` words it.
 
 mod addresses;
+mod cluster;
 mod diagnostics;
 mod dns;
 mod files;
@@ -122,6 +125,7 @@ pub(crate) use diagnostics::file_error;
 pub use diagnostics::{ConfigError, ConfigErrors};
 pub use targets::parse_entry;
 
+pub use cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
 use files::{Source, list_files, process_env, read_file};
 pub use merge::Config;
 use merge::{FileOutcome, finish, parse_text};

@@ -38,6 +38,8 @@ pub(super) struct RawDocument {
     _resolver: Option<IgnoredAny>,
     #[serde(rename = "metrics")]
     _metrics: Option<IgnoredAny>,
+    #[serde(rename = "cluster")]
+    _cluster: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule, threshold and passive-health
@@ -64,6 +66,8 @@ macro_rules! schedule_section {
             outlier: Option<Sp<passive::RawOutlier>>,
             recovery: Option<Sp<passive::RawRecovery>>,
             slow_start: Option<Sp<passive::RawSlowStart>>,
+            replicas: Option<Sp<u8>>,
+            quorum: Option<Sp<u8>>,
         }
 
         impl $name {
@@ -81,6 +85,10 @@ macro_rules! schedule_section {
                     flap: self.flap.as_ref(),
                     dns_stale_for: self.dns_stale_for.as_ref(),
                 }
+            }
+
+            pub(super) fn votes(&self, diags: &mut super::node::Diags) -> super::cluster::Votes {
+                super::cluster::Votes::parse(self.replicas.as_ref(), self.quorum.as_ref(), diags)
             }
 
             pub(super) fn passive(&self) -> passive::RawPassive<'_> {

@@ -19,6 +19,7 @@ use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpSpec};
 use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 
+use super::cluster::Votes;
 use super::diagnostics::{did_you_mean, one_line, quote};
 use super::files::{Source, process_env};
 use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options};
@@ -42,6 +43,7 @@ const CLOSE_MODES: &[&str] = &["reset", "graceful"];
 pub(super) struct Defaults {
     pub(super) sched: Sched,
     pub(super) passive: Passive,
+    pub(super) votes: Votes,
 }
 
 /// A target or group after validation: its id (for duplicate detection, even when the rest is
@@ -55,6 +57,8 @@ pub(super) struct ParsedTarget {
     pub(super) group: bool,
     /// A valid group's pool policy, when it is a pool.
     pub(super) pool: Option<PoolPolicy>,
+    /// Its `replicas` and `quorum`, with the defaults' filled in.
+    pub(super) votes: Votes,
 }
 
 /// Reads one target declaration kept outside the files, such as an etcd value: a JSON (or
@@ -118,10 +122,21 @@ pub fn parse_entry(
         .map(|d| d.into_dependency(|pos| format!("{origin}:{}:{}", pos.line, pos.column)))
         .collect();
     match parsed.spec {
-        Some(spec) => Ok(Declaration::Target {
-            spec: Box::new(spec),
-            depends_on,
-        }),
+        Some(mut spec) => {
+            // No cluster section here to fill in from: an entry that sets one of the two has
+            // 1 for the other.
+            if parsed.votes.is_set() {
+                let replication = parsed
+                    .votes
+                    .resolve(probe::engine::Replication::ONE, Pos::NONE)
+                    .map_err(|(pos, message)| format!("{}:{}: {message}", pos.line, pos.column))?;
+                spec.replication = Some(replication);
+            }
+            Ok(Declaration::Target {
+                spec: Box::new(spec),
+                depends_on,
+            })
+        }
         None => Ok(Declaration::Group {
             id: node.id,
             depends_on,
@@ -153,6 +168,7 @@ pub(super) fn parse_target(
             node: None,
             group: false,
             pool: None,
+            votes: Votes::default(),
         };
     };
 
@@ -204,11 +220,13 @@ pub(super) fn parse_target(
             node: declared,
             group: kind == Some(NodeKind::Group),
             pool,
+            votes: Votes::default(),
         };
     }
 
     passive::check_target_keys(&raw.passive(), &label, diags);
     let passive = Passive::parse(&raw.passive().target_keys(), diags);
+    let votes = raw.votes(diags).or(defaults.votes);
     let sched = Sched::parse(&raw.schedule(), diags).or(&defaults.sched);
     let (health, passive) = if clean && defaults_clean {
         (
@@ -307,6 +325,7 @@ pub(super) fn parse_target(
         node: declared,
         group: false,
         pool: None,
+        votes,
     }
 }
 

@@ -31,7 +31,7 @@ struct RawTopology {
 
 #[derive(Deserialize)]
 #[serde(rename = "etcd", deny_unknown_fields)]
-struct RawEtcd {
+pub(super) struct RawEtcd {
     endpoints: Sp<Vec<Sp<String>>>,
     prefix: Option<Sp<String>>,
     username: Option<Sp<String>>,
@@ -66,7 +66,11 @@ pub(super) fn parse(
     etcd_config(etcd, source, diags).map(Some)
 }
 
-fn etcd_config(raw: Sp<RawEtcd>, source: &Source<'_>, diags: &mut Diags) -> Option<SourceConfig> {
+pub(super) fn etcd_config(
+    raw: Sp<RawEtcd>,
+    source: &Source<'_>,
+    diags: &mut Diags,
+) -> Option<SourceConfig> {
     let before = diags.len();
     let etcd = raw.value;
     let tls = etcd.tls.as_ref().map(|t| tls_files(&t.value, source.dir));

@@ -8,8 +8,15 @@
 //! members joins or leaves. [`Ownership`] keeps the ranking and updates it incrementally on a
 //! change, and says which targets moved.
 //!
-//! The library holds no connection to the cluster's store: the daemon feeds the member set in.
+//! A target probed by several members (`replicas`) is decided by their votes: [`decide`] is the
+//! rule the owner applies.
+//!
+//! The library holds no connection to the cluster's store: the daemon feeds the member set, the
+//! other members' verdicts and votes in ([`Engine::join_cluster`](crate::Engine::join_cluster)
+//! and what follows it), and publishes what this member decides.
 
 mod ownership;
+mod quorum;
 
 pub use ownership::{InvalidMemberId, MemberId, Moved, Ownership};
+pub use quorum::decide;

@@ -32,7 +32,7 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
     let ids: Vec<&TargetId> = desired.iter().map(|s| &s.id).collect();
     let nodes = graph_nodes(&ids, nodes, &pools)?;
     let is_desired = |id: &TargetId| ids.binary_search(&id).is_ok();
-    let _applying = inner.applying.lock();
+    let mut membership = inner.applying.lock();
     inner.hub().apply_graph(&nodes, scoring, readiness)?;
     let current = inner.targets.load_full();
     let mut diff = Diff::default();
@@ -44,6 +44,9 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
             target.clone()
         })
         .collect();
+    if let Some(membership) = membership.as_mut() {
+        membership.fit(desired.iter().map(|s| s.replication), ids.iter().copied());
+    }
     drop(ids);
     // Built by insertion (the ids come sorted), not collected: a collect goes through a vector
     // of every entry first, which at a million targets is memory the allocator keeps.
@@ -92,7 +95,15 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         if let Some(maintenance) = maintenance {
             target.enter_maintenance(maintenance);
         }
-        inner.scheduler.insert(target.clone());
+        // In a cluster, only what the ranking gives this member is probed here.
+        let probes = membership.as_ref().is_none_or(|m| {
+            let (role, members, quorum) = m.place(&id, target.policy.replication);
+            target.place(role, members, quorum);
+            role.probes()
+        });
+        if probes {
+            inner.scheduler.insert(target.clone());
+        }
         next.insert(id, target);
     }
     let pooled = inner.hub().apply_pools(
@@ -124,6 +135,7 @@ fn split(spec: TargetSpec) -> (TargetId, ProbeSpec, Policy) {
         circuit_breaker,
         skip_active_after,
         dns_stale_for,
+        replication,
     } = spec;
     let policy = Policy {
         schedule,
@@ -133,6 +145,7 @@ fn split(spec: TargetSpec) -> (TargetId, ProbeSpec, Policy) {
         circuit_breaker,
         skip_active_after,
         dns_stale_for,
+        replication,
     };
     (id, probe, policy)
 }

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
-use super::view::{Event, Readiness};
+use super::view::{Event, Readiness, Vote};
 use crate::graph::{Graph, GraphConfig, NodeSpec, ReadinessPolicy};
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
@@ -219,6 +219,8 @@ pub(crate) struct Effects {
     score: Option<(Quality, HealthState)>,
     /// An ejected member's active result, for its pools' recovery.
     recovery: Option<bool>,
+    /// This member's new vote on a replicated target, for the cluster.
+    vote: Option<HealthState>,
 }
 
 impl Effects {
@@ -237,6 +239,11 @@ impl Effects {
     /// Books an ejected member's active result for its recovery.
     pub fn recovery(&mut self, passed: bool) {
         self.recovery = Some(passed);
+    }
+
+    /// Books a new vote of this member on a replicated target.
+    pub fn vote(&mut self, vote: HealthState) {
+        self.vote = Some(vote);
     }
 }
 
@@ -274,6 +281,8 @@ pub(crate) struct Hub {
     readiness_changed: watch::Sender<()>,
     routes: ArcSwap<Routes>,
     events: broadcast::Sender<Event>,
+    /// This member's votes on replicated targets, as they change.
+    votes: broadcast::Sender<Vote>,
     /// The graph's result window, and a count of the applies that may have changed any node's
     /// window: a target that has sent this many identical results in a row since the last one
     /// knows its window is full of them, and that one more changes nothing ([`Hub::window`]).
@@ -297,6 +306,7 @@ impl Hub {
             }),
             routes: ArcSwap::from_pointee(Routes::new()),
             events: broadcast::channel(EVENT_BACKLOG).0,
+            votes: broadcast::channel(EVENT_BACKLOG).0,
             window: AtomicUsize::new(GraphConfig::default().window()),
             epoch: AtomicU32::new(0),
         }
@@ -325,6 +335,11 @@ impl Hub {
         self.events.subscribe()
     }
 
+    /// A stream of this member's votes from now on.
+    pub fn subscribe_votes(&self) -> broadcast::Receiver<Vote> {
+        self.votes.subscribe()
+    }
+
     /// The graph's window and the apply count: identical results in a row beyond the window,
     /// since the apply count last changed, leave the graph as it is.
     pub fn window(&self) -> (usize, u32) {
@@ -342,6 +357,7 @@ impl Hub {
             after,
             score,
             recovery,
+            vote,
         } = effects;
         if after.is_some() || score.is_some() {
             let mut core = self.core.lock();
@@ -380,6 +396,12 @@ impl Hub {
         });
         for (t, detail) in transitions {
             self.announce(seat, t, detail);
+        }
+        if let Some(state) = vote {
+            let _ = self.votes.send(Vote {
+                target: seat.id.clone(),
+                state,
+            });
         }
         out
     }

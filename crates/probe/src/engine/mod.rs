@@ -25,6 +25,7 @@
 //! `topology`, `spec` (the input), `view` (the output) and `metrics`.
 
 mod apply;
+mod cluster;
 mod effects;
 mod metrics;
 mod passive;
@@ -45,12 +46,13 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use cluster::{Loads, Placement, Published, Reassigned, Replication, ReplicationError, Role};
 pub use metrics::{DURATION_BUCKETS, describe_metrics};
 pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 pub use spec::TargetSpec;
 pub use topology::{Topology, TopologyError};
 pub use view::{
-    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, TargetStatus,
+    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, TargetStatus, Vote,
 };
 
 use crate::graph::Graph;
@@ -62,6 +64,7 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
 use crate::verdict::self_health::{SelfHealth, SelfHealthConfig};
+use crate::verdict::state::HealthState;
 use effects::{Hub, Seated};
 use runtime::{ActiveMaintenance, Context};
 use shared::Inner;
@@ -138,9 +141,10 @@ impl Engine {
                     .collect(),
                 per_target_histograms: true.into(),
                 resources,
+                member: std::sync::OnceLock::new(),
             }),
             listing: Mutex::default(),
-            applying: Mutex::new(()),
+            applying: Mutex::new(None),
         });
         if let Some(health) = self_health {
             tokio::spawn(health.watch(cancel.clone()));
@@ -261,6 +265,11 @@ impl Engine {
         let now = Instant::now();
         let targets = self.inner.targets.load();
         for target in targets.values() {
+            // In a cluster each target is in the scrape of the member that decides it only, so
+            // sums over the members count it once.
+            if !target.role().decides() {
+                continue;
+            }
             let seat = target.seat();
             encoder.target(seat.id.as_str(), seat.state(), &seat.meters);
             if let Some(circuit) = target.circuit(now) {
@@ -357,6 +366,103 @@ impl Engine {
             .values()
             .filter_map(|t| Some((t.id().clone(), t.operator_maintenance()?.info)))
             .collect()
+    }
+
+    /// Makes this engine the member `me` of a cluster, in which targets without a
+    /// [`Replication`] of their own have `default`: from now on
+    /// it probes only what the member set ([`Engine::set_members`]) gives it, and shows for the
+    /// other targets the verdicts their owners published ([`Engine::adopt`]). It probes nothing
+    /// until the first member set. Once: `false` (and nothing changes) when already in one.
+    ///
+    /// Join before the first [`Engine::apply`] so that no target is probed before the cluster
+    /// says whose it is.
+    pub fn join_cluster(&self, me: crate::cluster::MemberId, default: Replication) -> bool {
+        cluster::join(&self.inner, me, default)
+    }
+
+    /// Makes `members` the cluster's live members. Targets whose members changed start or stop
+    /// being probed here; a started one runs first at its place on its interval's grid (so a
+    /// member change never probes in a burst) and goes on from the verdict it showed, the one
+    /// its previous owner published: a DOWN target stays DOWN, an UP one UP, until this
+    /// member's own results say otherwise. Nothing outside a cluster.
+    pub fn set_members(
+        &self,
+        members: impl IntoIterator<Item = crate::cluster::MemberId>,
+    ) -> Reassigned {
+        cluster::set_members(&self.inner, members.into_iter().collect())
+    }
+
+    /// Takes the verdict the member that decides target `id` published. `Ok(false)` when this
+    /// member decides it (its own verdict stands); an operator's maintenance held here stands
+    /// over it.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`].
+    pub fn adopt(&self, id: &TargetId, published: &Published) -> Result<bool, EngineError> {
+        Ok(self.inner.target(id)?.adopt(published))
+    }
+
+    /// Records `member`'s vote on replicated target `id` (`None`: withdrawn, as when the member
+    /// left); the owner decides again. This member's own vote is its own results', so it is
+    /// not taken from outside.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`].
+    pub fn set_vote(
+        &self,
+        id: &TargetId,
+        member: &crate::cluster::MemberId,
+        vote: Option<HealthState>,
+    ) -> Result<(), EngineError> {
+        let target = self.inner.target(id)?;
+        if self.inner.ctx.member.get() != Some(member) {
+            target.set_vote(member, vote);
+        }
+        Ok(())
+    }
+
+    /// The verdict of target `id` to publish, when this member decides it (every target,
+    /// outside a cluster).
+    pub fn decided(&self, id: &TargetId) -> Option<Published> {
+        self.inner.target(id).ok()?.decided()
+    }
+
+    /// Every verdict this member decides, by target, for a publisher that lost track of the
+    /// changes (see [`Engine::subscribe`]) and must compare them all with what it published.
+    pub fn decisions(&self) -> Vec<(TargetId, Published)> {
+        let targets = self.inner.targets.load();
+        targets
+            .values()
+            .filter_map(|t| Some((t.id().clone(), t.decided()?)))
+            .collect()
+    }
+
+    /// This member's vote on replicated target `id`, when it probes it.
+    pub fn own_vote(&self, id: &TargetId) -> Option<HealthState> {
+        self.inner.target(id).ok()?.own_vote()
+    }
+
+    /// This member's votes on the replicated targets it probes.
+    pub fn own_votes(&self) -> Vec<(TargetId, HealthState)> {
+        let targets = self.inner.targets.load();
+        targets
+            .values()
+            .filter_map(|t| Some((t.id().clone(), t.own_vote()?)))
+            .collect()
+    }
+
+    /// A stream of this member's votes on replicated targets from now on; a subscriber that
+    /// falls more than 1024 behind misses some (`Lagged`) and should read
+    /// [`Engine::own_votes`].
+    pub fn subscribe_votes(&self) -> broadcast::Receiver<Vote> {
+        self.inner.hub().subscribe_votes()
+    }
+
+    /// This member's name and, for every member, how many targets it owns and how many more it
+    /// probes as a replica; `None` outside a cluster. One pass over the targets, under the
+    /// lock applies take: for an API, not for a hot path.
+    pub fn cluster_loads(&self) -> Option<cluster::Loads> {
+        cluster::loads(&self.inner)
     }
 
     /// Takes in what real traffic saw of a target (passive health):

@@ -14,10 +14,12 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::cluster::{Placed, Published, Replication, Role};
 use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
 use super::resources::Resources;
 use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
+use crate::cluster::MemberId;
 use crate::outcome::{
     CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, TlsFacts, Verdict,
 };
@@ -49,6 +51,8 @@ pub(crate) struct Context {
     pub per_target_histograms: AtomicBool,
     /// The engine's own resource faults.
     pub resources: Arc<Resources>,
+    /// This engine's name in a cluster, once it joined one.
+    pub member: std::sync::OnceLock<MemberId>,
 }
 
 /// A target's spec besides its id and probe: what it weighs most. Targets declared alike (most
@@ -62,6 +66,7 @@ pub(crate) struct Policy {
     pub circuit_breaker: Option<BreakerConfig>,
     pub skip_active_after: Option<NonZeroU32>,
     pub dns_stale_for: Duration,
+    pub replication: Option<Replication>,
 }
 
 /// A maintenance in force.
@@ -178,6 +183,15 @@ struct Status {
     /// Bumped by every change of what [`Target::status`] shows, so that a listing rebuilds only
     /// the targets that changed since the last one.
     version: u32,
+    /// Its standing in a cluster; `None` outside one (it decides alone). Boxed: 80 bytes that an
+    /// engine outside a cluster does not need.
+    placed: Option<Box<Placed>>,
+}
+
+impl Status {
+    fn role(&self) -> Role {
+        self.placed.as_ref().map_or(Role::Decide, |p| p.role)
+    }
 }
 
 /// A target as the engine runs it.
@@ -219,6 +233,7 @@ impl Target {
                 },
                 exhausted: 0,
                 version: 0,
+                placed: None,
             }),
             seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
             ctx,
@@ -399,6 +414,10 @@ impl Target {
             dependency_down: false,
             pool: None,
             circuit,
+            placement: status
+                .placed
+                .as_ref()
+                .map(|p| p.view(self.ctx.member.get())),
         }
     }
 
@@ -484,13 +503,19 @@ impl Target {
                 }
                 status.history.push_back(outcome);
             }
-            if !deferred {
+            let role = status.role();
+            // A result that comes in after the target went to another member moves nothing.
+            if !deferred && role.probes() {
                 let quality = Quality::from(&result.verdict);
                 if status.machine.is_ejected() && !status.retired {
                     // Its active results are its way back into the pool.
                     effects.recovery(outcome.ok());
                 }
-                let t = status.machine.observe(quality, now);
+                let t = if role == Role::Decide {
+                    status.machine.observe(quality, now)
+                } else {
+                    self.vote(&mut status, &mut effects, quality, now)
+                };
                 let moved = t.is_some();
                 Self::book(&mut status, &mut effects, t, || detail(&result.verdict));
                 let state = status.machine.state();
@@ -504,13 +529,165 @@ impl Target {
                     effects.score(quality, state);
                 }
             }
-            status
-                .machine
-                .next_delay(&self.policy.schedule, &status.window, &mut rand::rng())
+            // A voter paces itself by its own verdict, which is what its results move.
+            let machine = status
+                .placed
+                .as_ref()
+                .and_then(|p| p.vote.as_ref())
+                .unwrap_or(&status.machine);
+            machine.next_delay(&self.policy.schedule, &status.window, &mut rand::rng())
         };
         self.count(&result, outcome.ok(), latency, deferred);
         self.apply(effects);
         step
+    }
+
+    /// Feeds a result to this member's vote of a replicated target (booked when it changed),
+    /// and, on its owner, brings the state to what the votes decide.
+    fn vote(
+        &self,
+        status: &mut Status,
+        effects: &mut Effects,
+        quality: Quality,
+        now: Instant,
+    ) -> Option<Transition> {
+        let Status {
+            placed,
+            machine,
+            retired,
+            ..
+        } = status;
+        let placed = placed.as_mut()?;
+        if let Some(vote) = placed.observe(quality, now)
+            && !*retired
+        {
+            effects.vote(vote);
+        }
+        placed.lead(machine)
+    }
+
+    /// Places the target in the cluster: `role` among `members` (owner first). Returns the role
+    /// it had.
+    pub fn place(&self, role: Role, members: Vec<MemberId>, quorum: usize) -> Role {
+        let mut effects = Effects::default();
+        let was = {
+            let mut status = self.status.lock();
+            status.version = status.version.wrapping_add(1);
+            let was = status.role();
+            let Status {
+                placed, machine, ..
+            } = &mut *status;
+            match placed {
+                Some(placed) => placed.set(role, members, quorum, machine),
+                None => *placed = Some(Box::new(Placed::new(role, members, quorum, machine))),
+            }
+            // A verdict of MAINTENANCE adopted from an owner whose maintenance this member does
+            // not hold ends here, or it would never end.
+            if role.decides()
+                && status.machine.state() == HealthState::Maintenance
+                && status.maintenance.is_none()
+            {
+                let t = status.machine.end_maintenance();
+                Self::book(&mut status, &mut effects, t, || None);
+            }
+            let Status {
+                placed, machine, ..
+            } = &mut *status;
+            let t = placed.as_ref().and_then(|p| p.lead(machine));
+            Self::book(&mut status, &mut effects, t, || None);
+            was
+        };
+        self.apply(effects);
+        was
+    }
+
+    /// Takes the verdict the member that decides the target published; `false` (ignored) when
+    /// this member decides it itself. An operator's maintenance held here stands over it.
+    pub fn adopt(&self, published: &Published) -> bool {
+        let mut effects = Effects::default();
+        {
+            let mut status = self.status.lock();
+            if status.role().decides() {
+                return false;
+            }
+            if let Some(m) = &status.maintenance
+                && m.is_over(Instant::now(), SystemTime::now())
+            {
+                status.maintenance = None;
+            }
+            status.version = status.version.wrapping_add(1);
+            let state = if status.maintenance.is_some() {
+                HealthState::Maintenance
+            } else {
+                published.state
+            };
+            let t = status.machine.adopt(
+                state,
+                published.consecutive_successes,
+                published.consecutive_failures,
+            );
+            Self::book(&mut status, &mut effects, t, || published.detail.clone());
+        }
+        self.apply(effects);
+        true
+    }
+
+    /// Records another member's vote (`None`: it withdrew it); on the owner, the decision
+    /// follows.
+    pub fn set_vote(&self, member: &MemberId, vote: Option<HealthState>) {
+        let mut effects = Effects::default();
+        {
+            let mut status = self.status.lock();
+            let Status {
+                placed, machine, ..
+            } = &mut *status;
+            let Some(placed) = placed else { return };
+            placed.set_vote(member, vote);
+            let t = placed.lead(machine);
+            status.version = status.version.wrapping_add(1);
+            Self::book(&mut status, &mut effects, t, || Some("votes".to_owned()));
+        }
+        self.apply(effects);
+    }
+
+    /// The verdict to publish, when this member decides the target.
+    pub fn decided(&self) -> Option<Published> {
+        let status = self.status.lock();
+        if !status.role().decides() {
+            return None;
+        }
+        let state = status.machine.state();
+        let details = status.details.as_deref();
+        let detail = match state {
+            HealthState::Down => details
+                .and_then(|d| d.last_failure.as_ref())
+                .map(|f| format!("{}: {}", f.reason, f.detail)),
+            HealthState::Degraded => details.map(|d| d.degraded_reasons.join("; ")),
+            HealthState::Maintenance => status.maintenance.as_ref().map(|m| m.info.reason.clone()),
+            HealthState::Probing | HealthState::Up => None,
+        };
+        Some(Published {
+            state,
+            consecutive_successes: status.machine.consecutive_successes(),
+            consecutive_failures: status.machine.consecutive_failures(),
+            detail,
+        })
+    }
+
+    /// This member's vote, when it probes a replicated target.
+    pub fn own_vote(&self) -> Option<HealthState> {
+        let status = self.status.lock();
+        status
+            .placed
+            .as_ref()?
+            .vote
+            .as_ref()
+            .map(StateMachine::state)
+    }
+
+    /// What this member does with the target.
+    pub fn role(&self) -> Role {
+        self.status.lock().role()
     }
 
     /// The per-run metrics.

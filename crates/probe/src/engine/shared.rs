@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use super::cluster::Membership;
 use super::effects::Hub;
 use super::runtime::{Context, Target};
 use super::view::{EngineError, TargetStatus};
@@ -24,9 +25,10 @@ pub(super) struct Inner {
     /// ([`Engine::listing`](super::Engine::listing)); empty until someone lists. Held by a
     /// listing while it takes each target's lock in turn, and taken nowhere else.
     pub listing: Mutex<HashMap<TargetId, (u32, Arc<TargetStatus>)>>,
-    /// Held by an apply throughout, so that applies do not interleave. It is the one lock under
-    /// which others are taken (a target's, then the hub's), and only there.
-    pub applying: Mutex<()>,
+    /// Held by an apply, and by a change of the cluster's member set, throughout, so that they do
+    /// not interleave; it keeps this engine's place in a cluster, once it joined one. It is the
+    /// one lock under which others are taken (a target's, then the hub's), and only there.
+    pub applying: Mutex<Option<Membership>>,
 }
 
 impl Inner {

@@ -10,6 +10,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::cluster::Replication;
 use crate::passive::breaker::BreakerConfig;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
@@ -52,6 +53,9 @@ pub struct TargetSpec {
     /// has trouble (a timeout, SERVFAIL; never a name that does not exist); zero turns stale
     /// answers off. See the `resolve` module.
     pub dns_stale_for: Duration,
+    /// In a cluster, how many members probe it and how many must agree; `None` for the
+    /// cluster's own setting ([`Engine::join_cluster`](crate::Engine::join_cluster)).
+    pub replication: Option<Replication>,
 }
 
 impl TargetSpec {
@@ -71,6 +75,7 @@ impl TargetSpec {
             circuit_breaker: None,
             skip_active_after: None,
             dns_stale_for: Self::DEFAULT_DNS_STALE_FOR,
+            replication: None,
         }
     }
 
@@ -120,6 +125,13 @@ impl TargetSpec {
     #[must_use]
     pub fn with_dns_stale_for(mut self, dns_stale_for: Duration) -> Self {
         self.dns_stale_for = dns_stale_for;
+        self
+    }
+
+    /// In a cluster, how many members probe it and how many must agree.
+    #[must_use]
+    pub fn with_replication(mut self, replication: Option<Replication>) -> Self {
+        self.replication = replication;
         self
     }
 }

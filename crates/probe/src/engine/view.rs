@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::cluster::Placement;
 use crate::outcome::{Failure, Outcome, Signal, TlsFacts};
 use crate::passive::breaker::CircuitSnapshot;
 use crate::passive::outlier::MemberStatus;
@@ -84,6 +85,8 @@ pub struct TargetStatus {
     pub pool: Option<MemberStatus>,
     /// Its circuit breaker's state and figures; `None` without one.
     pub circuit: Option<CircuitSnapshot>,
+    /// Its standing in a cluster (role, members, votes); `None` outside one.
+    pub placement: Option<Placement>,
 }
 
 impl TargetStatus {
@@ -138,6 +141,16 @@ pub struct Event {
     pub at: SystemTime,
     /// The failure or maintenance reason behind it, when there is one.
     pub detail: Option<String>,
+}
+
+/// A change of this member's vote on a replicated target, for the cluster
+/// ([`Engine::subscribe_votes`](super::Engine::subscribe_votes)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vote {
+    /// The target.
+    pub target: TargetId,
+    /// What this member's own results say of it now.
+    pub state: HealthState,
 }
 
 /// Why an operator request on a target could not be done.

@@ -100,6 +100,11 @@ pub enum Cause {
     Ejected,
     /// The target came back into its pool; results give the verdict again.
     Readmitted,
+    /// Another member of a cluster decided (the target's owner, whose verdict this member
+    /// mirrors); the owner's own machine moved along this table.
+    Cluster,
+    /// The votes of the members probing a replicated target reached a quorum (or lost it).
+    Quorum,
 }
 
 impl Cause {
@@ -113,6 +118,8 @@ impl Cause {
             Self::MaintenanceEnded => "maintenance_ended",
             Self::Ejected => "ejected",
             Self::Readmitted => "readmitted",
+            Self::Cluster => "cluster",
+            Self::Quorum => "quorum",
         }
     }
 }
@@ -151,6 +158,7 @@ pub fn is_legal(from: HealthState, to: HealthState, cause: Cause) -> bool {
     use Cause::*;
     use HealthState::*;
     match (from, to, cause) {
+        _ if from == to => false,
         (Maintenance, Probing, MaintenanceEnded) => true,
         (Probing | Up | Degraded | Down, Maintenance, MaintenanceStarted) => true,
         (Probing, Up | Degraded | Down, Results | Settled) => true,
@@ -160,6 +168,9 @@ pub fn is_legal(from: HealthState, to: HealthState, cause: Cause) -> bool {
         (Down, Up | Degraded, Results) => true,
         (Probing | Up | Degraded, Down, Ejected) => true,
         (Down, Probing, Readmitted) => true,
+        // A mirror of a machine elsewhere, which kept to this table.
+        (_, _, Cluster) => true,
+        (Probing | Up | Degraded | Down, Probing | Up | Degraded | Down, Quorum) => true,
         _ => false,
     }
 }
@@ -353,6 +364,45 @@ impl StateMachine {
     /// Whether the target is held DOWN by an ejection.
     pub fn is_ejected(&self) -> bool {
         self.ejected
+    }
+
+    /// Takes the verdict another member published for the target, with the counters behind it,
+    /// so that this machine goes on from there when it becomes the one that decides: a DOWN
+    /// target stays DOWN until `rise` passes here, an UP one UP until `fall` failures.
+    pub fn adopt(
+        &mut self,
+        state: HealthState,
+        successes: u32,
+        failures: u32,
+    ) -> Option<Transition> {
+        self.passes = successes;
+        self.failures = failures;
+        (self.goods, self.degradeds) = match state {
+            HealthState::Up => (successes, 0),
+            HealthState::Degraded => (0, successes),
+            _ => (0, 0),
+        };
+        self.last = match state {
+            HealthState::Up => Some(Quality::Good),
+            HealthState::Degraded => Some(Quality::Degraded),
+            HealthState::Down => Some(Quality::Failed),
+            HealthState::Probing | HealthState::Maintenance => self.last,
+        };
+        self.judged = matches!(
+            state,
+            HealthState::Up | HealthState::Degraded | HealthState::Down
+        );
+        self.go(state, Cause::Cluster)
+    }
+
+    /// Takes the verdict the votes of a replicated target's members reached
+    /// ([`crate::cluster::decide`]); outside maintenance only, which the owner keeps itself.
+    pub fn decide(&mut self, state: HealthState) -> Option<Transition> {
+        if self.state == HealthState::Maintenance || state == HealthState::Maintenance {
+            return None;
+        }
+        self.judged = state != HealthState::Probing;
+        self.go(state, Cause::Quorum)
     }
 
     fn count(&mut self, quality: Quality) {
@@ -560,7 +610,7 @@ mod tests {
     use std::num::NonZeroU32;
 
     const STATES: [HealthState; 5] = [Probing, Up, Degraded, Maintenance, Down];
-    const CAUSES: [Cause; 7] = [
+    const CAUSES: [Cause; 9] = [
         Cause::Results,
         Cause::Flapping,
         Cause::Settled,
@@ -568,6 +618,8 @@ mod tests {
         Cause::MaintenanceEnded,
         Cause::Ejected,
         Cause::Readmitted,
+        Cause::Cluster,
+        Cause::Quorum,
     ];
 
     fn nz(n: u32) -> NonZeroU32 {
@@ -654,7 +706,9 @@ mod tests {
                 "maintenance_started",
                 "maintenance_ended",
                 "ejected",
-                "readmitted"
+                "readmitted",
+                "cluster",
+                "quorum"
             ]
         );
     }
@@ -879,6 +933,10 @@ mod tests {
                         continue;
                     }
                     assert_ne!(from, to);
+                    if cause == Cause::Cluster {
+                        // A mirror: the machine it mirrors kept the rules below.
+                        continue;
+                    }
                     assert_eq!(to == Maintenance, cause == Cause::MaintenanceStarted);
                     assert_eq!(from == Maintenance, cause == Cause::MaintenanceEnded);
                     if from == Maintenance {
@@ -895,7 +953,7 @@ mod tests {
                     }
                     if to == Probing && from != Maintenance {
                         assert!(
-                            matches!(cause, Cause::Flapping | Cause::Readmitted),
+                            matches!(cause, Cause::Flapping | Cause::Readmitted | Cause::Quorum),
                             "only flapping or a readmission takes a verdict away: {from} ({cause:?})"
                         );
                     }
