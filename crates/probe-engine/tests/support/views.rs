@@ -88,6 +88,16 @@ pub struct Target {
     pub circuit: Option<Circuit>,
     #[serde(deserialize_with = "Option::deserialize")]
     pub tls: Option<Tls>,
+    /// In a cluster only: the member that decides it, this member's role, the members that
+    /// probe it, and their votes.
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub replicas: Option<Vec<String>>,
+    #[serde(default)]
+    pub votes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `tls`: what the target's latest TLS handshake showed.
