@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use probe_engine::testing::AcceptServer;
+use probe_engine::netns_or_skip;
+use probe_engine::testing::{AcceptServer, Netns};
 use probe_etcd::testing::TestEtcd;
 use serde_json::Value;
 use support::{Daemon, WAIT};
@@ -30,9 +31,20 @@ fn write_config(
     listeners: &[SocketAddr],
     count: usize,
 ) {
+    write_config_at(dir, &etcd.endpoint(), ttl, "", listeners, count);
+}
+
+/// [`write_config`] with etcd at `endpoint` and `extra` lines in the cluster section.
+fn write_config_at(
+    dir: &Path,
+    endpoint: &str,
+    ttl: Duration,
+    extra: &str,
+    listeners: &[SocketAddr],
+    count: usize,
+) {
     let mut text = format!(
-        "cluster:\n  etcd: {{endpoints: [\"{}\"]}}\n  lease_ttl: {}s\ndefaults:\n  interval: {}ms\n  timeout: 300ms\n  rise: 1\n  fall: 1\n  flap: false\ntargets:\n",
-        etcd.endpoint(),
+        "cluster:\n  etcd: {{endpoints: [\"{endpoint}\"]}}\n  lease_ttl: {}s\n{extra}defaults:\n  interval: {}ms\n  timeout: 300ms\n  rise: 1\n  fall: 1\n  flap: false\ntargets:\n",
         ttl.as_secs(),
         INTERVAL.as_millis(),
     );
@@ -143,7 +155,7 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &etcd, TTL, &listeners, 299);
     let total = 300;
-    let mut a = member(dir.path(), "a");
+    let a = member(dir.path(), "a");
     let b = member(dir.path(), "b");
     let c = member(dir.path(), "c");
     let owners = settled(&[&a, &b, &c], &["a", "b", "c"], total).await;
@@ -175,9 +187,7 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
     // Every member shows the DOWN target DOWN, whoever probes it.
     for daemon in [&a, &b, &c] {
         for (id, state) in [("down", "DOWN"), ("t000", "UP")] {
-            daemon
-                .wait_target(id, state, |t| t.state == state)
-                .await;
+            daemon.wait_target(id, state, |t| t.state == state).await;
         }
     }
 
@@ -301,4 +311,234 @@ async fn a_member_that_stops_hands_its_targets_over_at_once() {
     assert!(a.wait_exit().success());
     let left = a.all_logs();
     assert!(left.iter().any(|l| l["message"] == "left the cluster"));
+}
+
+/// A member inside `netns`, listening on its address there.
+fn member_in(netns: &Netns, dir: &Path, name: &str) -> Daemon {
+    let mut command = netns.command(support::BIN);
+    command
+        .args(["run", "--listen", &format!("{}:0", netns.addr())])
+        .arg("--config")
+        .arg(dir.join("probes.yaml"))
+        .args(["--member", name]);
+    Daemon::launch(command)
+}
+
+/// Accept servers on `addr`, one per target.
+fn servers_on(addr: std::net::Ipv4Addr, count: usize) -> Vec<AcceptServer> {
+    (0..count)
+        .map(|_| AcceptServer::start(std::net::TcpListener::bind((addr, 0)).unwrap()).unwrap())
+        .collect()
+}
+
+/// Polls `/v1/cluster` until `ok` holds for it.
+async fn wait_cluster(daemon: &Daemon, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let view = cluster_view(daemon).await;
+        if ok(&view) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_from_etcd_keeps_probing_and_decides_nothing() {
+    let netns = netns_or_skip!();
+    let host = netns.host_addr();
+    let etcd = TestEtcd::start_reachable_from(&[host.into()])
+        .await
+        .expect("etcd");
+    // The targets, on the root namespace's end of the veth: reached by every member.
+    let mut servers: Vec<Option<AcceptServer>> =
+        servers_on(host, 30).into_iter().map(Some).collect();
+    let listeners: Vec<SocketAddr> = servers.iter().flatten().map(AcceptServer::addr).collect();
+    let root = tempfile::tempdir().unwrap();
+    let inside = tempfile::tempdir().unwrap();
+    write_config_at(root.path(), &etcd.endpoint(), TTL, "", &listeners, 30);
+    write_config_at(
+        inside.path(),
+        &etcd.endpoint_on(host.into()),
+        TTL,
+        "",
+        &listeners,
+        30,
+    );
+    let a = member(root.path(), "a");
+    let b = member(root.path(), "b");
+    let c = member_in(&netns, inside.path(), "c");
+    let total = 31;
+    let owners = settled(&[&a, &b, &c], &["a", "b", "c"], total).await;
+    let of_c: Vec<String> = owners
+        .iter()
+        .filter(|(id, o)| *o == "c" && id.starts_with('t'))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(!of_c.is_empty());
+    let victim = of_c[0].clone();
+    let index: usize = victim[1..].parse().unwrap();
+
+    // c loses etcd: everything from etcd's port is dropped inside its namespace.
+    netns
+        .nft(&format!(
+            "add rule inet faults blackhole tcp sport {} drop\n",
+            etcd.client_port()
+        ))
+        .unwrap();
+    wait_cluster(&c, "stale", |v| v["stale"] == true).await;
+    // The others take its targets over once its lease is gone.
+    let after = settled(&[&a, &b], &["a", "b"], total).await;
+    let new_owner = if after[&victim] == "a" { &a } else { &b };
+    wait_cluster(&c, "lost its lease", |v| v["lease"] == "lost").await;
+    // c keeps probing what it owned, all along.
+    let probed = Instant::now();
+    c.wait_target(&victim, "probed during the partition", |t| {
+        t.last
+            .as_ref()
+            .is_some_and(|l| l.at.0 > std::time::SystemTime::now() - INTERVAL)
+    })
+    .await;
+    assert!(local_ids(&c).await.contains(&victim));
+    let _ = probed;
+
+    // The target fails during the partition: both see it, one decides.
+    let mut client = etcd.client().await.unwrap();
+    let key = format!("/probe-engine/cluster/state/{victim}");
+    let mut writes = client.watch(key.clone(), None).await.unwrap();
+    servers[index].take().unwrap().stop().await;
+    new_owner
+        .wait_target(&victim, "DOWN", |t| t.state == "DOWN")
+        .await;
+    c.wait_target(&victim, "DOWN", |t| t.state == "DOWN").await;
+    tokio::time::sleep(3 * INTERVAL).await;
+    let mut puts = Vec::new();
+    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_millis(200), writes.message())
+        .await
+        .unwrap_or(Ok(None))
+    {
+        for event in reply.events() {
+            if let Some(kv) = event.kv() {
+                let record: Value = serde_json::from_slice(kv.value()).unwrap();
+                puts.push(record);
+            }
+        }
+    }
+    assert_eq!(puts.len(), 1, "{puts:?}");
+    assert_eq!(puts[0]["state"], "DOWN");
+    assert_eq!(puts[0]["by"], after[&victim].as_str());
+
+    // Healed, c joins again with a new lease and gets its share back.
+    netns.clear().unwrap();
+    settled(&[&a, &b, &c], &["a", "b", "c"], total).await;
+    wait_cluster(&c, "live again", |v| {
+        v["lease"] == "live" && v["stale"] == false
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_target_needs_two_vantage_points_to_go_down() {
+    let first = netns_or_skip!();
+    let spaces = [first, Netns::new().unwrap(), Netns::new().unwrap()];
+    // The target sits on the first namespace's host end; the others route to it.
+    let host = spaces[0].host_addr();
+    for netns in &spaces[1..] {
+        netns.route_to(host).unwrap();
+    }
+    let hosts: Vec<std::net::IpAddr> = spaces.iter().map(|n| n.host_addr().into()).collect();
+    let etcd = TestEtcd::start_reachable_from(&hosts).await.expect("etcd");
+    let servers = servers_on(host, 1);
+    let target = servers[0].addr();
+    let names = ["a", "b", "c"];
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    for (dir, netns) in dirs.iter().zip(&spaces) {
+        write_config_at(
+            dir.path(),
+            &etcd.endpoint_on(netns.host_addr().into()),
+            TTL,
+            "  replicas: 3\n  quorum: 2\n",
+            &[target],
+            1,
+        );
+    }
+    let members: Vec<Daemon> = spaces
+        .iter()
+        .zip(&dirs)
+        .zip(names)
+        .map(|((netns, dir), name)| member_in(netns, dir.path(), name))
+        .collect();
+    let all: Vec<&Daemon> = members.iter().collect();
+    settled(&all, &names, 2).await;
+    for m in &members {
+        m.wait_target("t000", "UP with three votes", |t| {
+            t.state == "UP" && t.votes.as_ref().is_some_and(|v| v.len() == 3)
+        })
+        .await;
+    }
+    let cut = |netns: &Netns| {
+        netns
+            .nft(&format!(
+                "add rule inet faults blackhole ip saddr {host} tcp sport {} drop\n",
+                target.port()
+            ))
+            .unwrap();
+    };
+    // One member cannot reach the target: it votes DOWN, the target stays UP.
+    cut(&spaces[0]);
+    members[0]
+        .wait_target("t000", "voted DOWN by a", |t| {
+            t.votes
+                .as_ref()
+                .is_some_and(|v| v.get("a").map(String::as_str) == Some("DOWN"))
+        })
+        .await;
+    tokio::time::sleep(3 * INTERVAL).await;
+    for m in &members {
+        let t = m.detail("t000").await.target;
+        assert_eq!(t.state, "UP", "{:?}", t.votes);
+    }
+    // A second cannot either: now it is DOWN, everywhere.
+    cut(&spaces[1]);
+    for m in &members {
+        m.wait_target("t000", "DOWN by quorum", |t| t.state == "DOWN")
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_paused_past_its_lease_does_not_keep_probing_beside_its_successor() {
+    let servers = servers_on(std::net::Ipv4Addr::LOCALHOST, 30);
+    let listeners: Vec<SocketAddr> = servers.iter().map(AcceptServer::addr).collect();
+    let etcd = TestEtcd::start().await.expect("etcd");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &etcd, TTL, &listeners, 30);
+    let a = member(dir.path(), "a");
+    let b = member(dir.path(), "b");
+    let owners = settled(&[&a, &b], &["a", "b"], 31).await;
+    let of_a: Vec<usize> = owners
+        .iter()
+        .filter(|(id, o)| *o == "a" && id.starts_with('t'))
+        .map(|(id, _)| id[1..].parse().unwrap())
+        .collect();
+    assert!(!of_a.is_empty());
+    a.signal("-STOP");
+    // b takes everything over once a's lease is gone.
+    settled(&[&b], &["b"], 31).await;
+    tokio::time::sleep(INTERVAL).await;
+    a.signal("-CONT");
+    // One interval to notice, then count: each of a's former targets is connected to once an
+    // interval (twice, were both probing it), over three intervals.
+    tokio::time::sleep(INTERVAL).await;
+    let before: Vec<u64> = of_a.iter().map(|i| servers[*i].accepted()).collect();
+    tokio::time::sleep(3 * INTERVAL).await;
+    for (i, before) in of_a.iter().zip(before) {
+        let runs = servers[*i].accepted() - before;
+        assert!(
+            (2..=4).contains(&runs),
+            "t{i:03}: {runs} connects in 3 intervals"
+        );
+    }
+    settled(&[&a, &b], &["a", "b"], 31).await;
 }

@@ -78,6 +78,8 @@ pub struct TestEtcd {
     peer_port: u16,
     extra_args: Vec<String>,
     tls: Option<ServerTls>,
+    /// Addresses besides 127.0.0.1 its clients are served on.
+    also: Vec<std::net::IpAddr>,
     child: Option<Child>,
 }
 
@@ -99,7 +101,7 @@ impl TestEtcd {
     pub async fn start_with_args<S: Into<String>>(
         args: impl IntoIterator<Item = S>,
     ) -> io::Result<Self> {
-        Self::launch_new(args.into_iter().map(Into::into).collect(), None).await
+        Self::launch(args.into_iter().map(Into::into).collect(), None, Vec::new()).await
     }
 
     /// Starts etcd serving its clients over TLS: [`endpoint`](Self::endpoint) is then
@@ -108,10 +110,35 @@ impl TestEtcd {
     /// # Errors
     /// As [`start`](Self::start).
     pub async fn start_tls(tls: ServerTls) -> io::Result<Self> {
-        Self::launch_new(Vec::new(), Some(tls)).await
+        Self::launch(Vec::new(), Some(tls), Vec::new()).await
     }
 
-    async fn launch_new(extra_args: Vec<String>, tls: Option<ServerTls>) -> io::Result<Self> {
+    /// Starts etcd serving its clients on `also` too, besides loopback: the host's ends of
+    /// test network namespaces, so that members inside them reach it
+    /// ([`endpoint_on`](Self::endpoint_on)).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn start_reachable_from(also: &[std::net::IpAddr]) -> io::Result<Self> {
+        Self::launch(Vec::new(), None, also.to_vec()).await
+    }
+
+    /// The client URL on `addr`, one of those given to
+    /// [`start_reachable_from`](Self::start_reachable_from).
+    pub fn endpoint_on(&self, addr: std::net::IpAddr) -> String {
+        format!("http://{addr}:{}", self.client_port)
+    }
+
+    /// The client port.
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
+    async fn launch(
+        extra_args: Vec<String>,
+        tls: Option<ServerTls>,
+        also: Vec<std::net::IpAddr>,
+    ) -> io::Result<Self> {
         // A port picked by binding port 0 is free when picked, not necessarily when etcd binds
         // it: try again with new ports when etcd cannot start.
         let mut last_error = None;
@@ -125,9 +152,10 @@ impl TestEtcd {
                 peer_port,
                 extra_args: extra_args.clone(),
                 tls: tls.clone(),
+                also: also.clone(),
                 child: None,
             };
-            match etcd.launch().await {
+            match etcd.run().await {
                 Ok(()) => return Ok(etcd),
                 Err(e) => last_error = Some(e),
             }
@@ -187,10 +215,10 @@ impl TestEtcd {
     /// As [`start`](Self::start).
     pub async fn restart(&mut self) -> io::Result<()> {
         self.kill();
-        self.launch().await
+        self.run().await
     }
 
-    async fn launch(&mut self) -> io::Result<()> {
+    async fn run(&mut self) -> io::Result<()> {
         let program = std::env::var_os("PROBE_ETCD_BIN").unwrap_or_else(|| "etcd".into());
         let log = OpenOptions::new()
             .create(true)
@@ -202,7 +230,13 @@ impl TestEtcd {
         command
             .arg(format!("--name={NAME}"))
             .arg(format!("--data-dir={}", self.data_dir().display()))
-            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!(
+                "--listen-client-urls={}",
+                std::iter::once(client_url.clone())
+                    .chain(self.also.iter().map(|a| self.endpoint_on(*a)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))
             .arg(format!("--advertise-client-urls={client_url}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))

@@ -252,6 +252,28 @@ impl Netns {
         self.in_namespace(move || UdpSocket::bind((addr, 0)))
     }
 
+    /// Routes `addr` (an address of the root namespace, such as another namespace's
+    /// [`host_addr`](Self::host_addr)) from inside the namespace through its veth, so that a
+    /// process inside reaches a server the root namespace holds there. One /32 route: nothing
+    /// else leaves the namespace.
+    ///
+    /// # Errors
+    /// `ip`'s error.
+    pub fn route_to(&self, addr: Ipv4Addr) -> Result<(), NetnsError> {
+        run(
+            "ip",
+            &[
+                "-n",
+                &self.name,
+                "route",
+                "add",
+                &format!("{addr}/32"),
+                "via",
+                &self.host_addr.to_string(),
+            ],
+        )
+    }
+
     /// A command that runs `program` inside the namespace (`ip netns exec`), e.g. a server whose
     /// traffic the faults should reach. The caller owns the child and must end it.
     pub fn command(&self, program: &str) -> Command {
