@@ -191,6 +191,76 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
         }
     }
 
+    // Readiness is cluster-wide: without a policy, every target must serve, and `down` (probed
+    // by one member) keeps every member not ready.
+    for daemon in [&a, &b, &c] {
+        assert_eq!(daemon.get("/readyz").await.status(), 503);
+    }
+    // Each member exports the series of what it owns only, so sums count each target once.
+    let mut owned_sum = 0.0;
+    for (name, daemon) in [("a", &a), ("b", &b), ("c", &c)] {
+        let owned_here = owners.values().filter(|o| *o == name).count();
+        // Once each has run: a target handed over runs first within its interval.
+        let metrics = daemon
+            .wait_metrics("a result for every owned target", |m| {
+                m.series("probe_success").count() == owned_here
+            })
+            .await;
+        let exported: BTreeSet<String> = metrics
+            .series("probe_success")
+            .map(|s| s.labels["target"].clone())
+            .collect();
+        let owned: BTreeSet<String> = owners
+            .iter()
+            .filter(|(_, o)| *o == name)
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(exported, owned, "{name}");
+        assert_eq!(metrics.value("probe_cluster_members", &[]), 3.0);
+        owned_sum += metrics.value("probe_cluster_owned_targets", &[]);
+        support::promtool_check(&daemon.get("/metrics").await.text().await.unwrap());
+    }
+    assert_eq!(owned_sum as usize, total);
+
+    // Maintenance set through one member holds on every member, and ends through another.
+    let holder = owners["t001"].clone();
+    let (setter, ender) = match holder.as_str() {
+        "a" => (&b, &c),
+        "b" => (&c, &a),
+        _ => (&a, &b),
+    };
+    let (status, _) = setter
+        .send(
+            reqwest::Method::PUT,
+            "/v1/targets/t001/maintenance",
+            None,
+            Some(r#"{"reason": "disk swap", "duration": "10m"}"#),
+        )
+        .await;
+    assert_eq!(status, 200);
+    for daemon in [&a, &b, &c] {
+        let t = daemon
+            .wait_target("t001", "in maintenance", |t| t.state == "MAINTENANCE")
+            .await;
+        assert_eq!(t.target.maintenance.unwrap().reason, "disk swap");
+    }
+    let (status, _) = ender
+        .send(
+            reqwest::Method::DELETE,
+            "/v1/targets/t001/maintenance",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    for daemon in [&a, &b, &c] {
+        daemon
+            .wait_target("t001", "back UP", |t| {
+                t.state == "UP" && t.maintenance.is_none()
+            })
+            .await;
+    }
+
     // The DOWN target's owner is killed: the survivors take its targets over, and the DOWN
     // target moves to a new owner without a transition.
     let victim = owners["down"].clone();
@@ -311,6 +381,47 @@ async fn a_member_that_stops_hands_its_targets_over_at_once() {
     assert!(a.wait_exit().success());
     let left = a.all_logs();
     assert!(left.iter().any(|l| l["message"] == "left the cluster"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_etcd_down_for_everyone_nobody_takes_anything_over() {
+    let mut etcd = TestEtcd::start().await.expect("etcd");
+    let servers = servers_on(std::net::Ipv4Addr::LOCALHOST, 20);
+    let listeners: Vec<SocketAddr> = servers.iter().map(AcceptServer::addr).collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &etcd, TTL, &listeners, 20);
+    let a = member(dir.path(), "a");
+    let b = member(dir.path(), "b");
+    let before = settled(&[&a, &b], &["a", "b"], 21).await;
+    let local: Vec<BTreeSet<String>> = vec![local_ids(&a).await, local_ids(&b).await];
+    etcd.kill();
+    for daemon in [&a, &b] {
+        wait_cluster(daemon, "stale", |v| v["stale"] == true).await;
+        wait_cluster(daemon, "lost its lease", |v| v["lease"] == "lost").await;
+    }
+    // Well past the TTL: each keeps what it had, reported stale, and keeps probing it.
+    tokio::time::sleep(2 * TTL).await;
+    for (daemon, local) in [&a, &b].into_iter().zip(&local) {
+        assert_eq!(owners(daemon).await, before);
+        assert_eq!(local_ids(daemon).await, *local);
+        let id = local.iter().find(|id| id.starts_with('t')).unwrap();
+        daemon
+            .wait_target(id, "still probed", |t| {
+                t.last
+                    .as_ref()
+                    .is_some_and(|l| l.at.0 > std::time::SystemTime::now() - 2 * INTERVAL)
+            })
+            .await;
+    }
+    // etcd back: both join again under new leases, with the same shares.
+    etcd.restart().await.unwrap();
+    for daemon in [&a, &b] {
+        wait_cluster(daemon, "live again", |v| {
+            v["lease"] == "live" && v["stale"] == false
+        })
+        .await;
+    }
+    assert_eq!(settled(&[&a, &b], &["a", "b"], 21).await, before);
 }
 
 /// A member inside `netns`, listening on its address there.
