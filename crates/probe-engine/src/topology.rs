@@ -138,6 +138,7 @@ impl TopologyHandle {
         let mut merger = Merger::new(SOURCES);
         let etcd = loaded.etcd.clone();
         let files = loaded.files.clone();
+        let cluster = loaded.cluster.clone();
         let resolver = (engine.resolver().clone(), loaded.resolver.clone());
         engine.set_per_target_histograms(loaded.metrics.per_target_histograms);
         merger.update(FILES, Catalog::from(loaded.topology));
@@ -178,6 +179,7 @@ impl TopologyHandle {
             etcd: etcd_tx,
             resolver,
             engine: engine.clone(),
+            cluster,
         };
         tokio::spawn(forward(files, FILES, 0, updates_tx.clone(), cancel.clone()));
         let mut looped = Loop {
@@ -251,6 +253,9 @@ struct FileSource {
     resolver: (Arc<Resolver>, ResolverConfig),
     /// For the `metrics` section, which takes effect as soon as it is loaded.
     engine: Engine,
+    /// The `cluster` section the daemon started with: a member joins once, so a reload that
+    /// changes it is said to wait for a restart.
+    cluster: Option<config::ClusterConfig>,
 }
 
 impl FileSource {
@@ -288,6 +293,12 @@ impl FileSource {
                     }
                     self.engine
                         .set_per_target_histograms(config.metrics.per_target_histograms);
+                    if config.cluster != self.cluster {
+                        tracing::warn!(
+                            "the cluster section changed: it takes effect at the next start; \
+                             the targets' own replicas and quorum apply now"
+                        );
+                    }
                     return Some(config);
                 }
                 Err(errors) => {

@@ -653,3 +653,61 @@ async fn a_member_paused_past_its_lease_does_not_keep_probing_beside_its_success
     }
     settled(&[&a, &b], &["a", "b"], 31).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_of_removed_targets_leave_etcd() {
+    let etcd = TestEtcd::start().await.expect("etcd");
+    let servers = servers_on(std::net::Ipv4Addr::LOCALHOST, 10);
+    let listeners: Vec<SocketAddr> = servers.iter().map(AcceptServer::addr).collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &etcd, TTL, &listeners, 10);
+    let a = member(dir.path(), "a");
+    let b = member(dir.path(), "b");
+    settled(&[&a, &b], &["a", "b"], 11).await;
+    let mut client = etcd.client().await.unwrap();
+    let prefix = "/probe-engine/cluster/state/";
+    let held = |client: &mut probe_etcd::etcd_client::Client| {
+        let mut client = client.clone();
+        async move {
+            let read = client
+                .get(
+                    prefix,
+                    Some(probe_etcd::etcd_client::GetOptions::new().with_prefix()),
+                )
+                .await
+                .unwrap();
+            read.kvs()
+                .iter()
+                .map(|kv| kv.key_str().unwrap().trim_start_matches(prefix).to_owned())
+                .collect::<BTreeSet<String>>()
+        }
+    };
+    let deadline = Instant::now() + WAIT;
+    while held(&mut client).await.len() < 11 {
+        assert!(Instant::now() < deadline, "not every verdict was published");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Five targets go from the config, on both members.
+    write_config(dir.path(), &etcd, TTL, &listeners, 5);
+    a.signal("-HUP");
+    b.signal("-HUP");
+    settled(&[&a, &b], &["a", "b"], 6).await;
+    let kept: BTreeSet<String> = (0..5)
+        .map(|i| format!("t{i:03}"))
+        .chain(["down".to_owned()])
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = held(&mut client).await;
+        if now == kept {
+            break;
+        }
+        assert!(Instant::now() < deadline, "etcd still holds {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let logs = a.all_logs().into_iter().chain(b.all_logs());
+    assert!(
+        logs.into_iter()
+            .any(|l| l["message"] == "cluster: verdicts of removed targets deleted")
+    );
+}

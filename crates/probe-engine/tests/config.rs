@@ -3419,3 +3419,62 @@ fn icmp_and_udp_errors_are_located() {
         ]
     );
 }
+
+#[test]
+fn the_cluster_section_takes_topology_etcd_and_gives_targets_its_replication() {
+    let config = parse_ok(
+        "topology:\n  etcd: {endpoints: [\"http://127.0.0.1:2379\"]}\n\
+         cluster:\n  member: edge-1\n  lease_ttl: 3s\n  replicas: 3\n  quorum: 2\n\
+         targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n\
+         \x20 - id: b\n    tcp: {address: \"127.0.0.1:2\"}\n    quorum: 3\n\
+         \x20 - id: c\n    tcp: {address: \"127.0.0.1:3\"}\n    replicas: 1\n    quorum: 1\n",
+    );
+    let cluster = config.cluster.as_ref().expect("a cluster");
+    assert_eq!(cluster.etcd.endpoints, ["http://127.0.0.1:2379"]);
+    assert_eq!(cluster.prefix, probe_engine::config::DEFAULT_CLUSTER_PREFIX);
+    assert_eq!(cluster.member.as_ref().map(|m| m.as_str()), Some("edge-1"));
+    assert_eq!(cluster.lease_ttl, std::time::Duration::from_secs(3));
+    assert_eq!(
+        (cluster.replication.replicas(), cluster.replication.quorum()),
+        (3, 2)
+    );
+    // Unset: the cluster's; set, over the cluster's.
+    assert_eq!(target(&config, "a").replication, None);
+    let b = target(&config, "b").replication.expect("set");
+    assert_eq!((b.replicas(), b.quorum()), (3, 3));
+    let c = target(&config, "c").replication.expect("set");
+    assert_eq!((c.replicas(), c.quorum()), (1, 1));
+}
+
+#[test]
+fn cluster_mistakes_are_located() {
+    assert_eq!(
+        errors_of("cluster:\n  member: a\ntargets: []\n"),
+        ["t.yaml:1:1: the cluster needs etcd: give cluster an etcd block, or set topology.etcd"]
+    );
+    assert_eq!(
+        errors_of(
+            "cluster:\n  etcd: {endpoints: [\"127.0.0.1:2379\"]}\n  member: Edge_1\n  lease_ttl: 1s\n  replicas: 2\n  quorum: 3\n  prefix: /no-slash\n"
+        ),
+        [
+            "t.yaml:3:11: invalid member name \"Edge_1\": target id \"Edge_1\" has character 'E'; allowed are a-z, 0-9, '.', '_' and '-'; name this member with --member NAME instead",
+            "t.yaml:4:3: lease_ttl must be at least 2s: etcd counts leases in whole seconds",
+            "t.yaml:6:11: quorum 3 is more than the 2 replicas that vote",
+            "t.yaml:7:11: prefix must end in / and name a folder, such as /probe-engine/cluster/",
+        ]
+    );
+    assert_eq!(
+        errors_of("targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    replicas: 0\n"),
+        ["t.yaml:4:15: replicas must be at least 1"]
+    );
+    assert_eq!(
+        errors_of("targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    replicas: 2\n"),
+        ["t.yaml:4:15: replicas and quorum apply in a cluster: add a cluster section"]
+    );
+    assert_eq!(
+        errors_of(
+            "cluster:\n  etcd: {endpoints: [\"127.0.0.1:2379\"]}\n  quorum: 2\n  replicas: 2\ntargets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    replicas: 1\n"
+        ),
+        ["t.yaml:8:15: quorum 2 is more than the 1 replicas that vote"]
+    );
+}

@@ -24,7 +24,10 @@
 //! - follower: reads the prefix, then watches it; verdicts are adopted, votes recorded,
 //!   maintenance applied;
 //! - publisher: the engine's transitions and votes mark targets dirty; dirty ones are written in
-//!   batches, skipping any whose verdict equals what etcd holds.
+//!   batches, skipping any whose verdict equals what etcd holds;
+//! - sweeper: the first member by name deletes the verdicts of targets that no longer exist,
+//!   once they have been unknown to it for three TTLs (a target that one source still declares
+//!   may reach the members at different times), so etcd holds only live targets' keys.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -39,7 +42,7 @@ use probe::cluster::MemberId;
 use probe::engine::{Engine, Published};
 use probe::target::TargetId;
 use tokio::sync::{Notify, broadcast, watch};
-use tokio::time::sleep;
+use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
 use crate::membership::{Lease, MemberRecord, Membership, MembershipError, View, unix_ms_now};
@@ -221,6 +224,7 @@ impl Cluster {
             () = shared.follow_keys() => {}
             () = shared.mark() => {}
             () = shared.publish() => {}
+            () = shared.sweep() => {}
         }
     }
 
@@ -513,6 +517,73 @@ impl Shared {
         let mut known = self.states.lock();
         for (id, record) in written {
             known.insert(id, record);
+        }
+        Ok(())
+    }
+
+    /// Deletes the verdicts of targets gone from the topology (see the module docs).
+    async fn sweep(&self) {
+        let mut unknown: HashMap<TargetId, Instant> = HashMap::new();
+        loop {
+            sleep(self.config.lease_ttl).await;
+            let view = self.view.borrow().clone();
+            let first = view.members.keys().next() == Some(&self.name);
+            if !first || view.stale || view.lease != Lease::Live || self.left.is_cancelled() {
+                unknown.clear();
+                continue;
+            }
+            let now = Instant::now();
+            let held: Vec<TargetId> = self.states.lock().keys().cloned().collect();
+            unknown.retain(|id, _| held.contains(id));
+            for id in held {
+                if self.engine.contains(&id) {
+                    unknown.remove(&id);
+                } else {
+                    unknown.entry(id).or_insert(now);
+                }
+            }
+            let gone: Vec<TargetId> = unknown
+                .iter()
+                .filter(|(_, since)| now.duration_since(**since) >= 3 * self.config.lease_ttl)
+                .map(|(id, _)| id.clone())
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            match self.delete_states(&gone).await {
+                Ok(()) => {
+                    tracing::info!(
+                        targets = gone.len(),
+                        "cluster: verdicts of removed targets deleted"
+                    );
+                    for id in &gone {
+                        unknown.remove(id);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cluster: verdicts of removed targets kept for now")
+                }
+            }
+        }
+    }
+
+    /// Deletes `state/<id>` of `ids`, in transactions held to this member's lease.
+    async fn delete_states(&self, ids: &[TargetId]) -> Result<(), ClusterError> {
+        let membership = self.membership.lock().clone();
+        let mut client = self.client.clone();
+        for chunk in ids.chunks(BATCH) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|id| TxnOp::delete(self.key("state/", id), None))
+                .collect();
+            let txn = Txn::new()
+                .when([Compare::lease(
+                    membership.key(),
+                    CompareOp::Equal,
+                    membership.lease(),
+                )])
+                .and_then(ops);
+            client.txn(txn).await?;
         }
         Ok(())
     }

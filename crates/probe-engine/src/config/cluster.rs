@@ -102,7 +102,7 @@ pub(super) fn parse(
             .map_err(|e| {
                 diags.push((
                     member.pos,
-                    format!("member {e}; name this member with --member NAME instead"),
+                    format!("{e}; name this member with --member NAME instead"),
                 ));
             })
             .ok()
@@ -177,6 +177,11 @@ impl Votes {
     /// Whether either is set.
     pub fn is_set(self) -> bool {
         self.replicas.is_some() || self.quorum.is_some()
+    }
+
+    /// Where the first of them is set.
+    pub fn at(self) -> Option<Pos> {
+        self.replicas.or(self.quorum).map(|(_, pos)| pos)
     }
 
     /// The replication these give over `base` (the section's); a quorum above the replicas is

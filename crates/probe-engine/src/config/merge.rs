@@ -270,7 +270,7 @@ pub(super) fn finish(
             let (Some(spec), true) = (&mut target.spec, target.votes.is_set()) else {
                 continue;
             };
-            let at = target.id.as_ref().map_or(Pos::NONE, |(_, pos)| *pos);
+            let at = target.votes.at().unwrap_or(Pos::NONE);
             let Some(cluster) = &cluster else {
                 late.push((
                     index,

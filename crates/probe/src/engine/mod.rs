@@ -166,6 +166,11 @@ impl Engine {
         apply::apply(&self.inner, topology.into())
     }
 
+    /// Whether the engine has a target of this id.
+    pub fn contains(&self, id: &TargetId) -> bool {
+        self.inner.targets.load().contains_key(id)
+    }
+
     /// One target's status with its recent history.
     pub fn status(&self, id: &TargetId) -> Option<TargetStatus> {
         let mut status = self.inner.target(id).ok()?.status(true);
