@@ -246,9 +246,10 @@ async fn a_member_that_takes_a_target_over_resumes_from_its_verdict() {
         HealthState::Down
     );
 
-    // Its own results decide from there: back UP after `rise` passes.
+    // Its own results decide from there: back UP after `rise` passes (the first of them within
+    // the DOWN backoff's longest step, four intervals and its jitter).
     b.probe("db").down.store(false, Ordering::SeqCst);
-    run_for(4 * INTERVAL).await;
+    run_for(10 * INTERVAL).await;
     assert_eq!(b.state("db"), HealthState::Up);
     cancel.cancel();
 }

@@ -27,6 +27,7 @@
 mod apply;
 mod cluster;
 mod effects;
+mod members;
 mod metrics;
 mod passive;
 mod readiness;
@@ -46,7 +47,8 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use cluster::{Loads, Placement, Published, Reassigned, Replication, ReplicationError, Role};
+pub use cluster::{Placement, Published, Replication, ReplicationError, Role};
+pub use members::{Loads, Reassigned};
 pub use metrics::{DURATION_BUCKETS, describe_metrics};
 pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 pub use spec::TargetSpec;
@@ -382,7 +384,7 @@ impl Engine {
     /// Join before the first [`Engine::apply`] so that no target is probed before the cluster
     /// says whose it is.
     pub fn join_cluster(&self, me: crate::cluster::MemberId, default: Replication) -> bool {
-        cluster::join(&self.inner, me, default)
+        members::join(&self.inner, me, default)
     }
 
     /// Makes `members` the cluster's live members. Targets whose members changed start or stop
@@ -394,7 +396,7 @@ impl Engine {
         &self,
         members: impl IntoIterator<Item = crate::cluster::MemberId>,
     ) -> Reassigned {
-        cluster::set_members(&self.inner, members.into_iter().collect())
+        members::set_members(&self.inner, members.into_iter().collect())
     }
 
     /// Takes the verdict the member that decides target `id` published. `Ok(false)` when this
@@ -466,8 +468,8 @@ impl Engine {
     /// This member's name and, for every member, how many targets it owns and how many more it
     /// probes as a replica; `None` outside a cluster. One pass over the targets, under the
     /// lock applies take: for an API, not for a hot path.
-    pub fn cluster_loads(&self) -> Option<cluster::Loads> {
-        cluster::loads(&self.inner)
+    pub fn cluster_loads(&self) -> Option<Loads> {
+        members::loads(&self.inner)
     }
 
     /// Takes in what real traffic saw of a target (passive health):
