@@ -144,7 +144,9 @@ fn transitions_of(daemon: &Daemon, id: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
-    let etcd = TestEtcd::start().await.expect("etcd");
+    // A three-member etcd, as in production; the daemons are given every endpoint.
+    let etcd = TestEtcd::start_cluster(3).await.expect("etcd");
+    let endpoints: Vec<String> = etcd.iter().map(TestEtcd::endpoint).collect();
     let servers: Vec<AcceptServer> = (0..10)
         .map(|_| {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -153,7 +155,14 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
         .collect();
     let listeners: Vec<SocketAddr> = servers.iter().map(AcceptServer::addr).collect();
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &etcd, TTL, &listeners, 299);
+    write_config_at(
+        dir.path(),
+        &endpoints.join("\", \""),
+        TTL,
+        "",
+        &listeners,
+        299,
+    );
     let total = 300;
     let a = member(dir.path(), "a");
     let b = member(dir.path(), "b");

@@ -3,9 +3,11 @@
 //! [`TestEtcd::start`] runs the `etcd` binary (Debian's `etcd-server` package, installed by
 //! `scripts/setup`; or the program named by `PROBE_ETCD_BIN`) as a single-member cluster with
 //! its own temporary data directory, on free 127.0.0.1 ports, and waits until it answers. It
-//! never listens on anything but loopback. Dropping it kills the process and removes the data.
+//! listens on loopback only, unless a test asks for the host's end of a namespace of its own. Dropping it kills the process and removes the data.
 //!
-//! [`TestEtcd::start_tls`] serves https instead, with the certificates a test generates.
+//! [`TestEtcd::start_tls`] serves https instead, with the certificates a test generates;
+//! [`TestEtcd::start_cluster`] starts several members forming one etcd cluster;
+//! [`TestEtcd::start_reachable_from`] also serves the host's ends of test network namespaces.
 //!
 //! It can be killed and restarted on the same data and ports ([`TestEtcd::kill`],
 //! [`TestEtcd::restart`]), which is how outage tests make etcd disappear and come back with the
@@ -70,7 +72,8 @@ pub struct ServerTls {
     pub client: etcd_client::TlsOptions,
 }
 
-/// A single-member etcd on loopback, killed and deleted on drop.
+/// An etcd member on loopback (a cluster of one, or one of [`TestEtcd::start_cluster`]'s),
+/// killed and deleted on drop.
 pub struct TestEtcd {
     /// Owns the data directory and the log: removed on drop, after the process is gone.
     dir: tempfile::TempDir,
@@ -80,6 +83,9 @@ pub struct TestEtcd {
     tls: Option<ServerTls>,
     /// Addresses besides 127.0.0.1 its clients are served on.
     also: Vec<std::net::IpAddr>,
+    /// Its member name, and every member's `name=peer URL` when it is one of several.
+    name: String,
+    peers: Option<String>,
     child: Option<Child>,
 }
 
@@ -134,6 +140,50 @@ impl TestEtcd {
         self.client_port
     }
 
+    /// Starts a cluster of `size` etcd members on loopback, each with its own data directory and
+    /// ports, and waits until every one answers (which takes a quorum of them, so all are
+    /// started before any is waited for).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn start_cluster(size: usize) -> io::Result<Vec<Self>> {
+        let mut members = Vec::with_capacity(size);
+        for i in 0..size {
+            let (client_port, peer_port) = free_ports()?;
+            members.push(Self {
+                dir: tempfile::Builder::new()
+                    .prefix("probe-etcd-test")
+                    .tempdir()?,
+                client_port,
+                peer_port,
+                extra_args: Vec::new(),
+                tls: None,
+                also: Vec::new(),
+                name: format!("{NAME}-{i}"),
+                peers: None,
+                child: None,
+            });
+        }
+        let peers: Vec<String> = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        // One token for the cluster (a later flag wins over the single member's own).
+        let token = format!(
+            "--initial-cluster-token={NAME}-cluster-{}",
+            members[0].peer_port
+        );
+        for member in &mut members {
+            member.peers = Some(peers.join(","));
+            member.extra_args.push(token.clone());
+            member.spawn()?;
+        }
+        for member in &mut members {
+            member.ready().await?;
+        }
+        Ok(members)
+    }
+
     async fn launch(
         extra_args: Vec<String>,
         tls: Option<ServerTls>,
@@ -153,6 +203,8 @@ impl TestEtcd {
                 extra_args: extra_args.clone(),
                 tls: tls.clone(),
                 also: also.clone(),
+                name: NAME.to_owned(),
+                peers: None,
                 child: None,
             };
             match etcd.run().await {
@@ -219,6 +271,25 @@ impl TestEtcd {
     }
 
     async fn run(&mut self) -> io::Result<()> {
+        self.spawn()?;
+        self.ready().await
+    }
+
+    /// Waits until this member answers; kills it (with its log in the error) when it does not.
+    async fn ready(&mut self) -> io::Result<()> {
+        match self.wait_ready().await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.kill();
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("{e}; etcd log:\n{}", self.log_tail()),
+                ))
+            }
+        }
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
         let program = std::env::var_os("PROBE_ETCD_BIN").unwrap_or_else(|| "etcd".into());
         let log = OpenOptions::new()
             .create(true)
@@ -228,7 +299,7 @@ impl TestEtcd {
         let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
         let mut command = Command::new(&program);
         command
-            .arg(format!("--name={NAME}"))
+            .arg(format!("--name={}", self.name))
             .arg(format!("--data-dir={}", self.data_dir().display()))
             .arg(format!(
                 "--listen-client-urls={}",
@@ -240,7 +311,12 @@ impl TestEtcd {
             .arg(format!("--advertise-client-urls={client_url}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster={NAME}={peer_url}"))
+            .arg(format!(
+                "--initial-cluster={}",
+                self.peers
+                    .clone()
+                    .unwrap_or_else(|| format!("{}={peer_url}", self.name))
+            ))
             .arg("--initial-cluster-state=new")
             .arg(format!("--initial-cluster-token={NAME}-{}", self.peer_port))
             .args(&self.extra_args)
@@ -274,16 +350,7 @@ impl TestEtcd {
             )
         })?;
         self.child = Some(child);
-        match self.wait_ready().await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.kill();
-                Err(io::Error::new(
-                    e.kind(),
-                    format!("{e}; etcd log:\n{}", self.log_tail()),
-                ))
-            }
-        }
+        Ok(())
     }
 
     /// Polls a read until it succeeds, the process exits, or the deadline passes.
