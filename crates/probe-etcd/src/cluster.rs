@@ -673,9 +673,8 @@ impl Shared {
                     return;
                 };
                 if let Some(published) = record.published() {
-                    // Unknown here yet (etcd's topology may lag): it is adopted when it
-                    // comes, from the record kept meanwhile.
-                    let _ = self.engine.adopt(&id, &published);
+                    // Kept by the engine for a target it does not have yet.
+                    self.engine.adopt(&id, &published);
                 }
                 self.states.lock().insert(id, record);
             }
@@ -704,6 +703,7 @@ impl Shared {
         match self.parse(key) {
             Some(Key::State(id)) => {
                 self.states.lock().remove(&id);
+                self.engine.withdraw(&id);
             }
             Some(Key::Vote(id, member)) => {
                 let _ = self.engine.set_vote(&id, &member, None);

@@ -69,29 +69,7 @@ impl Member {
             .iter()
             .map(|t| (TargetId::new(t).unwrap(), Arc::new(Switch::default())))
             .collect();
-        let specs: Vec<TargetSpec> = probes
-            .iter()
-            .map(|(id, probe)| {
-                TargetSpec::new(
-                    id.clone(),
-                    ProbeSpec::Custom(CustomProbe::new(probe.clone())),
-                )
-                .with_schedule(
-                    Schedule::try_new(ScheduleSettings {
-                        interval: INTERVAL,
-                        timeout: INTERVAL / 2,
-                        jitter: 0.0,
-                        ..ScheduleSettings::default()
-                    })
-                    .unwrap(),
-                )
-                .with_thresholds(Thresholds::new(
-                    NonZeroU32::new(2).unwrap(),
-                    NonZeroU32::new(2).unwrap(),
-                ))
-                .with_flap(None)
-            })
-            .collect();
+        let specs: Vec<TargetSpec> = probes.iter().map(|(id, probe)| spec(id, probe)).collect();
         engine.apply(specs).unwrap();
         Self {
             name,
@@ -118,6 +96,28 @@ impl Member {
     }
 }
 
+/// A target probed by `probe` every interval, two results to a verdict.
+fn spec(id: &TargetId, probe: &Arc<Switch>) -> TargetSpec {
+    TargetSpec::new(
+        id.clone(),
+        ProbeSpec::Custom(CustomProbe::new(probe.clone())),
+    )
+    .with_schedule(
+        Schedule::try_new(ScheduleSettings {
+            interval: INTERVAL,
+            timeout: INTERVAL / 2,
+            jitter: 0.0,
+            ..ScheduleSettings::default()
+        })
+        .unwrap(),
+    )
+    .with_thresholds(Thresholds::new(
+        NonZeroU32::new(2).unwrap(),
+        NonZeroU32::new(2).unwrap(),
+    ))
+    .with_flap(None)
+}
+
 fn tid(s: &str) -> TargetId {
     TargetId::new(s).unwrap()
 }
@@ -134,7 +134,7 @@ fn relay(members: &[&Member]) {
                     to.engine.set_vote(id, &from.name, Some(*vote)).unwrap();
                 }
                 for (id, verdict) in &decisions {
-                    to.engine.adopt(id, verdict).unwrap();
+                    to.engine.adopt(id, verdict);
                 }
             }
         }
@@ -301,5 +301,48 @@ async fn a_replicated_target_goes_down_only_when_a_quorum_says_so() {
     let owner = members.iter().find(|m| m.role(&id) == Role::Lead).unwrap();
     let votes = owner.engine.status(&id).unwrap().placement.unwrap().votes;
     assert_eq!(votes.len(), 3, "{votes:?}");
+    cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it() {
+    let cancel = CancellationToken::new();
+    let a = Member::start("a", &["db"], Replication::ONE, &cancel);
+    a.engine.set_members([a.name.clone()]);
+    let late = tid("late");
+    let probe = Arc::new(Switch::default());
+    probe.down.store(true, Ordering::SeqCst);
+    let down = probe::engine::Published {
+        state: HealthState::Down,
+        consecutive_successes: 0,
+        consecutive_failures: 2,
+        detail: Some("refused: published elsewhere".to_owned()),
+    };
+    // Published before the target reached this member (a source that lags): kept.
+    assert!(!a.engine.adopt(&late, &down));
+    a.engine
+        .apply(vec![spec(&tid("db"), &a.probes[0].1), spec(&late, &probe)])
+        .unwrap();
+    // It is this member's to decide, and it starts DOWN: no PROBING, no transition of its own.
+    let status = a.engine.status(&late).unwrap();
+    assert_eq!(status.placement.unwrap().role, Role::Decide);
+    assert_eq!(status.state, HealthState::Down);
+    run_for(4 * INTERVAL).await;
+    let status = a.engine.status(&late).unwrap();
+    assert!(probe.runs.load(Ordering::SeqCst) >= 2);
+    assert_eq!((status.state, status.transitions), (HealthState::Down, 1));
+    // A withdrawn verdict is not kept.
+    let gone = tid("gone");
+    a.engine.adopt(&gone, &down);
+    a.engine.withdraw(&gone);
+    let probe = Arc::new(Switch::default());
+    a.engine
+        .apply(vec![
+            spec(&tid("db"), &a.probes[0].1),
+            spec(&tid("late"), &probe),
+            spec(&gone, &probe),
+        ])
+        .unwrap();
+    assert_eq!(a.engine.status(&gone).unwrap().state, HealthState::Probing);
     cancel.cancel();
 }

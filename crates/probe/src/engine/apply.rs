@@ -95,6 +95,9 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         if let Some(maintenance) = maintenance {
             target.enter_maintenance(maintenance);
         }
+        if let Some(published) = inner.published.lock().remove(&id) {
+            target.resume(&published);
+        }
         // In a cluster, only what the ranking gives this member is probed here.
         let probes = membership.as_ref().is_none_or(|m| {
             let (role, members, quorum) = m.place(&id, target.policy.replication);

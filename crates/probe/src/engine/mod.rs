@@ -147,6 +147,7 @@ impl Engine {
             }),
             listing: Mutex::default(),
             applying: Mutex::new(None),
+            published: Mutex::default(),
         });
         if let Some(health) = self_health {
             tokio::spawn(health.watch(cancel.clone()));
@@ -399,14 +400,32 @@ impl Engine {
         members::set_members(&self.inner, members.into_iter().collect())
     }
 
-    /// Takes the verdict the member that decides target `id` published. `Ok(false)` when this
-    /// member decides it (its own verdict stands); an operator's maintenance held here stands
-    /// over it.
-    ///
-    /// # Errors
-    /// [`EngineError::UnknownTarget`].
-    pub fn adopt(&self, id: &TargetId, published: &Published) -> Result<bool, EngineError> {
-        Ok(self.inner.target(id)?.adopt(published))
+    /// Takes the verdict the member that decides target `id` published; `false` when this
+    /// member decides it (its own verdict stands). An operator's maintenance held here stands
+    /// over it. The verdict of a target this engine does not have yet is kept, and the target
+    /// starts from it when an apply brings it, whatever its role (until
+    /// [`Engine::withdraw`]).
+    pub fn adopt(&self, id: &TargetId, published: &Published) -> bool {
+        if let Ok(target) = self.inner.target(id) {
+            return target.adopt(published);
+        }
+        self.inner
+            .published
+            .lock()
+            .insert(id.clone(), published.clone());
+        // An apply may have brought the target meanwhile, after looking for a kept verdict.
+        match self.inner.target(id) {
+            Ok(target) => {
+                let kept = self.inner.published.lock().remove(id);
+                kept.is_some_and(|p| target.adopt(&p))
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Forgets the verdict kept for a target this engine does not have (its key was deleted).
+    pub fn withdraw(&self, id: &TargetId) {
+        self.inner.published.lock().remove(id);
     }
 
     /// Records `member`'s vote on replicated target `id` (`None`: withdrawn, as when the member

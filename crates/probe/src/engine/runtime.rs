@@ -604,10 +604,20 @@ impl Target {
     /// Takes the verdict the member that decides the target published; `false` (ignored) when
     /// this member decides it itself. An operator's maintenance held here stands over it.
     pub fn adopt(&self, published: &Published) -> bool {
+        self.mirror(published, false)
+    }
+
+    /// Starts a target that has just arrived from the verdict published for it before it did,
+    /// whatever its role: a target this member is to decide goes on from there.
+    pub fn resume(&self, published: &Published) {
+        self.mirror(published, true);
+    }
+
+    fn mirror(&self, published: &Published, over_own: bool) -> bool {
         let mut effects = Effects::default();
         {
             let mut status = self.status.lock();
-            if status.role().decides() {
+            if status.role().decides() && !over_own {
                 return false;
             }
             if let Some(m) = &status.maintenance

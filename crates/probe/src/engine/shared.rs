@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use super::cluster::Membership;
+use super::cluster::{Membership, Published};
 use super::effects::Hub;
 use super::runtime::{Context, Target};
 use super::view::{EngineError, TargetStatus};
@@ -29,6 +29,10 @@ pub(super) struct Inner {
     /// not interleave; it keeps this engine's place in a cluster, once it joined one. It is the
     /// one lock under which others are taken (a target's, then the hub's), and only there.
     pub applying: Mutex<Option<Membership>>,
+    /// Verdicts published in the cluster for targets this engine does not have yet (a source
+    /// that declares them may reach the members at different times): a target resumes from
+    /// its own when it arrives. Taken alone, never with another lock.
+    pub published: Mutex<HashMap<TargetId, Published>>,
 }
 
 impl Inner {
