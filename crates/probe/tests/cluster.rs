@@ -2,41 +2,25 @@
 //! what the ranking gives it, shows the others' published verdicts, resumes a target it takes
 //! over from the verdict in force, and decides a replicated target by a quorum of votes.
 
+#[path = "support/switch.rs"]
+mod switch;
+
 use std::num::{NonZeroU8, NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use probe::cluster::MemberId;
 use probe::engine::{EngineConfig, Replication, Role};
-use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
-use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::tier::{CustomProbe, ProbeSpec};
 use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, TargetSpec};
+use switch::Switch;
 use tokio_util::sync::CancellationToken;
 
 const INTERVAL: Duration = Duration::from_secs(1);
-
-/// A probe whose answer the test sets, counting its runs.
-#[derive(Default)]
-struct Switch {
-    down: AtomicBool,
-    runs: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Probe for Switch {
-    async fn check(&self, _timeout: Duration) -> CheckResult {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        if self.down.load(Ordering::SeqCst) {
-            CheckResult::failed(Failure::new(FailureReason::Refused, "switched off"))
-        } else {
-            CheckResult::up()
-        }
-    }
-}
 
 /// One member: its engine and, by target, the probe it runs.
 struct Member {

@@ -2,10 +2,13 @@
 //! them DOWN, readmit them through recovery and ramp them back; circuit breakers make `pick`
 //! fail fast; real traffic can stand in for active probes.
 
+#[path = "support/switch.rs"]
+mod switch;
+
 use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use probe::engine::TargetSpec;
@@ -13,7 +16,6 @@ use probe::engine::{
     CircuitCommand, Engine, EngineConfig, EngineError, Event, PickError, Topology, TopologyError,
 };
 use probe::graph::{Dependency, NodeKind, NodeSpec};
-use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::passive::breaker::{BreakerConfig, CircuitState, Window};
 use probe::passive::outlier::{OutlierConfig, OutlierSettings};
 use probe::passive::recovery::{RecoveryConfig, RecoveryPhase, RecoverySettings};
@@ -21,29 +23,11 @@ use probe::passive::slow_start::SlowStartConfig;
 use probe::passive::{Call, CallOutcome, PoolPolicy};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
-use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::tier::{CustomProbe, ProbeSpec};
 use probe::verdict::{Cause, HealthState, Schedule, ScheduleSettings, Thresholds};
+use switch::Switch;
 use tokio::sync::broadcast::Receiver;
 use tokio_util::sync::CancellationToken;
-
-/// A probe that passes or fails as the test says, counting its runs.
-#[derive(Default)]
-struct Switch {
-    down: AtomicBool,
-    runs: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Probe for Switch {
-    async fn check(&self, _timeout: Duration) -> CheckResult {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        if self.down.load(Ordering::SeqCst) {
-            CheckResult::failed(Failure::new(FailureReason::Refused, "switched off"))
-        } else {
-            CheckResult::up()
-        }
-    }
-}
 
 fn id(s: &str) -> TargetId {
     TargetId::new(s).unwrap()
