@@ -407,6 +407,15 @@ async fn with_etcd_down_for_everyone_nobody_takes_anything_over() {
     for daemon in [&a, &b] {
         wait_cluster(daemon, "stale", |v| v["stale"] == true).await;
         wait_cluster(daemon, "lost its lease", |v| v["lease"] == "lost").await;
+        let health: Value = daemon.get("/health").await.json().await.unwrap();
+        let check = &health["checks"]["cluster:membership"][0];
+        assert_eq!(check["status"], "warn", "{health}");
+        assert!(
+            check["output"]
+                .as_str()
+                .unwrap()
+                .starts_with("not a member")
+        );
     }
     // Well past the TTL: each keeps what it had, reported stale, and keeps probing it.
     tokio::time::sleep(2 * TTL).await;
@@ -429,6 +438,8 @@ async fn with_etcd_down_for_everyone_nobody_takes_anything_over() {
             v["lease"] == "live" && v["stale"] == false
         })
         .await;
+        let health: Value = daemon.get("/health").await.json().await.unwrap();
+        assert_eq!(health["checks"]["cluster:membership"][0]["status"], "pass");
     }
     assert_eq!(settled(&[&a, &b], &["a", "b"], 21).await, before);
 }

@@ -1,4 +1,5 @@
-//! `GET /health`: every target, the resolver and etcd as one `application/health+json` answer
+//! `GET /health`: every target, the resolver, etcd and the cluster membership as one
+//! `application/health+json` answer
 //! (IETF draft "Health Check Response Format").
 //!
 //! Apart from the `/v1` views because its format is not ours: the draft fixes the field names
@@ -149,6 +150,37 @@ fn health_report(state: &ApiState) -> Response {
             check["output"] = json!(output);
         }
         checks.insert("topology:etcd".to_owned(), json!([check]));
+    }
+    // Like etcd's: a member out of touch keeps probing, so it warns, never fails.
+    if let Some(cluster) = &state.cluster {
+        let view = cluster.view().borrow().clone();
+        let (status, output) = match (view.lease, view.stale) {
+            (probe_etcd::membership::Lease::Lost, _) => (
+                CheckStatus::Warn,
+                Some(
+                    "not a member: its lease expired; it probes what it owned, and none of its \
+                     verdicts is written until it joins again"
+                        .to_owned(),
+                ),
+            ),
+            (_, true) => (
+                CheckStatus::Warn,
+                Some("etcd out of reach: the member set is the last one seen".to_owned()),
+            ),
+            _ => (CheckStatus::Pass, None),
+        };
+        overall = overall.max(status);
+        let mut check = json!({
+            "componentId": cluster.name().as_str(),
+            "componentType": "system",
+            "status": status,
+            "observedValue": view.members.len(),
+            "observedUnit": "members",
+        });
+        if let Some(output) = output {
+            check["output"] = json!(output);
+        }
+        checks.insert("cluster:membership".to_owned(), json!([check]));
     }
     let code = if overall == CheckStatus::Fail {
         StatusCode::SERVICE_UNAVAILABLE
