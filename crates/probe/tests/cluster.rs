@@ -153,6 +153,8 @@ async fn each_target_is_probed_and_exported_by_its_owner_alone() {
     for m in [&a, &b] {
         let reassigned = m.engine.set_members([a.name.clone(), b.name.clone()]);
         assert_eq!(reassigned.moved, 40);
+        // Given out by the first member set: nothing was handed over.
+        assert_eq!(reassigned.taken, 0);
     }
     run_for(3 * INTERVAL).await;
     let mut owned = [0, 0];
@@ -220,14 +222,17 @@ async fn a_member_that_takes_a_target_over_resumes_from_its_verdict() {
     // with no transition.
     let reassigned = b.engine.set_members([b.name.clone()]);
     assert_eq!(reassigned.taken, 1);
-    run_for(INTERVAL).await;
+    // Probed soon: within a quarter of its interval.
+    run_for(INTERVAL / 4 + Duration::from_millis(10)).await;
     assert!(b.probe("db").runs.load(Ordering::SeqCst) >= 1);
     run_for(3 * INTERVAL).await;
     let after = b.engine.status(&tid("db")).unwrap();
     assert_eq!((after.state, after.transitions), (HealthState::Down, 1));
+    // Published with its counters capped at the thresholds: settled, it stops changing.
+    let published = b.engine.decided(&tid("db")).unwrap();
     assert_eq!(
-        b.engine.decided(&tid("db")).unwrap().state,
-        HealthState::Down
+        (published.state, published.consecutive_failures),
+        (HealthState::Down, 2)
     );
 
     // Its own results decide from there: back UP after `rise` passes (the first of them within

@@ -13,7 +13,8 @@ use crate::cluster::{MemberId, Ownership};
 pub struct Reassigned {
     /// Targets whose members changed.
     pub moved: usize,
-    /// Targets this member now decides that another decided before: handed over to it.
+    /// Targets this member now decides that another member decided before: handed over to it
+    /// (not those given out by the first member set).
     pub taken: usize,
     /// Targets this member decided and now does not.
     pub given: usize,
@@ -37,14 +38,20 @@ pub(super) fn set_members(inner: &Inner, members: Vec<MemberId>) -> Reassigned {
             continue;
         };
         let (role, members, quorum) = membership.place(id, target.policy.replication);
-        let was = target.place(role, members, quorum);
+        let (was, moved) = target.place(role, members, quorum);
         match (was.probes(), role.probes()) {
+            // Taken over from a member that left: probed soon, within a quarter of its
+            // interval (spread by id), so that a failover takes the lease's TTL and a fraction
+            // of the interval, not a whole one; then on its grid.
+            (false, true) if moved => inner
+                .scheduler
+                .insert_within(target.clone(), target.policy.schedule.interval() / 4),
             (false, true) => inner.scheduler.insert(target.clone()),
             (true, false) => inner.scheduler.remove(id),
             _ => {}
         }
         match (was.decides(), role.decides()) {
-            (false, true) => reassigned.taken += 1,
+            (false, true) if moved => reassigned.taken += 1,
             (true, false) => reassigned.given += 1,
             _ => {}
         }
@@ -70,7 +77,7 @@ pub(super) fn join(inner: &Inner, me: MemberId, default: Replication) -> bool {
     );
     for (id, target) in targets.iter() {
         let (role, members, quorum) = joined.place(id, target.policy.replication);
-        if target.place(role, members, quorum).probes() && !role.probes() {
+        if target.place(role, members, quorum).0.probes() && !role.probes() {
             inner.scheduler.remove(id);
         }
     }

@@ -567,13 +567,20 @@ impl Target {
     }
 
     /// Places the target in the cluster: `role` among `members` (owner first). Returns the role
-    /// it had.
-    pub fn place(&self, role: Role, members: Vec<MemberId>, quorum: usize) -> Role {
+    /// it had, and whether it had members before (a target that moves between members, rather
+    /// than one placed for the first time).
+    pub fn place(&self, role: Role, members: Vec<MemberId>, quorum: usize) -> (Role, bool) {
         let mut effects = Effects::default();
         let was = {
             let mut status = self.status.lock();
             status.version = status.version.wrapping_add(1);
-            let was = status.role();
+            let was = (
+                status.role(),
+                status
+                    .placed
+                    .as_ref()
+                    .is_some_and(|p| !p.members.is_empty()),
+            );
             let Status {
                 placed, machine, ..
             } = &mut *status;
@@ -660,12 +667,17 @@ impl Target {
         self.apply(effects);
     }
 
-    /// The verdict to publish, when this member decides the target.
+    /// The verdict to publish, when this member decides the target. The counters are capped
+    /// at the thresholds: beyond them they change nothing a successor needs, and capped they
+    /// stop changing once a verdict is settled, so a settled target's record is written once,
+    /// not again at every change of the member set.
     pub fn decided(&self) -> Option<Published> {
         let status = self.status.lock();
         if !status.role().decides() {
             return None;
         }
+        let t = &self.policy.thresholds;
+        let passes = t.rise.max(t.degrade).max(t.recover).get();
         let state = status.machine.state();
         let details = status.details.as_deref();
         let detail = match state {
@@ -678,8 +690,8 @@ impl Target {
         };
         Some(Published {
             state,
-            consecutive_successes: status.machine.consecutive_successes(),
-            consecutive_failures: status.machine.consecutive_failures(),
+            consecutive_successes: status.machine.consecutive_successes().min(passes),
+            consecutive_failures: status.machine.consecutive_failures().min(t.fall.get()),
             detail,
         })
     }

@@ -77,7 +77,8 @@ impl Default for SchedulerConfig {
 
 enum Command {
     Reserve(usize),
-    Insert(Arc<dyn Job>),
+    /// A job, and how soon its first run must come (`None`: at its place on its grid).
+    Insert(Arc<dyn Job>, Option<Duration>),
     Remove(TargetId),
     Expedite(TargetId),
 }
@@ -233,7 +234,16 @@ impl Scheduler {
     /// Schedules `job`, replacing any job with the same id (its in-flight result is dropped).
     pub(crate) fn insert(&self, job: Arc<dyn Job>) {
         // Fails only after shutdown, when there is nothing left to schedule.
-        let _ = self.commands.send(Command::Insert(job));
+        let _ = self.commands.send(Command::Insert(job, None));
+    }
+
+    /// [`insert`](Self::insert), with the first run within `within` from now instead of at its
+    /// place on its grid, if that comes later: for a target that must be probed soon (one a
+    /// cluster member takes over from a member that died). Its place within `within` is a hash
+    /// of its id, so many such jobs at once are spread over it, and the runs after the first are
+    /// on its grid again.
+    pub(crate) fn insert_within(&self, job: Arc<dyn Job>, within: Duration) {
+        let _ = self.commands.send(Command::Insert(job, Some(within)));
     }
 
     /// Stops scheduling the job with this id. A run in flight finishes but is not recorded.
@@ -421,7 +431,7 @@ impl Dispatcher {
                 self.entries.reserve(additional);
                 self.keys.reserve(additional);
             }
-            Command::Insert(job) => self.insert(job),
+            Command::Insert(job, within) => self.insert(job, within),
             Command::Remove(id) => {
                 if let Some(key) = self.keys.remove(&id) {
                     self.entries.remove(key);
@@ -451,11 +461,18 @@ impl Dispatcher {
         }
     }
 
-    fn insert(&mut self, job: Arc<dyn Job>) {
+    fn insert(&mut self, job: Arc<dyn Job>, within: Option<Duration>) {
         let id = job.id().clone();
-        let anchor = first_anchor(self.epoch, Instant::now(), job.interval(), &id);
-        let fire =
+        let now = Instant::now();
+        let anchor = first_anchor(self.epoch, now, job.interval(), &id);
+        let mut fire =
             anchor + crate::verdict::state::jitter(job.interval(), job.jitter(), &mut self.rng);
+        if let Some(within) = within {
+            // Before its grid point, so the next run (planned from the anchor) is on the grid.
+            let offset = fnv1a(id.as_str().as_bytes())
+                % u64::try_from(within.as_nanos().max(1)).unwrap_or(u64::MAX);
+            fire = fire.min(now + Duration::from_nanos(offset));
+        }
         let key = self.entries.insert(Entry {
             job,
             anchor,
@@ -713,6 +730,86 @@ mod tests {
             expedite: false,
             extra: false,
         }
+    }
+
+    /// Records when it runs.
+    struct Timed(TargetId, std::sync::Mutex<Vec<Instant>>);
+
+    #[async_trait::async_trait]
+    impl Job for Timed {
+        fn id(&self) -> &TargetId {
+            &self.0
+        }
+        fn interval(&self) -> Duration {
+            Duration::from_secs(10)
+        }
+        fn jitter(&self) -> f64 {
+            0.0
+        }
+        async fn run(&self) -> Duration {
+            self.1.lock().unwrap().push(Instant::now());
+            Duration::from_secs(10)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_wanted_soon_runs_within_its_bound_then_on_its_grid() {
+        let cancel = CancellationToken::new();
+        // The dispatcher's epoch: time stands still until the test sleeps.
+        let epoch = Instant::now();
+        let scheduler = Scheduler::start(SchedulerConfig::default(), cancel.clone());
+        // Ids whose grid points fall late in the interval, so that the bound is what brings
+        // their first run forward.
+        let jobs: Vec<Arc<Timed>> = (0..40)
+            .map(|i| TargetId::new(&format!("t{i}")).unwrap())
+            .filter(|id| {
+                first_anchor(epoch, epoch, Duration::from_secs(10), id)
+                    > epoch + Duration::from_secs(3)
+            })
+            .map(|id| Arc::new(Timed(id, Default::default())))
+            .collect();
+        assert!(jobs.len() >= 10);
+        let inserted = Instant::now();
+        for job in &jobs {
+            scheduler.insert_within(job.clone(), Duration::from_secs(2));
+        }
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        let mut firsts = Vec::new();
+        for job in &jobs {
+            let runs = job.1.lock().unwrap().clone();
+            assert!(
+                runs.len() >= 2,
+                "{} ran {} times",
+                job.0.as_str(),
+                runs.len()
+            );
+            let first = runs[0] - inserted;
+            assert!(
+                first < Duration::from_secs(2),
+                "{}: first run after {first:?}",
+                job.0.as_str()
+            );
+            firsts.push(first);
+            // The next one is on the grid (to the timer's millisecond).
+            let anchor = first_anchor(epoch, inserted, Duration::from_secs(10), &job.0);
+            let grid = anchor + Duration::from_secs(10);
+            let off = runs[1].max(grid) - runs[1].min(grid);
+            assert!(
+                off < Duration::from_millis(2),
+                "{}: {off:?} off the grid",
+                job.0.as_str()
+            );
+        }
+        // Spread over the bound, not all at once.
+        firsts.sort();
+        assert!(
+            firsts
+                .last()
+                .unwrap()
+                .saturating_sub(*firsts.first().unwrap())
+                > Duration::from_millis(500)
+        );
+        cancel.cancel();
     }
 
     #[tokio::test]
