@@ -316,7 +316,8 @@ async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it
     let status = a.engine.status(&late).unwrap();
     assert_eq!(status.placement.unwrap().role, Role::Decide);
     assert_eq!(status.state, HealthState::Down);
-    run_for(4 * INTERVAL).await;
+    // Long enough for two runs at the DOWN backoff's longest step (four intervals).
+    run_for(10 * INTERVAL).await;
     let status = a.engine.status(&late).unwrap();
     assert!(probe.runs.load(Ordering::SeqCst) >= 2);
     assert_eq!((status.state, status.transitions), (HealthState::Down, 1));
