@@ -20,6 +20,7 @@
 mod api_load;
 mod breadth_load;
 mod churn;
+mod cluster_load;
 mod cluster_sim;
 mod detection;
 mod drain;
@@ -74,6 +75,8 @@ enum Command {
     Churn(churn::Args),
     /// Cluster target ownership at scale: moves on a join or leave, load spread, update time.
     ClusterSim(cluster_sim::Args),
+    /// Real daemons as a cluster through etcd: CPU per probe vs one daemon, failover, writes.
+    ClusterLoad(cluster_load::Args),
     /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
     Report(report::Args),
     /// Prints one RESULT line, for a figure a script derives from a log.
@@ -113,6 +116,7 @@ fn main() -> std::process::ExitCode {
         Command::EtcdLoad(args) => etcd_load::run(args),
         Command::Churn(args) => churn::run(args),
         Command::ClusterSim(args) => cluster_sim::run(args),
+        Command::ClusterLoad(args) => cluster_load::run(args),
         Command::Report(args) => report::run(args),
         Command::Result(figure) => {
             support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);
@@ -157,6 +161,9 @@ mod tests {
             "drain --before-s 0.5",
             "cluster-sim --targets 100000",
             "cluster-sim",
+            "cluster-load --targets 3000 --interval-ms 2000 --warmup-s 3 --duration-s 5 \
+             --failover-runs 2 --failover-targets 600",
+            "cluster-load",
             "loss --duration-s 20",
             "keepalive --duration-s 10",
             "churn --duration-s 150 --warmup-s 60",

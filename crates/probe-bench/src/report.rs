@@ -110,6 +110,27 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
     ("cluster-sim", "join_ms", Op::AtMost, 200.0, "<= 200 ms"),
     ("cluster-sim", "leave_ms", Op::AtMost, 200.0, "<= 200 ms"),
     (
+        "cluster-load",
+        "cluster_vs_single_cpu",
+        Op::AtMost,
+        1.1,
+        "<= 1.1x one daemon's CPU per probe",
+    ),
+    (
+        "cluster-load",
+        "failover_ms_max",
+        Op::AtMost,
+        3000.0,
+        "<= lease TTL + interval (2 s + 1 s)",
+    ),
+    (
+        "cluster-load",
+        "spurious_transitions",
+        Op::AtMost,
+        0.0,
+        "0 transitions at a takeover",
+    ),
+    (
         "scale-1m",
         "lag_steady_p99",
         Op::AtMost,
