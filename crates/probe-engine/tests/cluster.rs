@@ -731,3 +731,56 @@ async fn verdicts_of_removed_targets_leave_etcd() {
             .any(|l| l["message"] == "cluster: verdicts of removed targets deleted")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_is_written_once_whatever_the_members_do() {
+    let etcd = TestEtcd::start().await.expect("etcd");
+    let mut client = etcd.client().await.unwrap();
+    let prefix = "/probe-engine/cluster/state/";
+    let mut puts = client
+        .watch(
+            prefix,
+            Some(probe_etcd::etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let servers = servers_on(std::net::Ipv4Addr::LOCALHOST, 30);
+    let listeners: Vec<SocketAddr> = servers.iter().map(AcceptServer::addr).collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &etcd, TTL, &listeners, 30);
+    let a = member(dir.path(), "a");
+    let b = member(dir.path(), "b");
+    let mut c = member(dir.path(), "c");
+    settled(&[&a, &b, &c], &["a", "b", "c"], 31).await;
+    // Every target has its first verdict, and a member dies and comes back.
+    for daemon in [&a, &b, &c] {
+        for id in local_ids(daemon).await {
+            let state = if id == "down" { "DOWN" } else { "UP" };
+            daemon.wait_target(&id, state, |t| t.state == state).await;
+        }
+    }
+    c.child.kill().unwrap();
+    let _ = c.child.wait();
+    settled(&[&a, &b], &["a", "b"], 31).await;
+    tokio::time::sleep(2 * INTERVAL).await;
+    let c = member(dir.path(), "c");
+    settled(&[&a, &b, &c], &["a", "b", "c"], 31).await;
+    tokio::time::sleep(2 * INTERVAL).await;
+    let mut written: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    while let Ok(Ok(Some(reply))) =
+        tokio::time::timeout(Duration::from_millis(300), puts.message()).await
+    {
+        for event in reply.events() {
+            if let Some(kv) = event.kv() {
+                let key = kv.key_str().unwrap().trim_start_matches(prefix).to_owned();
+                written
+                    .entry(key)
+                    .or_default()
+                    .push(kv.value_str().unwrap().to_owned());
+            }
+        }
+    }
+    assert_eq!(written.len(), 31);
+    let again: Vec<_> = written.iter().filter(|(_, v)| v.len() > 1).collect();
+    assert!(again.is_empty(), "written more than once: {again:#?}");
+}

@@ -466,7 +466,13 @@ impl Shared {
                     continue;
                 };
                 let held = known.get(id);
-                if held.is_some_and(|h| h.same_verdict(&published)) {
+                // No record says PROBING already: a target without a verdict has none to hand
+                // over.
+                let unchanged = match held {
+                    Some(held) => held.same_verdict(&published),
+                    None => published.state == HealthState::Probing,
+                };
+                if unchanged {
                     continue;
                 }
                 let since_ms = held

@@ -102,6 +102,10 @@ struct Details {
     note: Option<String>,
     /// What the latest TLS handshake showed.
     tls: Option<Arc<TlsFacts>>,
+    /// The reason the state in force was entered with (the transition's detail, or the one a
+    /// published verdict came with): what a cluster member publishes, the same until the state
+    /// changes, whatever the runs since said.
+    verdict: Option<String>,
 }
 
 impl Details {
@@ -255,8 +259,16 @@ impl Target {
         let Some(t) = t else { return };
         status.version = status.version.wrapping_add(1);
         status.transitions += 1;
+        let detail = detail();
+        if detail.is_some() || status.details.is_some() {
+            status
+                .details
+                .get_or_insert_default()
+                .verdict
+                .clone_from(&detail);
+        }
         if !status.retired {
-            effects.transition(t, detail(), status.transitions, status.machine.is_ejected());
+            effects.transition(t, detail, status.transitions, status.machine.is_ejected());
         }
     }
 
@@ -679,15 +691,7 @@ impl Target {
         let t = &self.policy.thresholds;
         let passes = t.rise.max(t.degrade).max(t.recover).get();
         let state = status.machine.state();
-        let details = status.details.as_deref();
-        let detail = match state {
-            HealthState::Down => details
-                .and_then(|d| d.last_failure.as_ref())
-                .map(|f| format!("{}: {}", f.reason, f.detail)),
-            HealthState::Degraded => details.map(|d| d.degraded_reasons.join("; ")),
-            HealthState::Maintenance => status.maintenance.as_ref().map(|m| m.info.reason.clone()),
-            HealthState::Probing | HealthState::Up => None,
-        };
+        let detail = status.details.as_ref().and_then(|d| d.verdict.clone());
         Some(Published {
             state,
             consecutive_successes: status.machine.consecutive_successes().min(passes),
