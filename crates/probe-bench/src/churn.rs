@@ -186,11 +186,7 @@ impl Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
     let daemon = support::daemon_binary(args.daemon.as_deref())?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?
-        .block_on(measure(args, daemon))
+    support::block_on(measure(args, daemon))
 }
 
 /// How a batch of etcd targets leaves at the next round.

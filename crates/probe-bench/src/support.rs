@@ -28,6 +28,19 @@ pub fn exit(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// Runs a harness's `future` to its end on a multi-threaded runtime of its own: for the
+/// harnesses that drive real daemons and need no tuning of the runtime.
+pub fn block_on<T>(
+    future: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(future)
+}
+
 /// `utime + stime` (fields 14 and 15) of a `/proc/.../stat` line, in clock ticks.
 pub fn stat_ticks(stat: &str) -> anyhow::Result<u64> {
     // The command name (field 2) is parenthesised and may contain spaces: split after it.
