@@ -34,12 +34,23 @@
 //! # }
 //! ```
 
+mod alertmanager;
 mod model;
 mod netns;
 mod nginx;
 mod skip;
 
+pub use alertmanager::{Alertmanager, AlertmanagerError};
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
 pub use nginx::{KeepAlive, Nginx, NginxError};
 pub use skip::{skipped, skipped_outside_ci};
+
+/// `name` on `PATH`, or in `/usr/sbin` and `/sbin`, which a user's `PATH` may lack.
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}

@@ -5,7 +5,6 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -45,7 +44,7 @@ impl Nginx {
     /// # Errors
     /// [`NginxError::Missing`] without nginx; otherwise what went wrong, with its error log.
     pub fn start(keep_alive: KeepAlive) -> Result<Self, NginxError> {
-        let binary = which("nginx").ok_or(NginxError::Missing)?;
+        let binary = super::which("nginx").ok_or(NginxError::Missing)?;
         let dir = tempfile::tempdir()?;
         let addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let prefix = dir.path().display();
@@ -116,13 +115,4 @@ impl Drop for Nginx {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `name` on `PATH`, or in `/usr/sbin` and `/sbin`, which a user's `PATH` may lack.
-fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
 }
