@@ -28,6 +28,9 @@
 //!
 //! Topology changes ([`Graph::apply`]) keep every surviving node's results and state.
 //!
+//! [`Causes::of`] reads an [`Export`] for the roots of its failures: the DOWN nodes that make
+//! others `dependency_down`, each with what it impacts (the `causes` submodule).
+//!
 //! ```
 //! use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
 //! use probe::verdict::{HealthState, Quality};
@@ -50,6 +53,7 @@
 //! # Ok(()) }
 //! ```
 
+mod causes;
 mod compiled;
 mod explain;
 mod readiness;
@@ -58,6 +62,7 @@ mod score;
 mod tests;
 mod validate;
 
+pub use causes::Causes;
 use compiled::{Child, Compiled, normalised};
 pub use explain::{ChildExplanation, Edge, Explanation, Export, NodeStatus};
 pub use readiness::{GraphReadiness, ReadinessLatch, ReadinessPolicy, ReadinessPolicyError};
