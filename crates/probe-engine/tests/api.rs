@@ -466,6 +466,8 @@ targets:
     assert!(front.node.dependency_down);
     assert_eq!(front.node.score, Some(0.0), "capped at critical_cap");
     assert!(front.children[0].caps && front.children[0].critical);
+    assert_eq!(front.root_causes, [front.children[0].id.clone()]);
+    assert!(front.impacts.is_empty() && checkout.root_causes.is_empty());
     let waiting: Explain = typed(&daemon, "/v1/targets/waiting/explain").await;
     assert!(waiting.node.unknown && waiting.node.score.is_none());
     assert!(waiting.children[0].unknown);

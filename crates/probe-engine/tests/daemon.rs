@@ -573,6 +573,12 @@ targets:
     assert_eq!(checkout["node"]["dependency_down"], true);
     assert_eq!(checkout["node"]["score"], 0.0);
     assert_eq!(checkout["children"][0]["caps"], true, "{checkout}");
+    // The root cause is named, and the root says what it impacts.
+    assert_eq!(checkout["root_causes"], serde_json::json!(["orders-db"]));
+    assert_eq!(checkout["impacts"], serde_json::json!([]));
+    let db = explain(&daemon, "orders-db").await;
+    assert_eq!(db["root_causes"], serde_json::json!([]));
+    assert_eq!(db["impacts"], serde_json::json!(["checkout"]));
 
     let graph: Value = daemon.get("/v1/graph").await.json().await.unwrap();
     let ids: Vec<&str> = graph["nodes"]

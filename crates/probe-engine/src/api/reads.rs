@@ -15,6 +15,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use probe::engine::{Engine, EngineError};
+use probe::graph::Causes;
 use probe::target::TargetId;
 use serde::Deserialize;
 use serde_json::json;
@@ -190,18 +191,28 @@ pub(super) async fn explain(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    let explanation = state.engine.with_graph(|g| g.explain(&id)).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no target or group {:?}", id.as_str()),
-        )
-    })?;
+    // One lock for both, so the causes are those of the scores shown; the walk for causes is
+    // over the whole graph, as an explanation is asked for by a person, not polled.
+    let (explanation, causes) = state
+        .engine
+        .with_graph(|g| g.explain(&id).map(|e| (e, Causes::of(&g.export()))))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no target or group {:?}", id.as_str()),
+            )
+        })?;
     let children: Vec<ChildView> = explanation.children.iter().map(ChildView::from).collect();
+    let names = |set: Option<&std::collections::BTreeSet<TargetId>>| -> Vec<String> {
+        set.into_iter().flatten().map(ToString::to_string).collect()
+    };
     Ok(Json(json!({
         "node": NodeView::from(&explanation.node),
         "stability": explanation.stability,
         "summary": explanation.to_string(),
         "children": children,
+        "root_causes": names(causes.roots.get(&id)),
+        "impacts": names(causes.impacts.get(&id)),
     }))
     .into_response())
 }

@@ -262,6 +262,8 @@ pub struct Explain {
     pub stability: Option<f64>,
     pub summary: String,
     pub children: Vec<Child>,
+    pub root_causes: Vec<String>,
+    pub impacts: Vec<String>,
 }
 
 /// A child of an explanation: a node plus its part.
