@@ -185,8 +185,10 @@ impl Tokens {
         match sources.load() {
             Ok(credentials) if credentials == **self.0.load() => {}
             Ok(credentials) => {
-                tracing::info!(tokens = ?credentials.describe(), "api tokens reloaded");
+                let described = credentials.describe();
+                // In force before it is said: whoever reads the line finds the new tokens.
                 self.0.store(Arc::new(credentials));
+                tracing::info!(tokens = ?described, "api tokens reloaded");
             }
             Err(e) => tracing::error!(
                 error = %e,
