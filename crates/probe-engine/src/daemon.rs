@@ -16,6 +16,7 @@ use probe::resolve::{Resolver, ResolverConfig, ResolverError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::alerts::{Alerter, Sender};
 use crate::api::{self, ApiState};
 use crate::api::{TokenError, TokenSources, Tokens};
 use crate::config::{self, ClusterConfig, ConfigErrors};
@@ -87,6 +88,12 @@ pub struct Daemon {
     clustered: Option<(ClusterConfig, MemberId)>,
     /// The cluster, once joined ([`Daemon::join_cluster`]).
     cluster: std::sync::OnceLock<Cluster>,
+    /// The `alerts` section and every target's rule, when there is one: alerting starts with
+    /// the API, which its alerts link to.
+    alerting: Option<(
+        config::AlertsConfig,
+        std::collections::BTreeMap<probe::target::TargetId, Option<config::AlertRule>>,
+    )>,
 }
 
 /// How long the API's connections get to close once the stop sequence is over: for answers
@@ -150,6 +157,10 @@ impl Daemon {
             tracing::warn!("icmp: {icmp}");
         }
         let files = loaded.files.len();
+        let alerting = loaded
+            .alerts
+            .clone()
+            .map(|alerts| (alerts, loaded.alert_rules.clone()));
         let (topology, diff) = TopologyHandle::start(
             engine.clone(),
             options.config.clone(),
@@ -179,6 +190,7 @@ impl Daemon {
             grpc: parking_lot::Mutex::new(None),
             clustered,
             cluster: std::sync::OnceLock::new(),
+            alerting,
         };
         Ok(daemon)
     }
@@ -294,6 +306,22 @@ impl Daemon {
         if !self.tokens.has_operator() && !loopback_only {
             tracing::warn!(%addr, "{}", api::UNTOKENED_BEYOND_LOOPBACK);
         }
+        let alerts = self.alerting.clone().map(|(config, rules)| {
+            let name = self
+                .clustered
+                .as_ref()
+                .map_or_else(|| "probe-engine".to_owned(), |(_, name)| name.to_string());
+            Alerter::start(
+                self.engine.clone(),
+                config,
+                rules,
+                Sender {
+                    name,
+                    api: format!("http://{addr}"),
+                },
+                self.cancel.clone(),
+            )
+        });
         let app = api::router(ApiState {
             engine: self.engine.clone(),
             metrics,
@@ -307,6 +335,7 @@ impl Daemon {
             stop: self.stop.clone(),
             listing: Default::default(),
             cluster: self.cluster.get().cloned(),
+            alerts,
         });
         let grpc = match self.grpc.lock().take() {
             Some(listener) => {
@@ -501,6 +530,15 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
 pub fn describe_metrics() {
     probe::engine::describe_metrics();
     probe_etcd::describe_metrics();
+    metrics::describe_gauge!(
+        "probe_alerts_firing",
+        "Alerts firing now: one per root cause, not per target it takes down."
+    );
+    metrics::describe_counter!(
+        "probe_alert_notifications_total",
+        "Notifications sent, by receiver (alertmanager, or a webhook's name) and result \
+         (delivered or failed)."
+    );
     metrics::describe_counter!(
         "probe_topology_errors_total",
         "Topology entries rejected (invalid, conflicting or breaking the graph), by source."

@@ -89,7 +89,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "icmp", "udp", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "icmp", "udp", "alert", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -3476,5 +3476,67 @@ fn cluster_mistakes_are_located() {
             "cluster:\n  etcd: {endpoints: [\"127.0.0.1:2379\"]}\n  quorum: 2\n  replicas: 2\ntargets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    replicas: 1\n"
         ),
         ["t.yaml:8:15: quorum 2 is more than the 1 replicas that vote"]
+    );
+}
+
+#[test]
+fn the_alerts_section_and_a_targets_rule_over_its_defaults() {
+    let config = config::parse_with_env(
+        Path::new("t.yaml"),
+        "alerts:\n  alertmanager: {urls: [\"http://127.0.0.1:9093\"], basic_auth: {username: pe, password: \"${AM}\"}}\n  webhooks:\n    - {name: ops, url: \"http://127.0.0.1:8099/hook\", headers: {Authorization: \"Bearer ${TOKEN}\"}, timeout: 2s}\n  defaults: {on: [DOWN], for: 10s, severity: page, labels: {team: core}}\n\
+         targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n\
+         \x20 - id: b\n    tcp: {address: \"127.0.0.1:2\"}\n    alert: {on: [DOWN, DEGRADED], labels: {team: db}, annotations: {runbook: \"https://wiki/db\"}}\n\
+         \x20 - id: c\n    tcp: {address: \"127.0.0.1:3\"}\n    alert: false\n",
+        &|name| match name {
+            "AM" => Some("am-Secret".to_owned()),
+            "TOKEN" => Some("hook-Secret".to_owned()),
+            _ => None,
+        },
+    )
+    .unwrap();
+    let alerts = config.alerts.as_ref().expect("alerts");
+    let am = alerts.alertmanager.as_ref().unwrap();
+    assert_eq!(am.resend, std::time::Duration::from_secs(60));
+    assert_eq!(am.basic_auth.as_ref().unwrap().password, "am-Secret");
+    assert!(!format!("{am:?}").contains("am-Secret"));
+    assert!(!format!("{:?}", alerts.webhooks).contains("hook-Secret"));
+    assert_eq!(
+        alerts.webhooks[0].timeout,
+        std::time::Duration::from_secs(2)
+    );
+    let rule = |id: &str| config.alert_rules[&probe::target::TargetId::new(id).unwrap()].clone();
+    let a = rule("a").unwrap();
+    assert_eq!(a.hold, std::time::Duration::from_secs(10));
+    assert_eq!(a.labels["team"], "core");
+    let b = rule("b").unwrap();
+    assert_eq!(b.on.len(), 2);
+    assert_eq!(
+        (b.labels["team"].as_str(), b.severity.as_str()),
+        ("db", "page")
+    );
+    assert_eq!(b.hold, std::time::Duration::from_secs(10));
+    assert_eq!(b.annotations["runbook"], "https://wiki/db");
+    assert_eq!(rule("c"), None);
+}
+
+#[test]
+fn alert_mistakes_are_located() {
+    assert_eq!(
+        errors_of(
+            "alerts:\n  alertmanager: {urls: [\"ftp://x\"], resend: 0s}\n  webhooks:\n    - {name: ops, url: \"http://127.0.0.1:1/\"}\n    - {name: ops, url: \"not a url\"}\n  defaults: {on: [DOWNN], for: soon, labels: {\"bad-name\": x}}\n"
+        ),
+        [
+            "t.yaml:2:25: URL scheme \"ftp\" is not supported; expected http or https",
+            "t.yaml:2:45: resend must be greater than zero",
+            "t.yaml:5:14: webhook name \"ops\" is used twice",
+            "t.yaml:5:24: invalid URL: relative URL without a base",
+            "t.yaml:6:19: unknown state \"DOWNN\" for \"on\", did you mean \"DOWN\"?",
+            "t.yaml:6:32: invalid duration \"soon\" for \"for\": expected number at 0",
+            "t.yaml:6:47: label name \"bad-name\" must match [a-zA-Z_][a-zA-Z0-9_]*",
+        ]
+    );
+    assert_eq!(
+        errors_of("targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    alert: false\n"),
+        ["t.yaml:4:5: alert needs an alerts section to send to"]
     );
 }

@@ -8,6 +8,7 @@
 //! | `GET /startupz` | 200 once the daemon has loaded its config and listens |
 //! | `POST /v1/drain` | stops the daemon as `SIGTERM` does: not ready, drain, exit |
 //! | `GET /v1/targets` | every target's status as JSON, with its score; in a cluster the ones this member probes, `?scope=cluster` for all, each with its owner |
+//! | `GET /v1/alerts` | the alerts firing now, each with its cause and what it impacts |
 //! | `GET /v1/cluster` | in a cluster: the members (address, since, owned and replicated targets, lease) and this member's name |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
 //! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
@@ -86,6 +87,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/topology", get(reads::topology))
         .route("/v1/cluster", get(reads::cluster))
+        .route("/v1/alerts", get(reads::alerts))
         .route("/v1/drain", axum::routing::post(actions::drain))
         .layer(GateLayer::new(state.gate.clone()))
         // Added after the layer: not admitted through the gate, so they answer while draining.

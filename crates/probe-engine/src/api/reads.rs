@@ -116,6 +116,17 @@ pub(super) async fn targets(
     .await
 }
 
+/// `GET /v1/alerts`: the alerts firing now; 404 without an `alerts` section.
+pub(super) async fn alerts(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
+    match &state.alerts {
+        Some(alerter) => Json(json!({ "alerts": alerter.firing() })).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "no alerts: this daemon's config has no alerts section",
+        ),
+    }
+}
+
 /// `GET /v1/cluster`: the members as this one sees them, with how many targets each owns and
 /// probes as a replica, and this member's name; 404 outside a cluster.
 pub(super) async fn cluster(State(state): State<Arc<ApiState>>, _: Readable) -> Response {

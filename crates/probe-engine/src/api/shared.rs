@@ -41,6 +41,8 @@ pub struct ApiState {
     pub(crate) listing: ListingCache,
     /// The cluster this daemon is a member of, if any.
     pub cluster: Option<probe_etcd::cluster::Cluster>,
+    /// The alerting loop, when the config has an `alerts` section.
+    pub alerts: Option<crate::alerts::Alerter>,
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

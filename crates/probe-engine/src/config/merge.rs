@@ -14,6 +14,7 @@ use probe::engine::Topology;
 use probe::graph::GraphConfig;
 use probe::target::TargetId;
 
+use super::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
 use super::cluster::{self, ClusterConfig, ParsedCluster};
 use super::diagnostics::{ConfigError, ConfigErrors, one_line, quote};
 use super::files::Source;
@@ -45,6 +46,10 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The cluster this daemon is a member of, as the `cluster` section says.
     pub cluster: Option<ClusterConfig>,
+    /// Where alerts go, as the `alerts` section says.
+    pub alerts: Option<AlertsConfig>,
+    /// Each target's alert rule (`None`: `alert: false`); empty without an `alerts` section.
+    pub alert_rules: BTreeMap<TargetId, Option<AlertRule>>,
 }
 
 /// A top-level section that may be set in one file only: where its key is, and its value when
@@ -66,6 +71,7 @@ pub(super) struct FileOutcome {
     resolver: Option<Section<probe::resolve::ResolverConfig>>,
     metrics: Option<Section<MetricsConfig>>,
     cluster: Option<Section<ParsedCluster>>,
+    alerts: Option<Section<AlertsConfig>>,
 }
 
 impl FileOutcome {
@@ -162,6 +168,10 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         key: key("cluster"),
         value: cluster::parse(node, text, key("cluster"), source, &mut diags),
     });
+    let alerts = section("alerts").map(|node| Section {
+        key: key("alerts"),
+        value: alerts::parse(node, text, source, &mut diags),
+    });
     FileOutcome {
         diags,
         targets,
@@ -171,6 +181,7 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         resolver,
         metrics,
         cluster,
+        alerts,
     }
 }
 
@@ -264,6 +275,40 @@ pub(super) fn finish(
             ..parsed.rest
         })
     });
+    let alerts = once(
+        &files,
+        &mut outcomes,
+        "alerts",
+        |o| o.alerts.take(),
+        &mut late,
+    )
+    .and_then(|(_, alerts)| alerts);
+    // Each target's rule over the defaults; without the section, an `alert` key has nowhere to
+    // send to.
+    let mut alert_rules = BTreeMap::new();
+    for (index, outcome) in outcomes.iter().enumerate() {
+        for target in &outcome.targets {
+            let Some((id, _)) = &target.id else { continue };
+            let (alert, at) = &target.alert;
+            match (&alerts, alert) {
+                (None, TargetAlert::Defaults) => {}
+                (None, _) => late.push((
+                    index,
+                    *at,
+                    "alert needs an alerts section to send to".to_owned(),
+                )),
+                (Some(config), TargetAlert::Defaults) => {
+                    alert_rules.insert(id.clone(), Some(config.defaults.clone()));
+                }
+                (Some(_), TargetAlert::Off) => {
+                    alert_rules.insert(id.clone(), None);
+                }
+                (Some(config), TargetAlert::Rule(rule)) => {
+                    alert_rules.insert(id.clone(), Some(rule.over(&config.defaults)));
+                }
+            }
+        }
+    }
     // A target's replicas and quorum over the section's; outside a cluster they mean nothing.
     for (index, outcome) in outcomes.iter_mut().enumerate() {
         for target in &mut outcome.targets {
@@ -359,6 +404,8 @@ pub(super) fn finish(
         resolver,
         metrics,
         cluster,
+        alerts,
+        alert_rules,
     })
 }
 

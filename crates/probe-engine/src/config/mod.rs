@@ -97,6 +97,7 @@
 //! files into one [`Config`], reporting every problem as `diagnostics` words it.
 
 mod addresses;
+mod alerts;
 mod cluster;
 mod diagnostics;
 mod dns;
@@ -125,6 +126,7 @@ pub(crate) use diagnostics::file_error;
 pub use diagnostics::{ConfigError, ConfigErrors};
 pub use targets::parse_entry;
 
+pub use alerts::{AlertRule, AlertmanagerConfig, AlertsConfig, BasicAuth, WebhookConfig};
 pub use cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
 use files::{Source, list_files, process_env, read_file};
 pub use merge::Config;

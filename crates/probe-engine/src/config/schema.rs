@@ -40,6 +40,8 @@ pub(super) struct RawDocument {
     _metrics: Option<IgnoredAny>,
     #[serde(rename = "cluster")]
     _cluster: Option<IgnoredAny>,
+    #[serde(rename = "alerts")]
+    _alerts: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule, threshold and passive-health
@@ -123,6 +125,7 @@ schedule_section! {
         dns: Option<Sp<RawDns>>,
         icmp: Option<Sp<RawIcmp>>,
         udp: Option<Sp<RawUdp>>,
+        alert: Option<Sp<BoolOr<super::alerts::RawRule>>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,

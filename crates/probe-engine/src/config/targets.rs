@@ -19,6 +19,7 @@ use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpSpec};
 use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 
+use super::alerts::{TargetAlert, target_alert};
 use super::cluster::Votes;
 use super::diagnostics::{did_you_mean, one_line, quote};
 use super::files::{Source, process_env};
@@ -59,6 +60,8 @@ pub(super) struct ParsedTarget {
     pub(super) pool: Option<PoolPolicy>,
     /// Its `replicas` and `quorum`, with the defaults' filled in.
     pub(super) votes: Votes,
+    /// Its `alert` key, and where it is.
+    pub(super) alert: (TargetAlert, Pos),
 }
 
 /// Reads one target declaration kept outside the files, such as an etcd value: a JSON (or
@@ -169,6 +172,7 @@ pub(super) fn parse_target(
             group: false,
             pool: None,
             votes: Votes::default(),
+            alert: (TargetAlert::Defaults, Pos::NONE),
         };
     };
 
@@ -221,12 +225,17 @@ pub(super) fn parse_target(
             group: kind == Some(NodeKind::Group),
             pool,
             votes: Votes::default(),
+            alert: (TargetAlert::Defaults, Pos::NONE),
         };
     }
 
     passive::check_target_keys(&raw.passive(), &label, diags);
     let passive = Passive::parse(&raw.passive().target_keys(), diags);
     let votes = raw.votes(diags).or(defaults.votes);
+    let alert = (
+        target_alert(raw.alert.as_ref(), diags),
+        raw.alert.as_ref().map_or(Pos::NONE, |a| a.key),
+    );
     let sched = Sched::parse(&raw.schedule(), diags).or(&defaults.sched);
     let (health, passive) = if clean && defaults_clean {
         (
@@ -326,6 +335,7 @@ pub(super) fn parse_target(
         group: false,
         pool: None,
         votes,
+        alert,
     }
 }
 

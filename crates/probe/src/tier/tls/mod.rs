@@ -30,7 +30,7 @@ use crate::tier::probe::Probe;
 use crate::tier::tcp::{CloseMode, connect_any, resolve};
 use facts::Noting;
 pub use spec::{InvalidServerName, StartTls, TlsSpec};
-pub use trust::{CaBundle, InvalidCa, TlsTrust};
+pub use trust::{CaBundle, InvalidCa, TlsTrust, client_config};
 
 /// Probes a TLS server's certificate as its [`TlsSpec`] says.
 pub struct TlsProbe {

@@ -139,8 +139,13 @@ pub enum TlsTrust {
     InsecureSkipVerify,
 }
 
-/// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used.
-pub(crate) fn client_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
+/// The rustls configuration for `trust`, or one that trusts nothing when TLS is never used: for
+/// the probes, and for an embedder's own clients that must trust what its probes trust (the
+/// daemon's notification senders), built with the same `ring` provider.
+///
+/// # Errors
+/// A [`Failure`] when the system's trust store cannot be read.
+pub fn client_config(trust: Option<&TlsTrust>) -> Result<rustls::ClientConfig, Failure> {
     match trust {
         None => Ok(builder()?
             .with_root_certificates(RootCertStore::empty())

@@ -1,0 +1,327 @@
+//! Alerts: the engine's verdicts as notifications, to Alertmanager and to webhooks, one per
+//! root cause.
+//!
+//! A loop reads the engine's snapshots (every 250 ms, and at once after a transition) and keeps
+//! an *episode* per target whose rule says to alert: pending from the moment the target is in
+//! one of its `on` states, firing once it has been there for `for`, resolved when it leaves.
+//! A target that is `dependency_down` because of another ([`Causes`]) does not fire: its root
+//! does, and the root's alert lists what it impacts. An episode is named by a fingerprint of its
+//! target, alert name and start, so a notification sent again is the same notification.
+//!
+//! Delivery is per receiver (`deliver`): Alertmanager gets every firing alert again every
+//! `resend`, as Prometheus sends them, so a restarted Alertmanager learns them again; a webhook
+//! gets each change once, retried with backoff until it answers 2xx. One slow receiver holds
+//! back no other.
+
+mod deliver;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use probe::engine::{Engine, TargetStatus};
+use probe::graph::Causes;
+use probe::target::TargetId;
+use probe::verdict::HealthState;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AlertRule, AlertsConfig};
+
+/// How often the episodes are brought up to date when nothing else wakes the loop.
+const TICK: Duration = Duration::from_millis(250);
+
+/// One alert as the receivers get it: Alertmanager's v2 fields, plus the cause and what it
+/// impacts for webhooks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Alert {
+    /// `firing` or `resolved`.
+    pub status: &'static str,
+    /// The episode's name: its target, alert name and start.
+    pub fingerprint: String,
+    /// `alertname`, `target`, `severity`, `probe_engine`, `root_cause` and the rule's own.
+    pub labels: BTreeMap<String, String>,
+    /// `summary`, `reason`, `detail`, `impacted` and the rule's own.
+    pub annotations: BTreeMap<String, String>,
+    /// When the episode began (RFC 3339).
+    #[serde(rename = "startsAt")]
+    pub starts_at: String,
+    /// When it ended, once resolved.
+    #[serde(rename = "endsAt", skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<String>,
+    /// The target's page in the API.
+    #[serde(rename = "generatorURL")]
+    pub generator_url: String,
+    /// The root cause: the target itself, for an alert that fires.
+    pub cause: String,
+    /// What the root cause makes `dependency_down`.
+    pub impacted: Vec<String>,
+}
+
+/// Where the alerting loop stands, for `GET /v1/alerts`.
+#[derive(Clone, Debug, Default)]
+pub struct Firing(pub Vec<Alert>);
+
+/// The alerting loop, and what it shows.
+#[derive(Clone)]
+pub struct Alerter {
+    firing: watch::Receiver<Firing>,
+}
+
+/// Who sends: the member's name (a label of every alert) and where its API is (the alerts'
+/// `generatorURL`).
+#[derive(Clone, Debug)]
+pub struct Sender {
+    /// `probe_engine` label.
+    pub name: String,
+    /// `http://HOST:PORT` of the API.
+    pub api: String,
+}
+
+/// A target's episode.
+#[derive(Clone, Debug)]
+enum Episode {
+    /// In an `on` state since then, not for long enough yet.
+    Pending {
+        since: SystemTime,
+        state: HealthState,
+    },
+    /// Firing since then.
+    Firing { alert: Alert, state: HealthState },
+}
+
+impl Alerter {
+    /// Starts the loop and the receivers' deliveries on the current runtime, until `cancel`.
+    pub fn start(
+        engine: Engine,
+        config: AlertsConfig,
+        rules: BTreeMap<TargetId, Option<AlertRule>>,
+        sender: Sender,
+        cancel: CancellationToken,
+    ) -> Self {
+        let (firing_tx, firing) = watch::channel(Firing::default());
+        let outbox = deliver::start(&config, cancel.clone());
+        tokio::spawn(evaluate(engine, rules, sender, outbox, firing_tx, cancel));
+        Self { firing }
+    }
+
+    /// The alerts firing now.
+    pub fn firing(&self) -> Vec<Alert> {
+        self.firing.borrow().0.clone()
+    }
+}
+
+async fn evaluate(
+    engine: Engine,
+    rules: BTreeMap<TargetId, Option<AlertRule>>,
+    sender: Sender,
+    outbox: deliver::Outbox,
+    firing: watch::Sender<Firing>,
+    cancel: CancellationToken,
+) {
+    let mut events = engine.subscribe();
+    let mut episodes: BTreeMap<TargetId, Episode> = BTreeMap::new();
+    loop {
+        let statuses = engine.listing();
+        let causes = engine.with_graph(|g| Causes::of(&g.export()));
+        let now = SystemTime::now();
+        let mut changed = Vec::new();
+        for status in &statuses {
+            let Some(Some(rule)) = rules.get(&status.id) else {
+                continue;
+            };
+            step(
+                &mut episodes,
+                status,
+                rule,
+                &causes,
+                &sender,
+                now,
+                &mut changed,
+            );
+        }
+        episodes.retain(|id, _| statuses.iter().any(|s| s.id == *id));
+        let now_firing: Vec<Alert> = episodes
+            .values()
+            .filter_map(|e| match e {
+                Episode::Firing { alert, .. } => Some(alert.clone()),
+                Episode::Pending { .. } => None,
+            })
+            .collect();
+        metrics::gauge!("probe_alerts_firing").set(now_firing.len() as f64);
+        firing.send_replace(Firing(now_firing.clone()));
+        outbox.update(now_firing, changed);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(TICK) => {}
+            _ = events.recv() => {}
+        }
+    }
+}
+
+/// Brings one target's episode up to date; what changed (fired, resolved, its impacts moved)
+/// goes to `changed`.
+fn step(
+    episodes: &mut BTreeMap<TargetId, Episode>,
+    status: &TargetStatus,
+    rule: &AlertRule,
+    causes: &Causes,
+    sender: &Sender,
+    now: SystemTime,
+    changed: &mut Vec<Alert>,
+) {
+    // In a cluster, a target's alerts are its owner's to send.
+    let ours = status.placement.as_ref().is_none_or(|p| p.role.decides());
+    let active = ours && rule.on.contains(&status.state) && !causes.is_impacted(&status.id);
+    let impacted: Vec<String> = causes
+        .impacts
+        .get(&status.id)
+        .into_iter()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    let id = &status.id;
+    match (episodes.remove(id), active) {
+        (None, false) => {}
+        (Some(Episode::Pending { .. }), false) => {}
+        (Some(Episode::Firing { mut alert, .. }), false) => {
+            if ours {
+                alert.status = "resolved";
+                alert.ends_at = Some(rfc3339(now));
+                changed.push(alert);
+            }
+        }
+        (None, true) => {
+            episodes.insert(
+                id.clone(),
+                fire_or_wait(status, rule, sender, now, now, &impacted, changed),
+            );
+        }
+        (Some(Episode::Pending { since, state }), true) if state == status.state => {
+            episodes.insert(
+                id.clone(),
+                fire_or_wait(status, rule, sender, since, now, &impacted, changed),
+            );
+        }
+        (Some(Episode::Pending { .. }), true) => {
+            episodes.insert(
+                id.clone(),
+                fire_or_wait(status, rule, sender, now, now, &impacted, changed),
+            );
+        }
+        (Some(Episode::Firing { mut alert, state }), true) if state == status.state => {
+            if alert.impacted != impacted {
+                impacts(&mut alert, &impacted);
+                changed.push(alert.clone());
+            }
+            episodes.insert(id.clone(), Episode::Firing { alert, state });
+        }
+        // Another `on` state: the old alert resolves, the new one starts.
+        (Some(Episode::Firing { mut alert, .. }), true) => {
+            alert.status = "resolved";
+            alert.ends_at = Some(rfc3339(now));
+            changed.push(alert);
+            episodes.insert(
+                id.clone(),
+                fire_or_wait(status, rule, sender, now, now, &impacted, changed),
+            );
+        }
+    }
+}
+
+/// The episode of a target in an `on` state since `since`: firing once `for` has passed.
+fn fire_or_wait(
+    status: &TargetStatus,
+    rule: &AlertRule,
+    sender: &Sender,
+    since: SystemTime,
+    now: SystemTime,
+    impacted: &[String],
+    changed: &mut Vec<Alert>,
+) -> Episode {
+    if now.duration_since(since).unwrap_or_default() < rule.hold {
+        return Episode::Pending {
+            since,
+            state: status.state,
+        };
+    }
+    let alert = alert(status, rule, sender, since, impacted);
+    changed.push(alert.clone());
+    Episode::Firing {
+        alert,
+        state: status.state,
+    }
+}
+
+/// The alert of a target that fires.
+fn alert(
+    status: &TargetStatus,
+    rule: &AlertRule,
+    sender: &Sender,
+    since: SystemTime,
+    impacted: &[String],
+) -> Alert {
+    let id = status.id.as_str();
+    let name = match status.state {
+        HealthState::Down => "ProbeDown",
+        HealthState::Degraded => "ProbeDegraded",
+        HealthState::Probing => "ProbeProbing",
+        HealthState::Maintenance => "ProbeMaintenance",
+        HealthState::Up => "ProbeUp",
+    };
+    let mut labels = rule.labels.clone();
+    labels.insert("alertname".into(), name.into());
+    labels.insert("target".into(), id.into());
+    labels.insert("severity".into(), rule.severity.clone());
+    labels.insert("probe_engine".into(), sender.name.clone());
+    // For Alertmanager inhibit rules: alerts from elsewhere about what this one impacts.
+    labels.insert("root_cause".into(), id.into());
+    let mut annotations = rule.annotations.clone();
+    annotations.insert("summary".into(), format!("{id} is {}", status.state));
+    if let Some(failure) = &status.last_failure {
+        annotations.insert("reason".into(), failure.reason.as_str().into());
+        annotations.insert("detail".into(), failure.detail.clone());
+    }
+    let starts_at = rfc3339(since);
+    let mut alert = Alert {
+        status: "firing",
+        fingerprint: fingerprint(id, name, since),
+        labels,
+        annotations,
+        starts_at,
+        ends_at: None,
+        generator_url: format!("{}/v1/targets/{id}", sender.api),
+        cause: id.into(),
+        impacted: Vec::new(),
+    };
+    impacts(&mut alert, impacted);
+    alert
+}
+
+/// Sets what the alert's cause impacts, in the field and in an annotation.
+fn impacts(alert: &mut Alert, impacted: &[String]) {
+    alert.impacted = impacted.to_vec();
+    if impacted.is_empty() {
+        alert.annotations.remove("impacted");
+    } else {
+        alert
+            .annotations
+            .insert("impacted".into(), impacted.join(", "));
+    }
+}
+
+/// A stable name for one episode: FNV-1a over its target, alert name and start (ms).
+fn fingerprint(target: &str, name: &str, since: SystemTime) -> String {
+    let ms = since
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let text = format!("{target}\u{0}{name}\u{0}{ms}");
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
+}
