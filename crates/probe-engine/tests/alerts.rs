@@ -254,3 +254,72 @@ async fn a_down_database_pages_once_for_what_it_takes_down() {
     assert_eq!(billing["labels"]["team"], "billing");
     assert_eq!(billing["labels"]["severity"], "page");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_target_raises_one_alert_not_a_series() {
+    let am = Alertmanager::start().expect("alertmanager");
+    let hook = Hook::start().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("probes.yaml"),
+        format!(
+            "{}targets:\n  - id: web\n    tcp: {{address: \"{addr}\"}}\n    flap: {{transitions: 2, window: 1m, min_stable: 1m}}\n",
+            alerts_section(&am, &hook)
+        ),
+    )
+    .unwrap();
+    let daemon = support::Daemon::start_env(dir.path(), &[], &[("HOOK_TOKEN", "t")]);
+    daemon.wait_states(&[("web", "UP")]).await;
+    // Down and up until the engine holds it as flapping.
+    let mut up = Some(listener);
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    loop {
+        let detail = daemon.detail("web").await;
+        if detail.target.flapping {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never flapping");
+        let want = if up.is_some() { "DOWN" } else { "UP" };
+        up = match up.take() {
+            Some(listener) => {
+                drop(listener);
+                None
+            }
+            None => Some(std::net::TcpListener::bind(addr).unwrap()),
+        };
+        daemon
+            .wait_target("web", want, |t| t.state == want || t.flapping)
+            .await;
+    }
+    hook.wait("ProbeFlapping", |seen| {
+        seen.iter()
+            .any(|(_, n)| n["labels"]["alertname"] == "ProbeFlapping")
+    })
+    .await;
+    let before = hook.seen().len();
+    // It goes on changing while flapping: nothing more is sent.
+    for _ in 0..3 {
+        up = match up.take() {
+            Some(listener) => {
+                drop(listener);
+                None
+            }
+            None => Some(std::net::TcpListener::bind(addr).unwrap()),
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    }
+    assert!(daemon.detail("web").await.target.flapping);
+    let seen = hook.seen();
+    assert_eq!(seen.len(), before, "{seen:?}");
+    let flapping: Vec<_> = seen
+        .iter()
+        .filter(|(_, n)| n["labels"]["alertname"] == "ProbeFlapping")
+        .collect();
+    assert_eq!(flapping.len(), 1);
+    assert_eq!(flapping[0].1["status"], "firing");
+    let active = active(&am);
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["labels"]["alertname"], "ProbeFlapping");
+}

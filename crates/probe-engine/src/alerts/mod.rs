@@ -81,13 +81,13 @@ pub struct Sender {
 /// A target's episode.
 #[derive(Clone, Debug)]
 enum Episode {
-    /// In an `on` state since then, not for long enough yet.
+    /// In an `on` state (or flapping) since then, not for long enough yet.
     Pending {
         since: SystemTime,
-        state: HealthState,
+        name: &'static str,
     },
     /// Firing since then.
-    Firing { alert: Alert, state: HealthState },
+    Firing { alert: Alert, name: &'static str },
 }
 
 impl Alerter {
@@ -159,6 +159,24 @@ async fn evaluate(
     }
 }
 
+/// The alert a target's status calls for under `rule`, by name: `ProbeFlapping` while it
+/// flaps (one alert stands, instead of one fired and resolved at every change), else its state's
+/// when that is one of the rule's `on` states; `None` when it is fine.
+fn wanted(status: &TargetStatus, rule: &AlertRule) -> Option<&'static str> {
+    if status.flapping {
+        return Some("ProbeFlapping");
+    }
+    rule.on
+        .contains(&status.state)
+        .then_some(match status.state {
+            HealthState::Down => "ProbeDown",
+            HealthState::Degraded => "ProbeDegraded",
+            HealthState::Probing => "ProbeProbing",
+            HealthState::Maintenance => "ProbeMaintenance",
+            HealthState::Up => "ProbeUp",
+        })
+}
+
 /// Brings one target's episode up to date; what changed (fired, resolved, its impacts moved)
 /// goes to `changed`.
 fn step(
@@ -172,7 +190,7 @@ fn step(
 ) {
     // In a cluster, a target's alerts are its owner's to send.
     let ours = status.placement.as_ref().is_none_or(|p| p.role.decides());
-    let active = ours && rule.on.contains(&status.state) && !causes.is_impacted(&status.id);
+    let wanted = wanted(status, rule).filter(|_| ours && !causes.is_impacted(&status.id));
     let impacted: Vec<String> = causes
         .impacts
         .get(&status.id)
@@ -181,94 +199,50 @@ fn step(
         .map(ToString::to_string)
         .collect();
     let id = &status.id;
-    match (episodes.remove(id), active) {
-        (None, false) => {}
-        (Some(Episode::Pending { .. }), false) => {}
-        (Some(Episode::Firing { mut alert, .. }), false) => {
+    let since = match episodes.remove(id) {
+        None => now,
+        Some(Episode::Pending { since, name }) if Some(name) == wanted => since,
+        Some(Episode::Pending { .. }) => now,
+        Some(Episode::Firing { mut alert, name }) if Some(name) == wanted => {
+            if alert.impacted != impacted {
+                impacts(&mut alert, &impacted);
+                changed.push(alert.clone());
+            }
+            episodes.insert(id.clone(), Episode::Firing { alert, name });
+            return;
+        }
+        // Fine now, or another alert is called for: this one resolves (a member that no longer
+        // owns the target leaves that to the new owner).
+        Some(Episode::Firing { mut alert, .. }) => {
             if ours {
                 alert.status = "resolved";
                 alert.ends_at = Some(rfc3339(now));
                 changed.push(alert);
             }
+            now
         }
-        (None, true) => {
-            episodes.insert(
-                id.clone(),
-                fire_or_wait(status, rule, sender, now, now, &impacted, changed),
-            );
-        }
-        (Some(Episode::Pending { since, state }), true) if state == status.state => {
-            episodes.insert(
-                id.clone(),
-                fire_or_wait(status, rule, sender, since, now, &impacted, changed),
-            );
-        }
-        (Some(Episode::Pending { .. }), true) => {
-            episodes.insert(
-                id.clone(),
-                fire_or_wait(status, rule, sender, now, now, &impacted, changed),
-            );
-        }
-        (Some(Episode::Firing { mut alert, state }), true) if state == status.state => {
-            if alert.impacted != impacted {
-                impacts(&mut alert, &impacted);
-                changed.push(alert.clone());
-            }
-            episodes.insert(id.clone(), Episode::Firing { alert, state });
-        }
-        // Another `on` state: the old alert resolves, the new one starts.
-        (Some(Episode::Firing { mut alert, .. }), true) => {
-            alert.status = "resolved";
-            alert.ends_at = Some(rfc3339(now));
-            changed.push(alert);
-            episodes.insert(
-                id.clone(),
-                fire_or_wait(status, rule, sender, now, now, &impacted, changed),
-            );
-        }
-    }
+    };
+    let Some(name) = wanted else { return };
+    let episode = if now.duration_since(since).unwrap_or_default() < rule.hold {
+        Episode::Pending { since, name }
+    } else {
+        let alert = alert(status, name, rule, sender, since, &impacted);
+        changed.push(alert.clone());
+        Episode::Firing { alert, name }
+    };
+    episodes.insert(id.clone(), episode);
 }
 
-/// The episode of a target in an `on` state since `since`: firing once `for` has passed.
-fn fire_or_wait(
-    status: &TargetStatus,
-    rule: &AlertRule,
-    sender: &Sender,
-    since: SystemTime,
-    now: SystemTime,
-    impacted: &[String],
-    changed: &mut Vec<Alert>,
-) -> Episode {
-    if now.duration_since(since).unwrap_or_default() < rule.hold {
-        return Episode::Pending {
-            since,
-            state: status.state,
-        };
-    }
-    let alert = alert(status, rule, sender, since, impacted);
-    changed.push(alert.clone());
-    Episode::Firing {
-        alert,
-        state: status.state,
-    }
-}
-
-/// The alert of a target that fires.
+/// The alert `name` of a target that fires.
 fn alert(
     status: &TargetStatus,
+    name: &'static str,
     rule: &AlertRule,
     sender: &Sender,
     since: SystemTime,
     impacted: &[String],
 ) -> Alert {
     let id = status.id.as_str();
-    let name = match status.state {
-        HealthState::Down => "ProbeDown",
-        HealthState::Degraded => "ProbeDegraded",
-        HealthState::Probing => "ProbeProbing",
-        HealthState::Maintenance => "ProbeMaintenance",
-        HealthState::Up => "ProbeUp",
-    };
     let mut labels = rule.labels.clone();
     labels.insert("alertname".into(), name.into());
     labels.insert("target".into(), id.into());
@@ -277,18 +251,22 @@ fn alert(
     // For Alertmanager inhibit rules: alerts from elsewhere about what this one impacts.
     labels.insert("root_cause".into(), id.into());
     let mut annotations = rule.annotations.clone();
-    annotations.insert("summary".into(), format!("{id} is {}", status.state));
+    let summary = if name == "ProbeFlapping" {
+        format!("{id} is flapping")
+    } else {
+        format!("{id} is {}", status.state)
+    };
+    annotations.insert("summary".into(), summary);
     if let Some(failure) = &status.last_failure {
         annotations.insert("reason".into(), failure.reason.as_str().into());
         annotations.insert("detail".into(), failure.detail.clone());
     }
-    let starts_at = rfc3339(since);
     let mut alert = Alert {
         status: "firing",
         fingerprint: fingerprint(id, name, since),
         labels,
         annotations,
-        starts_at,
+        starts_at: rfc3339(since),
         ends_at: None,
         generator_url: format!("{}/v1/targets/{id}", sender.api),
         cause: id.into(),
