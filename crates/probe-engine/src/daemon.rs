@@ -318,6 +318,7 @@ impl Daemon {
                 Sender {
                     name,
                     api: format!("http://{addr}"),
+                    membership: self.cluster.get().map(Cluster::view),
                 },
                 self.cancel.clone(),
             )

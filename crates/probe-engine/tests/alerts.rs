@@ -323,3 +323,47 @@ async fn a_flapping_target_raises_one_alert_not_a_series() {
     assert_eq!(active.len(), 1, "{active:?}");
     assert_eq!(active[0]["labels"]["alertname"], "ProbeFlapping");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_lease_is_lost_sends_nothing_until_it_is_back() {
+    let mut etcd = probe_etcd::testing::TestEtcd::start().await.expect("etcd");
+    let am = Alertmanager::start().expect("alertmanager");
+    let hook = Hook::start().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("probes.yaml"),
+        format!(
+            "cluster: {{etcd: {{endpoints: [\"{}\"]}}, lease_ttl: 2s}}\n{}targets:\n  - id: db\n    tcp: {{address: \"{addr}\"}}\n",
+            etcd.endpoint(),
+            alerts_section(&am, &hook)
+        ),
+    )
+    .unwrap();
+    let mut daemon =
+        support::Daemon::start_env(dir.path(), &["--member", "a"], &[("HOOK_TOKEN", "t")]);
+    daemon
+        .wait_target("db", "UP here", |t| {
+            t.state == "UP" && t.owner.as_deref() == Some("a")
+        })
+        .await;
+    // etcd goes: once the lease is lost, the target fails, and nobody is told.
+    etcd.kill();
+    daemon.wait_log("cluster lease lost: this member is out of the set");
+    drop(listener);
+    daemon
+        .wait_target("db", "DOWN", |t| t.state == "DOWN")
+        .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(hook.seen().is_empty(), "{:?}", hook.seen());
+    assert!(active(&am).is_empty());
+    // A member again: the alert goes out.
+    etcd.restart().await.unwrap();
+    hook.wait("the alert, once a member again", |seen| {
+        seen.iter()
+            .any(|(_, n)| n["status"] == "firing" && n["cause"] == "db")
+    })
+    .await;
+    wait_am(&am, "ProbeDown", |a| a.len() == 1).await;
+}

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -25,6 +26,8 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 pub(super) struct Outbox {
     alertmanager: Option<Arc<Queue<AmState>>>,
     webhooks: Vec<Arc<Queue<VecDeque<Alert>>>>,
+    /// Set while nothing may be sent (a member whose lease is lost).
+    held: Arc<AtomicBool>,
 }
 
 /// A receiver's pending work and the signal that there is some.
@@ -43,6 +46,18 @@ struct AmState {
 }
 
 impl Outbox {
+    /// Holds every delivery back (`true`), or lets it go on.
+    pub fn hold(&self, held: bool) {
+        if self.held.swap(held, Ordering::AcqRel) && !held {
+            if let Some(am) = &self.alertmanager {
+                am.wake.notify_one();
+            }
+            for hook in &self.webhooks {
+                hook.wake.notify_one();
+            }
+        }
+    }
+
     /// Hands the alerts firing now, and those that changed, to every receiver.
     pub fn update(&self, firing: Vec<Alert>, changed: Vec<Alert>) {
         if let Some(am) = &self.alertmanager {
@@ -71,6 +86,7 @@ impl Outbox {
 /// Starts a delivery task per receiver of `config`.
 pub(super) fn start(config: &AlertsConfig, cancel: CancellationToken) -> Outbox {
     let client = client();
+    let held = Arc::new(AtomicBool::new(false));
     let alertmanager = config.alertmanager.clone().map(|am| {
         let queue = Arc::new(Queue {
             work: Mutex::new(AmState::default()),
@@ -80,6 +96,7 @@ pub(super) fn start(config: &AlertsConfig, cancel: CancellationToken) -> Outbox 
             am,
             queue.clone(),
             client.clone(),
+            held.clone(),
             cancel.clone(),
         ));
         queue
@@ -96,6 +113,7 @@ pub(super) fn start(config: &AlertsConfig, cancel: CancellationToken) -> Outbox 
                 hook.clone(),
                 queue.clone(),
                 client.clone(),
+                held.clone(),
                 cancel.clone(),
             ));
             queue
@@ -104,6 +122,7 @@ pub(super) fn start(config: &AlertsConfig, cancel: CancellationToken) -> Outbox 
     Outbox {
         alertmanager,
         webhooks,
+        held,
     }
 }
 
@@ -128,10 +147,18 @@ async fn alertmanager(
     config: AlertmanagerConfig,
     queue: Arc<Queue<AmState>>,
     client: reqwest::Client,
+    held: Arc<AtomicBool>,
     cancel: CancellationToken,
 ) {
     let mut retry = RETRY_MIN;
     loop {
+        if held.load(Ordering::Acquire) {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = queue.wake.notified() => {}
+            }
+            continue;
+        }
         let (batch, resolved) = {
             let mut state = queue.work.lock();
             state.dirty = false;
@@ -200,10 +227,18 @@ async fn webhook(
     config: WebhookConfig,
     queue: Arc<Queue<VecDeque<Alert>>>,
     client: reqwest::Client,
+    held: Arc<AtomicBool>,
     cancel: CancellationToken,
 ) {
     let mut retry = RETRY_MIN;
     loop {
+        if held.load(Ordering::Acquire) {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = queue.wake.notified() => {}
+            }
+            continue;
+        }
         let next = queue.work.lock().front().cloned();
         let Some(alert) = next else {
             tokio::select! {

@@ -68,14 +68,18 @@ pub struct Alerter {
     firing: watch::Receiver<Firing>,
 }
 
-/// Who sends: the member's name (a label of every alert) and where its API is (the alerts'
-/// `generatorURL`).
+/// Who sends: the member's name (a label of every alert), where its API is (the alerts'
+/// `generatorURL`) and, in a cluster, its membership: a member whose lease is lost sends
+/// nothing (its targets are someone else's now, or will be), and goes on from where it was once
+/// it is a member again.
 #[derive(Clone, Debug)]
 pub struct Sender {
     /// `probe_engine` label.
     pub name: String,
     /// `http://HOST:PORT` of the API.
     pub api: String,
+    /// The member set as this member sees it, in a cluster.
+    pub membership: Option<watch::Receiver<probe_etcd::membership::View>>,
 }
 
 /// A target's episode.
@@ -122,6 +126,19 @@ async fn evaluate(
     let mut events = engine.subscribe();
     let mut episodes: BTreeMap<TargetId, Episode> = BTreeMap::new();
     loop {
+        let member = sender
+            .membership
+            .as_ref()
+            .is_none_or(|view| view.borrow().lease == probe_etcd::membership::Lease::Live);
+        outbox.hold(!member);
+        if !member {
+            // Nothing decided here counts now: the episodes wait as they are.
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(TICK) => {}
+            }
+            continue;
+        }
         let statuses = engine.listing();
         let causes = engine.with_graph(|g| Causes::of(&g.export()));
         let now = SystemTime::now();
