@@ -123,22 +123,37 @@ fn alerts_section(am: &Alertmanager, hook: &Hook) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_down_target_fires_to_alertmanager_and_the_webhook_and_resolves() {
+/// An Alertmanager, a webhook receiver and the daemon on a config of the alerts section,
+/// `before` it and the `targets` after it, with `HOOK_TOKEN` set to `token`.
+async fn alerting(
+    before: &str,
+    targets: &str,
+    extra: &[&str],
+    token: &str,
+) -> (Alertmanager, Hook, support::Daemon, tempfile::TempDir) {
     let am = Alertmanager::start().expect("alertmanager");
     let hook = Hook::start().await;
-    let db = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = db.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("probes.yaml"),
-        format!(
-            "{}targets:\n  - id: db\n    tcp: {{address: \"{addr}\"}}\n",
-            alerts_section(&am, &hook)
-        ),
+        format!("{before}{}targets:\n{targets}", alerts_section(&am, &hook)),
     )
     .unwrap();
-    let daemon = support::Daemon::start_env(dir.path(), &[], &[("HOOK_TOKEN", "hook-Secret-1")]);
+    let daemon = support::Daemon::start_env(dir.path(), extra, &[("HOOK_TOKEN", token)]);
+    (am, hook, daemon, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_target_fires_to_alertmanager_and_the_webhook_and_resolves() {
+    let db = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = db.local_addr().unwrap();
+    let (am, hook, daemon, _dir) = alerting(
+        "",
+        &format!("  - id: db\n    tcp: {{address: \"{addr}\"}}\n"),
+        &[],
+        "hook-Secret-1",
+    )
+    .await;
     daemon.wait_states(&[("db", "UP")]).await;
     assert!(active(&am).is_empty());
 
@@ -188,25 +203,17 @@ async fn a_down_target_fires_to_alertmanager_and_the_webhook_and_resolves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_database_pages_once_for_what_it_takes_down() {
-    let am = Alertmanager::start().expect("alertmanager");
-    let hook = Hook::start().await;
     let db = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let db_addr = db.local_addr().unwrap();
     drop(db);
     let orders = support::closed_port();
     let billing = support::closed_port();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("probes.yaml"),
-        format!(
-            "{}targets:\n  - id: db\n    tcp: {{address: \"{db_addr}\"}}\n  - id: orders\n    tcp: {{address: \"{orders}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{for: 1s}}\n  - id: billing\n    tcp: {{address: \"{billing}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{for: 1s, labels: {{team: billing}}}}\n  - id: shop\n    kind: group\n    depends_on: [{{target: db, critical: true}}, {{target: orders}}]\n",
-            alerts_section(&am, &hook)
-        ),
-    )
-    .unwrap();
+    let targets = format!(
+        "  - id: db\n    tcp: {{address: \"{db_addr}\"}}\n  - id: orders\n    tcp: {{address: \"{orders}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{for: 1s}}\n  - id: billing\n    tcp: {{address: \"{billing}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{for: 1s, labels: {{team: billing}}}}\n  - id: shop\n    kind: group\n    depends_on: [{{target: db, critical: true}}, {{target: orders}}]\n"
+    );
     // The dependents wait a second before they page: the database's first verdict, which
     // makes them `dependency_down`, comes within an interval of theirs.
-    let daemon = support::Daemon::start_env(dir.path(), &[], &[("HOOK_TOKEN", "t")]);
+    let (am, hook, daemon, _dir) = alerting("", &targets, &[], "t").await;
     daemon
         .wait_states(&[("db", "DOWN"), ("orders", "DOWN"), ("billing", "DOWN")])
         .await;
@@ -257,20 +264,17 @@ async fn a_down_database_pages_once_for_what_it_takes_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_target_raises_one_alert_not_a_series() {
-    let am = Alertmanager::start().expect("alertmanager");
-    let hook = Hook::start().await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("probes.yaml"),
-        format!(
-            "{}targets:\n  - id: web\n    tcp: {{address: \"{addr}\"}}\n    flap: {{transitions: 2, window: 1m, min_stable: 1m}}\n",
-            alerts_section(&am, &hook)
+    let (am, hook, daemon, _dir) = alerting(
+        "",
+        &format!(
+            "  - id: web\n    tcp: {{address: \"{addr}\"}}\n    flap: {{transitions: 2, window: 1m, min_stable: 1m}}\n"
         ),
+        &[],
+        "t",
     )
-    .unwrap();
-    let daemon = support::Daemon::start_env(dir.path(), &[], &[("HOOK_TOKEN", "t")]);
+    .await;
     daemon.wait_states(&[("web", "UP")]).await;
     // Down and up until the engine holds it as flapping.
     let mut up = Some(listener);
@@ -327,22 +331,18 @@ async fn a_flapping_target_raises_one_alert_not_a_series() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_lease_is_lost_sends_nothing_until_it_is_back() {
     let mut etcd = probe_etcd::testing::TestEtcd::start().await.expect("etcd");
-    let am = Alertmanager::start().expect("alertmanager");
-    let hook = Hook::start().await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("probes.yaml"),
-        format!(
-            "cluster: {{etcd: {{endpoints: [\"{}\"]}}, lease_ttl: 2s}}\n{}targets:\n  - id: db\n    tcp: {{address: \"{addr}\"}}\n",
-            etcd.endpoint(),
-            alerts_section(&am, &hook)
+    let (am, hook, mut daemon, _dir) = alerting(
+        &format!(
+            "cluster: {{etcd: {{endpoints: [\"{}\"]}}, lease_ttl: 2s}}\n",
+            etcd.endpoint()
         ),
+        &format!("  - id: db\n    tcp: {{address: \"{addr}\"}}\n"),
+        &["--member", "a"],
+        "t",
     )
-    .unwrap();
-    let mut daemon =
-        support::Daemon::start_env(dir.path(), &["--member", "a"], &[("HOOK_TOKEN", "t")]);
+    .await;
     daemon
         .wait_target("db", "UP here", |t| {
             t.state == "UP" && t.owner.as_deref() == Some("a")

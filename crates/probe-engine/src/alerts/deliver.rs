@@ -36,6 +36,16 @@ struct Queue<T> {
     wake: Notify,
 }
 
+impl<T> Queue<T> {
+    /// Waits for the next signal; `false` when cancelled first.
+    async fn woken(&self, cancel: &CancellationToken) -> bool {
+        tokio::select! {
+            () = cancel.cancelled() => false,
+            () = self.wake.notified() => true,
+        }
+    }
+}
+
 #[derive(Default)]
 struct AmState {
     firing: Vec<Alert>,
@@ -153,9 +163,8 @@ async fn alertmanager(
     let mut retry = RETRY_MIN;
     loop {
         if held.load(Ordering::Acquire) {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = queue.wake.notified() => {}
+            if !queue.woken(&cancel).await {
+                return;
             }
             continue;
         }
@@ -233,17 +242,15 @@ async fn webhook(
     let mut retry = RETRY_MIN;
     loop {
         if held.load(Ordering::Acquire) {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = queue.wake.notified() => {}
+            if !queue.woken(&cancel).await {
+                return;
             }
             continue;
         }
         let next = queue.work.lock().front().cloned();
         let Some(alert) = next else {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = queue.wake.notified() => {}
+            if !queue.woken(&cancel).await {
+                return;
             }
             continue;
         };
