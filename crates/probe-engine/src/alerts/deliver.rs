@@ -51,8 +51,6 @@ struct AmState {
     firing: Vec<Alert>,
     /// Resolved since they were last sent.
     resolved: Vec<Alert>,
-    /// Something changed since the last send.
-    dirty: bool,
 }
 
 impl Outbox {
@@ -77,7 +75,6 @@ impl Outbox {
                 .resolved
                 .extend(changed.iter().filter(|a| a.status == "resolved").cloned());
             state.firing = firing;
-            state.dirty |= dirty;
             drop(state);
             if dirty {
                 am.wake.notify_one();
@@ -169,8 +166,7 @@ async fn alertmanager(
             continue;
         }
         let (batch, resolved) = {
-            let mut state = queue.work.lock();
-            state.dirty = false;
+            let state = queue.work.lock();
             let resolved = state.resolved.len();
             let batch: Vec<Alert> = state
                 .firing
@@ -191,24 +187,7 @@ async fn alertmanager(
                 if let Some(auth) = &config.basic_auth {
                     request = request.basic_auth(&auth.username, Some(&auth.password));
                 }
-                let ok = match request.send().await {
-                    Ok(answer) if answer.status().is_success() => true,
-                    Ok(answer) => {
-                        tracing::warn!(url = %url, status = %answer.status(), "alertmanager refused the alerts");
-                        false
-                    }
-                    Err(e) => {
-                        tracing::warn!(url = %url, error = %without_url(&e), "alertmanager not reached");
-                        false
-                    }
-                };
-                metrics::counter!(
-                    "probe_alert_notifications_total",
-                    "receiver" => "alertmanager",
-                    "result" => if ok { "delivered" } else { "failed" }
-                )
-                .increment(1);
-                failed |= !ok;
+                failed |= !deliver(request, "alertmanager").await;
             }
         }
         if failed {
@@ -261,24 +240,7 @@ async fn webhook(
         for (name, value) in config.headers.expose() {
             request = request.header(name, value);
         }
-        let ok = match request.send().await {
-            Ok(answer) if answer.status().is_success() => true,
-            Ok(answer) => {
-                tracing::warn!(receiver = %config.name, status = %answer.status(), "webhook refused a notification");
-                false
-            }
-            Err(e) => {
-                tracing::warn!(receiver = %config.name, error = %without_url(&e), "webhook not reached");
-                false
-            }
-        };
-        metrics::counter!(
-            "probe_alert_notifications_total",
-            "receiver" => config.name.clone(),
-            "result" => if ok { "delivered" } else { "failed" }
-        )
-        .increment(1);
-        if ok {
+        if deliver(request, &config.name).await {
             queue.work.lock().pop_front();
             retry = RETRY_MIN;
         } else {
@@ -289,6 +251,29 @@ async fn webhook(
             retry = (retry * 2).min(RETRY_MAX);
         }
     }
+}
+
+/// Sends one request to `receiver`: delivered when it answers 2xx. The outcome is counted, and a
+/// failure logged (without the URL).
+async fn deliver(request: reqwest::RequestBuilder, receiver: &str) -> bool {
+    let ok = match request.send().await {
+        Ok(answer) if answer.status().is_success() => true,
+        Ok(answer) => {
+            tracing::warn!(receiver, status = %answer.status(), "alert receiver refused a notification");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(receiver, error = %without_url(&e), "alert receiver not reached");
+            false
+        }
+    };
+    metrics::counter!(
+        "probe_alert_notifications_total",
+        "receiver" => receiver.to_owned(),
+        "result" => if ok { "delivered" } else { "failed" }
+    )
+    .increment(1);
+    ok
 }
 
 /// Between half of `step` and all of it, at random: receivers that failed together do not all

@@ -157,7 +157,8 @@ async fn evaluate(
                 &mut changed,
             );
         }
-        episodes.retain(|id, _| statuses.iter().any(|s| s.id == *id));
+        // The listing is sorted by id: one lookup each, not a scan.
+        episodes.retain(|id, _| statuses.binary_search_by(|s| s.id.cmp(id)).is_ok());
         let now_firing: Vec<Alert> = episodes
             .values()
             .filter_map(|e| match e {
