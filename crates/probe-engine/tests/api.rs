@@ -340,6 +340,12 @@ targets:
     assert_eq!((t.consecutive_successes, t.transitions), (0, 1));
     assert!(t.consecutive_failures >= 1);
     assert_eq!(t.score, Some(0.0));
+    // DOWN since its one transition, which came before (or with) its latest run.
+    let since = t.since.as_ref().unwrap().0;
+    assert!(
+        since <= t.last.as_ref().unwrap().at.0 + Duration::from_millis(1),
+        "{t:?}"
+    );
 
     let t = list.get("confirming");
     assert_eq!((t.state.as_str(), t.healthy), ("UP", true));
@@ -390,6 +396,7 @@ targets:
     assert_eq!((t.state.as_str(), t.healthy), ("PROBING", false));
     assert!(t.last.is_none() && t.last_failure.is_none() && t.pending.is_none());
     assert_eq!((t.consecutive_successes, t.transitions), (0, 0));
+    assert!(t.since.is_none(), "no state begun before the first verdict");
     assert_eq!(t.score, None, "unknown before the first result");
 
     // History: the last 16 results, oldest first.

@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
@@ -45,7 +45,9 @@ use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
-use crate::membership::{Lease, MemberRecord, Membership, MembershipError, View, unix_ms_now};
+use crate::membership::{
+    Lease, MemberRecord, Membership, MembershipError, View, unix_ms, unix_ms_now,
+};
 
 /// How many writes one transaction carries (etcd allows 128 operations by default).
 const BATCH: usize = 100;
@@ -88,6 +90,8 @@ impl StateRecord {
             consecutive_successes: self.successes,
             consecutive_failures: self.failures,
             detail: self.detail.clone(),
+            since: (self.since_ms != 0)
+                .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(self.since_ms)),
         })
     }
 
@@ -475,9 +479,8 @@ impl Shared {
                 if unchanged {
                     continue;
                 }
-                let since_ms = held
-                    .filter(|h| h.state == published.state.as_str())
-                    .map_or(now, |h| h.since_ms);
+                // When the engine says the state began: what a successor names its episode by.
+                let since_ms = published.since.map_or(now, unix_ms);
                 let record = StateRecord {
                     state: published.state.as_str().to_owned(),
                     successes: published.consecutive_successes,

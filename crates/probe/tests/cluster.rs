@@ -306,6 +306,7 @@ async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it
         consecutive_successes: 0,
         consecutive_failures: 2,
         detail: Some("refused: published elsewhere".to_owned()),
+        since: Some(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
     };
     // Published before the target reached this member (a source that lags): kept.
     assert!(!a.engine.adopt(&late, &down));
@@ -316,6 +317,8 @@ async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it
     let status = a.engine.status(&late).unwrap();
     assert_eq!(status.placement.unwrap().role, Role::Decide);
     assert_eq!(status.state, HealthState::Down);
+    // DOWN since its decider says, not since it arrived here.
+    assert_eq!(status.since, down.since);
     // Long enough for two runs at the DOWN backoff's longest step (four intervals).
     run_for(10 * INTERVAL).await;
     let status = a.engine.status(&late).unwrap();

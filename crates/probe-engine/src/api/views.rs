@@ -109,6 +109,8 @@ struct TargetView {
     consecutive_successes: u32,
     consecutive_failures: u32,
     transitions: u64,
+    /// When the current state began (RFC 3339); `null` before the first verdict.
+    since: Option<String>,
     interval_ms: u128,
     timeout_ms: u128,
     /// The dependency-graph score; `null` while unknown.
@@ -445,6 +447,7 @@ impl From<&TargetStatus> for TargetView {
             consecutive_successes: s.consecutive_successes,
             consecutive_failures: s.consecutive_failures,
             transitions: s.transitions,
+            since: s.since.map(rfc3339),
             interval_ms: s.schedule.interval().as_millis(),
             timeout_ms: s.schedule.timeout().as_millis(),
             score: s.score,

@@ -74,6 +74,8 @@ pub struct Target {
     pub consecutive_successes: u32,
     pub consecutive_failures: u32,
     pub transitions: u64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub since: Option<Time>,
     pub interval_ms: u64,
     pub timeout_ms: u64,
     #[serde(deserialize_with = "Option::deserialize")]

@@ -10,6 +10,7 @@
 //! target over resumes from the verdict in force instead of PROBING.
 
 use std::num::NonZeroU8;
+use std::time::SystemTime;
 
 use crate::cluster::{MemberId, Ownership, decide};
 use crate::target::TargetId;
@@ -123,6 +124,8 @@ pub struct Published {
     pub consecutive_failures: u32,
     /// The failure or degradation behind it, in words.
     pub detail: Option<String>,
+    /// When the state began (`None` for a target without a verdict yet).
+    pub since: Option<SystemTime>,
 }
 
 /// Where a target stands in the cluster, as a status shows it.

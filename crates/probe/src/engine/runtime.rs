@@ -22,6 +22,7 @@ use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
 use crate::cluster::MemberId;
 use crate::outcome::{
     CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, TlsFacts, Verdict,
+    from_unix_ms, unix_ms,
 };
 use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
 use crate::passive::outlier::MemberStatus;
@@ -175,6 +176,10 @@ struct Status {
     history: VecDeque<Outcome>,
     /// State changes since the target was added; also the order of its effects at the hub.
     transitions: u64,
+    /// When the current state began, in milliseconds since the Unix epoch; 0 before the first
+    /// verdict. Wall-clock, since it is shown and handed to other members: an alert's episode
+    /// is named by it, so every member that takes the target over names it the same.
+    since_ms: u64,
     /// Boxed: rare, and 64 bytes inline for every target.
     maintenance: Option<Box<ActiveMaintenance>>,
     /// A declared window an operator ended early: it does not restart before this time.
@@ -227,6 +232,7 @@ impl Target {
                 details: None,
                 history: VecDeque::new(),
                 transitions: 0,
+                since_ms: 0,
                 maintenance: None,
                 window_ended_early: None,
                 retired: false,
@@ -259,6 +265,7 @@ impl Target {
         let Some(t) = t else { return };
         status.version = status.version.wrapping_add(1);
         status.transitions += 1;
+        status.since_ms = unix_ms(SystemTime::now());
         let detail = detail();
         if detail.is_some() || status.details.is_some() {
             status
@@ -416,6 +423,7 @@ impl Target {
             consecutive_successes: status.machine.consecutive_successes(),
             consecutive_failures: status.machine.consecutive_failures(),
             transitions: status.transitions,
+            since: from_unix_ms(status.since_ms),
             schedule: self.policy.schedule,
             history: if with_history {
                 status.history.iter().copied().collect()
@@ -656,6 +664,12 @@ impl Target {
                 published.consecutive_failures,
             );
             Self::book(&mut status, &mut effects, t, || published.detail.clone());
+            // The state began when its decider says, not when this member heard of it.
+            if status.machine.state() == published.state
+                && let Some(since) = published.since
+            {
+                status.since_ms = unix_ms(since);
+            }
         }
         self.apply(effects);
         true
@@ -697,6 +711,7 @@ impl Target {
             consecutive_successes: status.machine.consecutive_successes().min(passes),
             consecutive_failures: status.machine.consecutive_failures().min(t.fall.get()),
             detail,
+            since: from_unix_ms(status.since_ms),
         })
     }
 

@@ -70,6 +70,9 @@ pub struct TargetStatus {
     pub consecutive_failures: u32,
     /// State changes since the target was added.
     pub transitions: u64,
+    /// When the current state began; `None` before the first verdict. In a cluster, when the
+    /// member that decided it says it began.
+    pub since: Option<SystemTime>,
     /// The target's schedule.
     pub schedule: Schedule,
     /// Recent results, oldest first; empty in listings.
