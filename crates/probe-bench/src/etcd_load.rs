@@ -146,11 +146,13 @@ async fn measure(args: Args) -> anyhow::Result<()> {
     let engine = Engine::start(EngineConfig::default(), cancel.clone());
     let rss_before = support::vm_rss()?;
     let started = Instant::now();
+    let (rules, _) = probe_engine::alerts::rule_channel(&loaded);
     let (_topology, _) = probe_engine::topology::TopologyHandle::start(
         engine.clone(),
         dir.path().to_path_buf(),
         loaded,
         None,
+        rules,
         cancel.clone(),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;

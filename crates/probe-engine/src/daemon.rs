@@ -16,7 +16,7 @@ use probe::resolve::{Resolver, ResolverConfig, ResolverError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::alerts::{Alerter, Sender};
+use crate::alerts::{self, Alerter, RuleFeed, Sender};
 use crate::api::{self, ApiState};
 use crate::api::{TokenError, TokenSources, Tokens};
 use crate::config::{self, ClusterConfig, ConfigErrors};
@@ -88,12 +88,11 @@ pub struct Daemon {
     clustered: Option<(ClusterConfig, MemberId)>,
     /// The cluster, once joined ([`Daemon::join_cluster`]).
     cluster: std::sync::OnceLock<Cluster>,
-    /// The `alerts` section and every target's rule, when there is one: alerting starts with
-    /// the API, which its alerts link to.
-    alerting: Option<(
-        config::AlertsConfig,
-        std::collections::BTreeMap<probe::target::TargetId, Option<config::AlertRule>>,
-    )>,
+    /// The `alerts` section and where its rules come from, when there is one: alerting starts
+    /// with the API, which its alerts link to.
+    alerting: Option<(config::AlertsConfig, RuleFeed)>,
+    /// `--state-dir`: the alerts' outbox is kept there.
+    state_dir: Option<std::path::PathBuf>,
 }
 
 /// How long the API's connections get to close once the stop sequence is over: for answers
@@ -157,15 +156,14 @@ impl Daemon {
             tracing::warn!("icmp: {icmp}");
         }
         let files = loaded.files.len();
-        let alerting = loaded
-            .alerts
-            .clone()
-            .map(|alerts| (alerts, loaded.alert_rules.clone()));
+        let (rule_sink, rule_feed) = alerts::rule_channel(&loaded);
+        let alerting = loaded.alerts.clone().map(|alerts| (alerts, rule_feed));
         let (topology, diff) = TopologyHandle::start(
             engine.clone(),
             options.config.clone(),
             loaded,
             maintenance_store,
+            rule_sink,
             cancel.clone(),
         )?;
         tracing::info!(
@@ -191,6 +189,7 @@ impl Daemon {
             clustered,
             cluster: std::sync::OnceLock::new(),
             alerting,
+            state_dir: options.state_dir.clone(),
         };
         Ok(daemon)
     }
@@ -307,19 +306,23 @@ impl Daemon {
             tracing::warn!(%addr, "{}", api::UNTOKENED_BEYOND_LOOPBACK);
         }
         let alerts = self.alerting.clone().map(|(config, rules)| {
-            let name = self
-                .clustered
-                .as_ref()
-                .map_or_else(|| "probe-engine".to_owned(), |(_, name)| name.to_string());
+            // Alertmanager knows an alert by its labels: every member of a cluster labels its
+            // alerts with the cluster's prefix, so a handover goes on with the same alert.
+            let (label, member) = match &self.clustered {
+                Some((cluster, name)) => (cluster.prefix.clone(), name.to_string()),
+                None => ("probe-engine".to_owned(), "probe-engine".to_owned()),
+            };
             Alerter::start(
                 self.engine.clone(),
-                config,
+                &config,
                 rules,
                 Sender {
-                    name,
+                    label,
+                    member,
                     api: format!("http://{addr}"),
                     membership: self.cluster.get().map(Cluster::view),
                 },
+                self.state_dir.clone(),
                 self.cancel.clone(),
             )
         });
@@ -539,6 +542,14 @@ pub fn describe_metrics() {
         "probe_alert_notifications_total",
         "Notifications sent, by receiver (alertmanager, or a webhook's name) and result \
          (delivered or failed)."
+    );
+    metrics::describe_gauge!(
+        "probe_alert_outbox_size",
+        "Notifications waiting for a receiver (on disk with --state-dir)."
+    );
+    metrics::describe_counter!(
+        "probe_alert_outbox_dropped_total",
+        "Notifications dropped for room in a full outbox, oldest resolved first."
     );
     metrics::describe_counter!(
         "probe_topology_errors_total",

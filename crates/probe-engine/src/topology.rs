@@ -25,6 +25,7 @@ use probe_etcd::{EtcdDiscovery, Source, SourceConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::alerts::{DeclaredAlerts, FileRules, RuleSink};
 use crate::config::{self, Config, ConfigErrors};
 use crate::persist::StateStore;
 
@@ -133,12 +134,14 @@ impl TopologyHandle {
         path: PathBuf,
         loaded: Config,
         store: Option<StateStore>,
+        alerts: RuleSink,
         cancel: CancellationToken,
     ) -> Result<(Self, Diff), ConfigErrors> {
         let mut merger = Merger::new(SOURCES);
         let etcd = loaded.etcd.clone();
         let files = loaded.files.clone();
         let cluster = loaded.cluster.clone();
+        let started_receivers = receivers(&loaded);
         let resolver = (engine.resolver().clone(), loaded.resolver.clone());
         engine.set_per_target_histograms(loaded.metrics.per_target_histograms);
         merger.update(FILES, Catalog::from(loaded.topology));
@@ -180,6 +183,7 @@ impl TopologyHandle {
             resolver,
             engine: engine.clone(),
             cluster,
+            alerts: (alerts.files, started_receivers),
         };
         tokio::spawn(forward(files, FILES, 0, updates_tx.clone(), cancel.clone()));
         let mut looped = Loop {
@@ -192,6 +196,7 @@ impl TopologyHandle {
             store,
             etcd: None,
             incarnations: 0,
+            declared: alerts.declared,
             cancel: cancel.clone(),
         };
         looped.set_etcd(etcd);
@@ -256,6 +261,23 @@ struct FileSource {
     /// The `cluster` section the daemon started with: a member joins once, so a reload that
     /// changes it is said to wait for a restart.
     cluster: Option<config::ClusterConfig>,
+    /// Where the alert rules of each good load go; the receivers the daemon started with,
+    /// which (like the cluster) a reload cannot change.
+    alerts: (watch::Sender<Arc<FileRules>>, Option<Receivers>),
+}
+
+/// What of an `alerts` section only a restart changes: the receivers and the outbox.
+type Receivers = (
+    Option<config::AlertmanagerConfig>,
+    Vec<config::WebhookConfig>,
+    usize,
+);
+
+fn receivers(config: &Config) -> Option<Receivers> {
+    config
+        .alerts
+        .as_ref()
+        .map(|a| (a.alertmanager.clone(), a.webhooks.clone(), a.outbox_limit))
 }
 
 impl FileSource {
@@ -299,6 +321,20 @@ impl FileSource {
                              the targets' own replicas and quorum apply now"
                         );
                     }
+                    if receivers(&config) != self.alerts.1 {
+                        tracing::warn!(
+                            "the alerts section's receivers changed: they take effect at the next \
+                             start; the rules apply now"
+                        );
+                    }
+                    self.alerts.0.send_if_modified(|rules| {
+                        let new = FileRules::of(&config);
+                        let changed = **rules != new;
+                        if changed {
+                            *rules = Arc::new(new);
+                        }
+                        changed
+                    });
                     return Some(config);
                 }
                 Err(errors) => {
@@ -365,6 +401,8 @@ struct Loop {
     store: Option<StateStore>,
     etcd: Option<RunningEtcd>,
     incarnations: u64,
+    /// etcd's entries' `alert` keys, for the alerting loop.
+    declared: Arc<DeclaredAlerts>,
     cancel: CancellationToken,
 }
 
@@ -419,10 +457,15 @@ impl Loop {
         status.sync = match Source::new(config.clone()) {
             Ok(source) => {
                 let dir = self.dir.clone();
+                let declared = self.declared.clone();
                 let discovery = EtcdDiscovery::new(
                     source.snapshots(),
                     config.prefix.clone(),
-                    Box::new(move |name, key, value| config::parse_entry(name, key, value, &dir)),
+                    Box::new(move |name, key, value| {
+                        let entry = config::parse_declared(name, key, value, &dir)?;
+                        declared.set(entry.declaration.id().clone(), entry.alert);
+                        Ok(entry.declaration)
+                    }),
                 );
                 let receiver = source.status();
                 tokio::spawn(source.run(stop.clone()));

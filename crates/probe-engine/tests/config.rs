@@ -1000,7 +1000,7 @@ const CASES: &[Case] = &[
             (
                 4,
                 5,
-                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on, outlier, recovery, slow_start)"#,
+                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on, alert, outlier, recovery, slow_start)"#,
             ),
             (
                 5,
@@ -3538,5 +3538,70 @@ fn alert_mistakes_are_located() {
     assert_eq!(
         errors_of("targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    alert: false\n"),
         ["t.yaml:4:5: alert needs an alerts section to send to"]
+    );    // No alert is raised on MAINTENANCE (it silences) nor PROBING (no verdict); score_under is
+    // a group's, within (0, 1]; a webhook cannot take Alertmanager's name; the outbox holds one
+    // at least; a CA file must be readable.
+    let section = "alerts:\n  alertmanager: {urls: [\"https://127.0.0.1:9093\"], tls: {ca_file: missing.pem}}\n  webhooks:\n    - {name: alertmanager, url: \"http://127.0.0.1:1/\"}\n  defaults: {on: [MAINTENANCE, PROBING]}\n  outbox_limit: 0\n";
+    let errors = errors_of(&format!(
+        "{section}targets:\n  - id: a\n    tcp: {{address: \"127.0.0.1:1\"}}\n    alert: {{score_under: 0.5}}\n  - id: g\n    kind: group\n    depends_on: [{{target: a}}]\n    alert: {{score_under: 1.5}}\n"
+    ));
+    let expected = [
+        "t.yaml:2:67: cannot read CA file missing.pem",
+        "t.yaml:4:14: \"alertmanager\" names Alertmanager among the receivers; give the webhook another name",
+        "t.yaml:5:19: unknown state \"MAINTENANCE\" for \"on\"; expected one of DOWN, DEGRADED",
+        "t.yaml:5:32: unknown state \"PROBING\" for \"on\"",
+        "t.yaml:6:17: outbox_limit must be at least 1",
+        "t.yaml:10:13: score_under is for groups: a probed target alerts on its own state",
+        "t.yaml:14:26: score_under must be in (0, 1], not 1.5",
+    ];
+    assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+    for (error, start) in errors.iter().zip(expected) {
+        assert!(error.starts_with(start), "{error} does not start with {start}");
+    }
+}
+
+#[test]
+fn a_group_alerts_by_its_score_and_an_etcd_entry_carries_its_alert() {
+    let config = config::parse(
+        Path::new("t.yaml"),
+        "alerts:\n  webhooks: [{name: ops, url: \"http://127.0.0.1:1/\"}]\n  defaults: {for: 5s}\n  outbox_limit: 7\n\
+         targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n\
+         \x20 - id: g\n    kind: group\n    depends_on: [{target: a}]\n    alert: {score_under: 0.5}\n",
+    )
+    .unwrap();
+    assert_eq!(config.alerts.as_ref().unwrap().outbox_limit, 7);
+    let g = config.alert_rules[&probe::target::TargetId::new("g").unwrap()]
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (g.score_under, g.hold),
+        (Some(0.5), std::time::Duration::from_secs(5))
     );
+    let dir = Path::new(".");
+    let entry = config::parse_declared(
+        "db",
+        "k",
+        br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "alert": {"on": ["DEGRADED"], "for": "1m"}}"#,
+        dir,
+    )
+    .unwrap();
+    let rule = entry.alert.over(&config::AlertRule::default()).unwrap();
+    assert_eq!(rule.on, [probe::verdict::HealthState::Degraded]);
+    assert_eq!(rule.hold, std::time::Duration::from_secs(60));
+    let off = config::parse_declared(
+        "db",
+        "k",
+        br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "alert": false}"#,
+        dir,
+    )
+    .unwrap();
+    assert_eq!(off.alert.over(&config::AlertRule::default()), None);
+    let error = config::parse_declared(
+        "db",
+        "k",
+        br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "alert": {"score_under": 0.5}}"#,
+        dir,
+    )
+    .unwrap_err();
+    assert!(error.contains("score_under is for groups"), "{error}");
 }

@@ -1,146 +1,161 @@
-//! Delivery, one task per receiver: Alertmanager gets the firing alerts (and the ones just
-//! resolved) whenever they change and again every `resend`; a webhook gets each change in turn,
-//! retried with jittered backoff until it answers 2xx. Nothing waits for a receiver but its own
-//! task.
+//! Delivery, one task per receiver, each from its own place in the outbox: Alertmanager is
+//! posted what it has not had yet, in batches, and every alert firing again every `resend`; a
+//! webhook is posted each notification in turn, retried until it answers 2xx. A failure is
+//! retried with jittered backoff; nothing waits for a receiver but its own task.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use parking_lot::Mutex;
 use probe::tier::tls::{TlsTrust, client_config};
 use rand::RngExt;
-use tokio::sync::Notify;
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::Alert;
-use crate::config::{AlertmanagerConfig, AlertsConfig, WebhookConfig};
+use super::outbox::{Outbox, Receiver};
+use super::{Alert, rfc3339};
+use crate::config::{ALERTMANAGER, AlertmanagerConfig, AlertsConfig, WebhookConfig};
 
 /// The first retry after a failed delivery; doubled up to [`RETRY_MAX`], jittered.
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// What the receivers are to be told.
+/// Alerts per post to Alertmanager.
+const BATCH: usize = 1000;
+
+/// A receiver's client, and where and how it posts.
 #[derive(Clone)]
-pub(super) struct Outbox {
-    alertmanager: Option<Arc<Queue<AmState>>>,
-    webhooks: Vec<Arc<Queue<VecDeque<Alert>>>>,
-    /// Set while nothing may be sent (a member whose lease is lost).
-    held: Arc<AtomicBool>,
+pub(super) enum Target {
+    Alertmanager(AlertmanagerConfig, reqwest::Client),
+    Webhook(WebhookConfig, reqwest::Client),
 }
 
-/// A receiver's pending work and the signal that there is some.
-struct Queue<T> {
-    work: Mutex<T>,
-    wake: Notify,
-}
+impl Target {
+    /// Every receiver of `config`, Alertmanager first (the outbox's order).
+    pub fn all(config: &AlertsConfig) -> Vec<Self> {
+        let system = client(&TlsTrust::System);
+        config
+            .alertmanager
+            .iter()
+            .map(|am| Self::Alertmanager(am.clone(), client(&am.trust)))
+            .chain(
+                config
+                    .webhooks
+                    .iter()
+                    .map(|hook| Self::Webhook(hook.clone(), system.clone())),
+            )
+            .collect()
+    }
 
-impl<T> Queue<T> {
-    /// Waits for the next signal; `false` when cancelled first.
-    async fn woken(&self, cancel: &CancellationToken) -> bool {
-        tokio::select! {
-            () = cancel.cancelled() => false,
-            () = self.wake.notified() => true,
+    /// Its name among the receivers.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Alertmanager(..) => ALERTMANAGER,
+            Self::Webhook(hook, _) => &hook.name,
         }
     }
-}
 
-#[derive(Default)]
-struct AmState {
-    firing: Vec<Alert>,
-    /// Resolved since they were last sent.
-    resolved: Vec<Alert>,
-}
-
-impl Outbox {
-    /// Holds every delivery back (`true`), or lets it go on.
-    pub fn hold(&self, held: bool) {
-        if self.held.swap(held, Ordering::AcqRel) && !held {
-            if let Some(am) = &self.alertmanager {
-                am.wake.notify_one();
+    /// Posts `alerts` (one, for a webhook); `Ok` once every URL took them, else why not, in
+    /// words without the URL.
+    pub async fn post(&self, alerts: &[Alert]) -> Result<(), String> {
+        match self {
+            Self::Alertmanager(config, client) => {
+                let mut failed = None;
+                for chunk in alerts.chunks(BATCH) {
+                    let body: Vec<AmAlert<'_>> = chunk
+                        .iter()
+                        .map(|a| AmAlert::new(a, config.resend))
+                        .collect();
+                    for url in &config.urls {
+                        let endpoint =
+                            format!("{}/api/v2/alerts", url.to_string().trim_end_matches('/'));
+                        let mut request = client
+                            .post(&endpoint)
+                            .json(&body)
+                            .timeout(Duration::from_secs(10));
+                        if let Some(auth) = &config.basic_auth {
+                            request = request.basic_auth(&auth.username, Some(&auth.password));
+                        }
+                        if let Err(e) = send(request, ALERTMANAGER).await {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                failed.map_or(Ok(()), Err)
             }
-            for hook in &self.webhooks {
-                hook.wake.notify_one();
+            Self::Webhook(config, client) => {
+                let mut result = Ok(());
+                for alert in alerts {
+                    let mut request = client
+                        .post(config.url.to_string())
+                        .json(alert)
+                        .timeout(config.timeout);
+                    for (name, value) in config.headers.expose() {
+                        request = request.header(name, value);
+                    }
+                    result = result.and(send(request, &config.name).await);
+                }
+                result
             }
-        }
-    }
-
-    /// Hands the alerts firing now, and those that changed, to every receiver.
-    pub fn update(&self, firing: Vec<Alert>, changed: Vec<Alert>) {
-        if let Some(am) = &self.alertmanager {
-            let mut state = am.work.lock();
-            let dirty = !changed.is_empty();
-            state
-                .resolved
-                .extend(changed.iter().filter(|a| a.status == "resolved").cloned());
-            state.firing = firing;
-            drop(state);
-            if dirty {
-                am.wake.notify_one();
-            }
-        }
-        if changed.is_empty() {
-            return;
-        }
-        for hook in &self.webhooks {
-            hook.work.lock().extend(changed.iter().cloned());
-            hook.wake.notify_one();
         }
     }
 }
 
-/// Starts a delivery task per receiver of `config`.
-pub(super) fn start(config: &AlertsConfig, cancel: CancellationToken) -> Outbox {
-    let client = client();
-    let held = Arc::new(AtomicBool::new(false));
-    let alertmanager = config.alertmanager.clone().map(|am| {
-        let queue = Arc::new(Queue {
-            work: Mutex::new(AmState::default()),
-            wake: Notify::new(),
-        });
-        tokio::spawn(alertmanager(
-            am,
-            queue.clone(),
-            client.clone(),
-            held.clone(),
-            cancel.clone(),
-        ));
-        queue
-    });
-    let webhooks = config
-        .webhooks
-        .iter()
-        .map(|hook| {
-            let queue = Arc::new(Queue {
-                work: Mutex::new(VecDeque::new()),
-                wake: Notify::new(),
-            });
-            tokio::spawn(webhook(
-                hook.clone(),
-                queue.clone(),
-                client.clone(),
-                held.clone(),
-                cancel.clone(),
-            ));
-            queue
-        })
-        .collect();
-    Outbox {
-        alertmanager,
-        webhooks,
-        held,
+/// An alert as Alertmanager's v2 API takes it. A firing one ends after four `resend`s unless
+/// sent again, as Prometheus does it: a sender that died does not leave it firing forever.
+#[derive(Serialize)]
+struct AmAlert<'a> {
+    labels: &'a std::collections::BTreeMap<String, String>,
+    annotations: &'a std::collections::BTreeMap<String, String>,
+    #[serde(rename = "startsAt")]
+    starts_at: &'a str,
+    #[serde(rename = "endsAt")]
+    ends_at: String,
+    #[serde(rename = "generatorURL")]
+    generator_url: &'a str,
+}
+
+impl<'a> AmAlert<'a> {
+    fn new(alert: &'a Alert, resend: Duration) -> Self {
+        let ends_at = alert
+            .ends_at
+            .clone()
+            .unwrap_or_else(|| rfc3339(SystemTime::now() + 4 * resend));
+        Self {
+            labels: &alert.labels,
+            annotations: &alert.annotations,
+            starts_at: &alert.starts_at,
+            ends_at,
+            generator_url: &alert.generator_url,
+        }
     }
 }
 
-/// The client every receiver uses: the probes' TLS trust (the system's), no redirects, no proxy.
-fn client() -> reqwest::Client {
+/// Starts a delivery task per receiver.
+pub(super) fn start(targets: Vec<Target>, outbox: &Outbox, cancel: &CancellationToken) {
+    for target in targets {
+        let Some(place) = outbox.receiver(target.name()) else {
+            continue;
+        };
+        match &target {
+            Target::Alertmanager(config, _) => {
+                let resend = config.resend;
+                tokio::spawn(alertmanager(target, resend, place, cancel.clone()));
+            }
+            Target::Webhook(..) => {
+                tokio::spawn(webhook(target, place, cancel.clone()));
+            }
+        }
+    }
+}
+
+/// The client of one receiver: `trust` for its certificates, no redirects, no proxy.
+fn client(trust: &TlsTrust) -> reqwest::Client {
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("probe-engine/", env!("CARGO_PKG_VERSION")));
-    if let Ok(tls) = client_config(Some(&TlsTrust::System)) {
-        builder = builder.tls_backend_preconfigured(tls);
+    match client_config(Some(trust)) {
+        Ok(tls) => builder = builder.tls_backend_preconfigured(tls),
+        Err(e) => tracing::error!(error = %e, "alerts: TLS cannot be set up; https receivers will fail"),
     }
     builder.build().unwrap_or_else(|e| {
         tracing::error!(error = %e, "alerts: the HTTP client could not be built; none will be sent");
@@ -148,132 +163,106 @@ fn client() -> reqwest::Client {
     })
 }
 
-/// Sends the firing alerts (and the resolved ones not sent yet) to every URL on each change and
-/// every `resend`; a URL that fails is tried again with backoff, the others are not held up.
+/// Posts what Alertmanager has not had, and every firing alert again every `resend` (so a
+/// restarted Alertmanager learns them again).
 async fn alertmanager(
-    config: AlertmanagerConfig,
-    queue: Arc<Queue<AmState>>,
-    client: reqwest::Client,
-    held: Arc<AtomicBool>,
+    target: Target,
+    resend: Duration,
+    place: Receiver,
     cancel: CancellationToken,
 ) {
     let mut retry = RETRY_MIN;
+    let mut next_resend = tokio::time::Instant::now() + resend;
     loop {
-        if held.load(Ordering::Acquire) {
-            if !queue.woken(&cancel).await {
-                return;
-            }
-            continue;
-        }
-        let (batch, resolved) = {
-            let state = queue.work.lock();
-            let resolved = state.resolved.len();
-            let batch: Vec<Alert> = state
-                .firing
-                .iter()
-                .chain(&state.resolved)
-                .cloned()
-                .collect();
-            (batch, resolved)
-        };
-        let mut failed = false;
-        if !batch.is_empty() {
-            for url in &config.urls {
-                let endpoint = format!("{}/api/v2/alerts", url.to_string().trim_end_matches('/'));
-                let mut request = client
-                    .post(&endpoint)
-                    .json(&batch)
-                    .timeout(Duration::from_secs(10));
-                if let Some(auth) = &config.basic_auth {
-                    request = request.basic_auth(&auth.username, Some(&auth.password));
-                }
-                failed |= !deliver(request, "alertmanager").await;
-            }
-        }
-        if failed {
+        if place.held() {
             tokio::select! {
                 () = cancel.cancelled() => return,
-                () = tokio::time::sleep(jittered(retry)) => {}
+                () = place.woken() => continue,
             }
-            retry = (retry * 2).min(RETRY_MAX);
+        }
+        let (seqs, mut alerts) = place.batch(BATCH);
+        let full = tokio::time::Instant::now() >= next_resend;
+        if full {
+            // Everything firing, with what is new: one pass that also carries the news.
+            let news: std::collections::BTreeSet<String> =
+                alerts.iter().map(|a| a.fingerprint.clone()).collect();
+            alerts.extend(
+                place
+                    .open()
+                    .into_iter()
+                    .filter(|a| !news.contains(&a.fingerprint)),
+            );
+        }
+        if alerts.is_empty() {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = place.woken() => {}
+                () = tokio::time::sleep_until(next_resend) => {}
+            }
             continue;
         }
-        retry = RETRY_MIN;
-        // Sent everywhere: the resolved ones are done.
-        queue.work.lock().resolved.drain(..resolved);
+        if target.post(&alerts).await.is_ok() {
+            place.delivered(&seqs);
+            retry = RETRY_MIN;
+            if full {
+                next_resend = tokio::time::Instant::now() + resend;
+            }
+            continue;
+        }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = queue.wake.notified() => {}
-            () = tokio::time::sleep(config.resend) => {}
+            () = tokio::time::sleep(jittered(retry)) => {}
         }
+        retry = (retry * 2).min(RETRY_MAX);
     }
 }
 
-/// Posts each change in turn, retrying one until it is delivered before the next, so a
+/// Posts each notification in turn, retrying one until it is delivered before the next, so a
 /// receiver sees a target's firing before its resolved.
-async fn webhook(
-    config: WebhookConfig,
-    queue: Arc<Queue<VecDeque<Alert>>>,
-    client: reqwest::Client,
-    held: Arc<AtomicBool>,
-    cancel: CancellationToken,
-) {
+async fn webhook(target: Target, place: Receiver, cancel: CancellationToken) {
     let mut retry = RETRY_MIN;
+    let mut after = 0;
     loop {
-        if held.load(Ordering::Acquire) {
-            if !queue.woken(&cancel).await {
-                return;
-            }
-            continue;
-        }
-        let next = queue.work.lock().front().cloned();
-        let Some(alert) = next else {
-            if !queue.woken(&cancel).await {
-                return;
+        let next = (!place.held()).then(|| place.next(after)).flatten();
+        let Some((seq, alert)) = next else {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = place.woken() => {}
             }
             continue;
         };
-        let mut request = client
-            .post(config.url.to_string())
-            .json(&alert)
-            .timeout(config.timeout);
-        for (name, value) in config.headers.expose() {
-            request = request.header(name, value);
-        }
-        if deliver(request, &config.name).await {
-            queue.work.lock().pop_front();
+        if target.post(std::slice::from_ref(&alert)).await.is_ok() {
+            place.delivered(&[seq]);
+            after = seq;
             retry = RETRY_MIN;
-        } else {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(jittered(retry)) => {}
-            }
-            retry = (retry * 2).min(RETRY_MAX);
+            continue;
         }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(jittered(retry)) => {}
+        }
+        retry = (retry * 2).min(RETRY_MAX);
     }
 }
 
 /// Sends one request to `receiver`: delivered when it answers 2xx. The outcome is counted, and a
 /// failure logged (without the URL).
-async fn deliver(request: reqwest::RequestBuilder, receiver: &str) -> bool {
-    let ok = match request.send().await {
-        Ok(answer) if answer.status().is_success() => true,
-        Ok(answer) => {
-            tracing::warn!(receiver, status = %answer.status(), "alert receiver refused a notification");
-            false
-        }
-        Err(e) => {
-            tracing::warn!(receiver, error = %without_url(&e), "alert receiver not reached");
-            false
-        }
+async fn send(request: reqwest::RequestBuilder, receiver: &str) -> Result<(), String> {
+    let result = match request.send().await {
+        Ok(answer) if answer.status().is_success() => Ok(()),
+        Ok(answer) => Err(format!("answered {}", answer.status())),
+        Err(e) => Err(without_url(&e)),
     };
+    if let Err(e) = &result {
+        tracing::warn!(receiver, error = %e, "alert receiver did not take a notification");
+    }
     metrics::counter!(
         "probe_alert_notifications_total",
         "receiver" => receiver.to_owned(),
-        "result" => if ok { "delivered" } else { "failed" }
+        "result" => if result.is_ok() { "delivered" } else { "failed" }
     )
     .increment(1);
-    ok
+    result
 }
 
 /// Between half of `step` and all of it, at random: receivers that failed together do not all

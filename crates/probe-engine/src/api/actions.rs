@@ -1,5 +1,5 @@
 //! The routes that change something: operator maintenance, reported calls, circuit commands,
-//! readmitting an ejected target, and the drain.
+//! readmitting an ejected target, the drain, and a test notification.
 //!
 //! Each handler takes an [`Authorized`] extractor, so that none runs for a peer the guard refuses;
 //! it then validates its body into the library's types (with the limits an operator request must
@@ -35,6 +35,29 @@ pub(super) async fn drain(
         state.stop.cancel();
     }
     (StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response()
+}
+
+/// `POST /v1/alerts/test`: a test notification to every receiver, answered with each one's
+/// outcome once all have answered (200 when every one took it, 502 when one did not); 404
+/// without an `alerts` section.
+pub(super) async fn test_alert(
+    State(state): State<Arc<ApiState>>,
+    Authorized(actor): Authorized,
+) -> Response {
+    let Some(alerter) = &state.alerts else {
+        return super::shared::error(
+            StatusCode::NOT_FOUND,
+            "no alerts: this daemon's config has no alerts section",
+        );
+    };
+    tracing::info!(%actor, "test notification requested through the API");
+    let results = alerter.test().await;
+    let status = if results.iter().all(|r| r.delivered) {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    (status, Json(json!({ "receivers": results }))).into_response()
 }
 
 /// The body of `PUT /v1/targets/{id}/maintenance`.

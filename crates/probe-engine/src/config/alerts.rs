@@ -7,17 +7,23 @@
 //!     urls: ["http://127.0.0.1:9093"]       # all are sent to, as Prometheus does
 //!     basic_auth: { username: pe, password: "${AM_PASSWORD}" }   # optional
 //!     resend: 1m                            # firing alerts sent again (default 1m)
+//!     tls: { ca_file: ca.pem }              # optional, for https:// URLs
 //!   webhooks:
 //!     - name: ops
 //!       url: http://127.0.0.1:8099/hook
 //!       headers: { Authorization: "Bearer ${HOOK_TOKEN}" }       # values are secrets
 //!       timeout: 5s                         # default 5s
 //!   defaults: { on: [DOWN], for: 0s, severity: page, labels: { team: core } }
+//!   outbox_limit: 50000                     # notifications kept for the receivers (default)
 //! targets:
 //!   - id: orders-db
 //!     tcp: { address: 127.0.0.1:5432 }
 //!     alert: { on: [DOWN, DEGRADED], for: 30s, annotations: { runbook: "https://..." } }
 //!     # or alert: false
+//!   - id: checkout
+//!     kind: group
+//!     depends_on: [{ target: orders-db, critical: true }]
+//!     alert: { score_under: 0.5 }           # a group alerts when DOWN or under its score
 //! ```
 //!
 //! A target's `alert` keys win over `defaults`, key by key (`labels` and `annotations` merge,
@@ -29,18 +35,23 @@ use std::time::Duration;
 
 use probe::tier::http::expand_env;
 use probe::tier::http::{HttpUrl, RequestHeaders};
+use probe::tier::tls::TlsTrust;
 use probe::verdict::HealthState;
 use serde::Deserialize;
 
 use super::diagnostics::quote;
 use super::files::Source;
-use super::http::headers;
-use super::node::{BoolOr, Diags, Entries, Node, Sp, collect};
+use super::http::{headers, trust};
+use super::node::{BoolOr, Diags, Entries, Node, Pos, Sp, collect};
 use super::schedule::{Slot, duration};
 use super::words::one_of;
 
-/// The states an alert may be raised on, by their API names.
-const STATES: [&str; 4] = ["DOWN", "DEGRADED", "PROBING", "MAINTENANCE"];
+/// The states an alert may be raised on, by their API names. PROBING is no verdict (a target
+/// held there for flapping raises `ProbeFlapping`), and MAINTENANCE is by definition silent.
+const STATES: [&str; 2] = ["DOWN", "DEGRADED"];
+
+/// Receivers a notification can be owed to: Alertmanager and the webhooks, one bit each.
+pub const MAX_WEBHOOKS: usize = 63;
 
 #[derive(Deserialize)]
 #[serde(rename = "alerts", deny_unknown_fields)]
@@ -48,6 +59,7 @@ struct RawAlerts {
     alertmanager: Option<Sp<RawAlertmanager>>,
     webhooks: Option<Vec<Sp<RawWebhook>>>,
     defaults: Option<Sp<RawRule>>,
+    outbox_limit: Option<Sp<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -56,6 +68,14 @@ struct RawAlertmanager {
     urls: Sp<Vec<Sp<String>>>,
     basic_auth: Option<Sp<RawBasicAuth>>,
     resend: Option<Sp<String>>,
+    tls: Option<Sp<RawTls>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "tls", deny_unknown_fields)]
+struct RawTls {
+    ca_file: Option<Sp<String>>,
+    insecure_skip_verify: Option<Sp<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +104,7 @@ pub(super) struct RawRule {
     severity: Option<Sp<String>>,
     labels: Option<Sp<Entries<String>>>,
     annotations: Option<Sp<Entries<String>>>,
+    score_under: Option<Sp<f64>>,
 }
 
 /// What the `alerts` section says.
@@ -95,7 +116,25 @@ pub struct AlertsConfig {
     pub webhooks: Vec<WebhookConfig>,
     /// The rule of every target that sets no `alert` of its own.
     pub defaults: AlertRule,
+    /// How many notifications wait for the receivers at most; past it the oldest resolved
+    /// ones go first.
+    pub outbox_limit: usize,
 }
+
+impl AlertsConfig {
+    /// Every receiver's name, Alertmanager's (`alertmanager`) first: the names metrics and the
+    /// outbox know them by.
+    pub fn receivers(&self) -> Vec<String> {
+        self.alertmanager
+            .iter()
+            .map(|_| ALERTMANAGER.to_owned())
+            .chain(self.webhooks.iter().map(|w| w.name.clone()))
+            .collect()
+    }
+}
+
+/// Alertmanager's name among the receivers; a webhook may not take it.
+pub const ALERTMANAGER: &str = "alertmanager";
 
 /// Alertmanager's v2 API, at every URL.
 #[derive(Clone, Debug, PartialEq)]
@@ -106,6 +145,8 @@ pub struct AlertmanagerConfig {
     pub basic_auth: Option<BasicAuth>,
     /// How often firing alerts are sent again (less than Alertmanager's `resolve_timeout`).
     pub resend: Duration,
+    /// Which certificates `https://` URLs are trusted with: the system's, by default.
+    pub trust: TlsTrust,
 }
 
 /// A user name and its password; the password never shows.
@@ -140,7 +181,7 @@ pub struct WebhookConfig {
 }
 
 /// When a target alerts, and what its alerts carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AlertRule {
     /// The states it alerts in.
     pub on: Vec<HealthState>,
@@ -152,6 +193,8 @@ pub struct AlertRule {
     pub labels: BTreeMap<String, String>,
     /// Annotations added to its alerts.
     pub annotations: BTreeMap<String, String>,
+    /// A group's alert also fires while its score is under this.
+    pub score_under: Option<f64>,
 }
 
 impl Default for AlertRule {
@@ -163,18 +206,21 @@ impl Default for AlertRule {
             severity: "page".to_owned(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            score_under: None,
         }
     }
 }
 
 /// A rule as one block gives it: only the keys it sets.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct PartialRule {
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PartialRule {
     on: Option<Vec<HealthState>>,
     hold: Option<Duration>,
     severity: Option<String>,
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
+    /// The threshold, and where it was set (only a group may set one).
+    score_under: Option<(f64, Pos)>,
 }
 
 impl PartialRule {
@@ -193,13 +239,19 @@ impl PartialRule {
                 .unwrap_or_else(|| base.severity.clone()),
             labels,
             annotations,
+            score_under: self.score_under.map(|(t, _)| t).or(base.score_under),
         }
+    }
+
+    /// Where `score_under` is set, if it is.
+    pub(super) fn score_under_at(&self) -> Option<Pos> {
+        self.score_under.map(|(_, at)| at)
     }
 }
 
 /// A target's or group's `alert` key: off, or its own keys over the defaults.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) enum TargetAlert {
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum TargetAlert {
     /// No `alert` key: the defaults.
     #[default]
     Defaults,
@@ -207,6 +259,17 @@ pub(super) enum TargetAlert {
     Off,
     /// `alert: {...}`.
     Rule(PartialRule),
+}
+
+impl TargetAlert {
+    /// The rule it gives with `defaults`; `None` for `alert: false`.
+    pub fn over(&self, defaults: &AlertRule) -> Option<AlertRule> {
+        match self {
+            Self::Defaults => Some(defaults.clone()),
+            Self::Off => None,
+            Self::Rule(rule) => Some(rule.over(defaults)),
+        }
+    }
 }
 
 /// The `alerts` section; `None` when invalid (every problem reported).
@@ -234,6 +297,18 @@ pub(super) fn parse(
                 format!("webhook name {} is used twice", quote(&name)),
             ));
         }
+        if name == ALERTMANAGER {
+            diags.push((
+                hook.value.name.pos,
+                format!("{} names Alertmanager among the receivers; give the webhook another name", quote(&name)),
+            ));
+        }
+        if names.len() == MAX_WEBHOOKS {
+            diags.push((
+                hook.key,
+                format!("at most {MAX_WEBHOOKS} webhooks; route through Alertmanager for more"),
+            ));
+        }
         names.push(name);
         if let Some(hook) = webhook(hook.value, source, diags) {
             webhooks.push(hook);
@@ -243,10 +318,19 @@ pub(super) fn parse(
         .defaults
         .and_then(|d| rule(&d.value, diags))
         .map_or_else(AlertRule::default, |d| d.over(&AlertRule::default()));
+    let outbox_limit = match raw.outbox_limit {
+        Some(limit) if limit.value == 0 => {
+            diags.push((limit.pos, "outbox_limit must be at least 1".to_owned()));
+            DEFAULT_OUTBOX_LIMIT
+        }
+        Some(limit) => limit.value as usize,
+        None => DEFAULT_OUTBOX_LIMIT,
+    };
     (diags.len() == before).then_some(AlertsConfig {
         alertmanager,
         webhooks,
         defaults,
+        outbox_limit,
     })
 }
 
@@ -287,10 +371,21 @@ fn alertmanager(
         Slot::Set { value, .. } => value,
         Slot::Absent | Slot::Invalid => DEFAULT_RESEND,
     };
+    let trust = match raw.tls {
+        Some(tls) => trust(
+            tls.value.ca_file,
+            tls.value.insecure_skip_verify,
+            source.dir,
+            diags,
+        )
+        .unwrap_or_default(),
+        None => TlsTrust::System,
+    };
     (diags.len() == before).then_some(AlertmanagerConfig {
         urls,
         basic_auth,
         resend,
+        trust,
     })
 }
 
@@ -368,16 +463,27 @@ pub(super) fn rule(raw: &RawRule, diags: &mut Diags) -> Option<PartialRule> {
     };
     let labels = entries(&raw.labels, "label", diags);
     let annotations = entries(&raw.annotations, "annotation", diags);
+    let score_under = raw.score_under.as_ref().and_then(|t| {
+        if !(t.value > 0.0 && t.value <= 1.0) {
+            diags.push((
+                t.pos,
+                format!("score_under must be in (0, 1], not {}", t.value),
+            ));
+            return None;
+        }
+        Some((t.value, t.key))
+    });
     (diags.len() == before).then_some(PartialRule {
         on,
         hold,
         severity,
         labels,
         annotations,
+        score_under,
     })
 }
 
-/// A target's `alert` key.
+/// A target's or group's `alert` key.
 pub(super) fn target_alert(raw: Option<&Sp<BoolOr<RawRule>>>, diags: &mut Diags) -> TargetAlert {
     match raw.map(|r| &r.value) {
         None | Some(BoolOr::Bool(true)) => TargetAlert::Defaults,
@@ -402,3 +508,6 @@ fn label_name(name: &str) -> bool {
 const DEFAULT_RESEND: Duration = Duration::from_secs(60);
 /// A receiver slower than this is retried later, not waited for.
 const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Enough for every target of a large fleet going DOWN at once and resolving before a receiver
+/// is back (tens of megabytes at most).
+const DEFAULT_OUTBOX_LIMIT: usize = 50_000;

@@ -61,11 +61,12 @@ struct RawReadiness {
 }
 
 /// The keys a group may have: it has no probe, schedule or maintenance; its passive-health keys
-/// make it a pool.
+/// make it a pool, and it may alert.
 const GROUP_KEYS: &[&str] = &[
     "id",
     "kind",
     "depends_on",
+    "alert",
     "outlier",
     "recovery",
     "slow_start",

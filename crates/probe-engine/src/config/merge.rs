@@ -281,8 +281,10 @@ pub(super) fn finish(
         "alerts",
         |o| o.alerts.take(),
         &mut late,
-    )
-    .and_then(|(_, alerts)| alerts);
+    );
+    // An invalid section is reported as it is, not again at every `alert` key.
+    let section = alerts.is_some();
+    let alerts = alerts.and_then(|(_, alerts)| alerts);
     // Each target's rule over the defaults; without the section, an `alert` key has nowhere to
     // send to.
     let mut alert_rules = BTreeMap::new();
@@ -290,21 +292,26 @@ pub(super) fn finish(
         for target in &outcome.targets {
             let Some((id, _)) = &target.id else { continue };
             let (alert, at) = &target.alert;
+            if let TargetAlert::Rule(rule) = alert
+                && let Some(at) = rule.score_under_at()
+                && !target.group
+            {
+                late.push((
+                    index,
+                    at,
+                    "score_under is for groups: a probed target alerts on its own state".to_owned(),
+                ));
+            }
             match (&alerts, alert) {
                 (None, TargetAlert::Defaults) => {}
+                (None, _) if section => {}
                 (None, _) => late.push((
                     index,
                     *at,
                     "alert needs an alerts section to send to".to_owned(),
                 )),
-                (Some(config), TargetAlert::Defaults) => {
-                    alert_rules.insert(id.clone(), Some(config.defaults.clone()));
-                }
-                (Some(_), TargetAlert::Off) => {
-                    alert_rules.insert(id.clone(), None);
-                }
-                (Some(config), TargetAlert::Rule(rule)) => {
-                    alert_rules.insert(id.clone(), Some(rule.over(&config.defaults)));
+                (Some(config), alert) => {
+                    alert_rules.insert(id.clone(), alert.over(&config.defaults));
                 }
             }
         }

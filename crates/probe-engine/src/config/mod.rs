@@ -124,9 +124,12 @@ use std::path::Path;
 
 pub(crate) use diagnostics::file_error;
 pub use diagnostics::{ConfigError, ConfigErrors};
-pub use targets::parse_entry;
+pub use targets::{Declared, parse_declared, parse_entry};
 
-pub use alerts::{AlertRule, AlertmanagerConfig, AlertsConfig, BasicAuth, WebhookConfig};
+pub use alerts::{
+    ALERTMANAGER, AlertRule, AlertmanagerConfig, AlertsConfig, BasicAuth, PartialRule, TargetAlert,
+    WebhookConfig,
+};
 pub use cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
 use files::{Source, list_files, process_env, read_file};
 pub use merge::Config;

@@ -81,6 +81,29 @@ pub fn parse_entry(
     value: &[u8],
     dir: &Path,
 ) -> Result<Declaration, String> {
+    parse_declared(name, origin, value, dir).map(|d| d.declaration)
+}
+
+/// A declaration kept outside the files, with its `alert` key: the alerts' part of it, which
+/// the library's [`Declaration`] does not carry.
+#[derive(Debug)]
+pub struct Declared {
+    /// The target or group.
+    pub declaration: Declaration,
+    /// Its `alert` key, taken over `alerts.defaults` wherever there is an `alerts` section.
+    pub alert: TargetAlert,
+}
+
+/// [`parse_entry`], with the entry's `alert` key.
+///
+/// # Errors
+/// As [`parse_entry`].
+pub fn parse_declared(
+    name: &str,
+    origin: &str,
+    value: &[u8],
+    dir: &Path,
+) -> Result<Declared, String> {
     let text = std::str::from_utf8(value).map_err(|e| format!("the value is not UTF-8: {e}"))?;
     let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) if matches!(root.kind, Kind::Map(_)) => root,
@@ -106,6 +129,14 @@ pub fn parse_entry(
                 quote(id.as_str()),
                 quote(name)
             ),
+        ));
+    }
+    if let (TargetAlert::Rule(rule), false) = (&parsed.alert.0, parsed.group)
+        && let Some(at) = rule.score_under_at()
+    {
+        diags.push((
+            at,
+            "score_under is for groups: a probed target alerts on its own state".to_owned(),
         ));
     }
     if !diags.is_empty() {
@@ -135,15 +166,21 @@ pub fn parse_entry(
                     .map_err(|(pos, message)| format!("{}:{}: {message}", pos.line, pos.column))?;
                 spec.replication = Some(replication);
             }
-            Ok(Declaration::Target {
-                spec: Box::new(spec),
-                depends_on,
+            Ok(Declared {
+                declaration: Declaration::Target {
+                    spec: Box::new(spec),
+                    depends_on,
+                },
+                alert: parsed.alert.0,
             })
         }
-        None => Ok(Declaration::Group {
-            id: node.id,
-            depends_on,
-            pool: parsed.pool,
+        None => Ok(Declared {
+            declaration: Declaration::Group {
+                id: node.id,
+                depends_on,
+                pool: parsed.pool,
+            },
+            alert: parsed.alert.0,
         }),
     }
 }
@@ -201,6 +238,10 @@ pub(super) fn parse_target(
         depends_on,
         partial: kind.is_none() || !complete,
     });
+    let alert = (
+        target_alert(raw.alert.as_ref(), diags),
+        raw.alert.as_ref().map_or(Pos::NONE, |a| a.key),
+    );
     // An invalid kind was reported; what a target of that kind would need is unknown.
     if kind != Some(NodeKind::Probed) {
         let mut pool = None;
@@ -225,17 +266,13 @@ pub(super) fn parse_target(
             group: kind == Some(NodeKind::Group),
             pool,
             votes: Votes::default(),
-            alert: (TargetAlert::Defaults, Pos::NONE),
+            alert,
         };
     }
 
     passive::check_target_keys(&raw.passive(), &label, diags);
     let passive = Passive::parse(&raw.passive().target_keys(), diags);
     let votes = raw.votes(diags).or(defaults.votes);
-    let alert = (
-        target_alert(raw.alert.as_ref(), diags),
-        raw.alert.as_ref().map_or(Pos::NONE, |a| a.key),
-    );
     let sched = Sched::parse(&raw.schedule(), diags).or(&defaults.sched);
     let (health, passive) = if clean && defaults_clean {
         (

@@ -1,0 +1,496 @@
+//! The outbox: every notification, kept until each receiver it is for has taken it, and with
+//! `--state-dir` written to disk before any receiver sees it, so a restart loses none.
+//!
+//! The file (`<state-dir>/alerts.jsonl`) is a journal, one JSON record per line: a notification
+//! (`note`, with the receivers it is for), a receiver's delivery of one (`ack`), one dropped for
+//! room (`drop`), and, after a compaction, the alerts firing (`open`), from which the episodes
+//! go on after a restart. New notifications are appended and synced (`fsync`) in one write per
+//! look at the engine, before they are handed out; deliveries are appended without a sync, so a
+//! crash can only make a notification be delivered again, never lost. When the journal has grown
+//! to twice what it holds, it is rewritten (temporary file, sync, rename). A torn last line (a
+//! crash mid-write) is skipped.
+//!
+//! The outbox is bounded: past `outbox_limit` notifications, the oldest resolved one goes first
+//! (its receivers miss an end, not a page), then the oldest; each is counted
+//! (`probe_alert_outbox_dropped_total`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use super::{Alert, Status};
+
+/// The journal is not compacted below this size.
+const COMPACT_FROM: u64 = 1 << 20;
+
+/// One line of the journal.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Record {
+    /// A notification for the receivers named.
+    Note {
+        seq: u64,
+        to: Vec<String>,
+        alert: Alert,
+    },
+    /// Receiver `by` has notification `seq`.
+    Ack { seq: u64, by: String },
+    /// Notification `seq` was dropped for room.
+    Drop { seq: u64 },
+    /// An alert firing when the journal was compacted.
+    Open { alert: Alert },
+}
+
+/// A notification and the receivers that still need it, one bit each.
+struct Note {
+    alert: Alert,
+    owed: u64,
+}
+
+/// What the outbox holds.
+struct Book {
+    /// Receiver names, by index (their bit).
+    receivers: Vec<String>,
+    notes: BTreeMap<u64, Note>,
+    /// The resolved ones among them, oldest first: the first to drop.
+    resolved: BTreeSet<u64>,
+    /// Alerts firing now, by fingerprint: what Alertmanager is sent again every `resend`.
+    open: BTreeMap<String, Alert>,
+    next_seq: u64,
+    limit: usize,
+    /// Deliveries and drops not written to the journal yet.
+    unwritten: Vec<Record>,
+}
+
+impl Book {
+    fn bit(&self, name: &str) -> Option<u64> {
+        self.receivers
+            .iter()
+            .position(|r| r == name)
+            .map(|i| 1 << i)
+    }
+
+    fn names(&self, owed: u64) -> Vec<String> {
+        self.receivers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| owed & (1 << i) != 0)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Follows `alert` in the alerts firing.
+    fn follow(&mut self, alert: &Alert) {
+        match alert.status {
+            Status::Firing => {
+                self.open.insert(alert.fingerprint.clone(), alert.clone());
+            }
+            Status::Resolved => {
+                self.open.remove(&alert.fingerprint);
+            }
+        }
+    }
+
+    fn insert(&mut self, seq: u64, note: Note) {
+        if note.owed == 0 {
+            return;
+        }
+        if note.alert.status == Status::Resolved {
+            self.resolved.insert(seq);
+        }
+        self.notes.insert(seq, note);
+    }
+
+    fn remove(&mut self, seq: u64) {
+        self.notes.remove(&seq);
+        self.resolved.remove(&seq);
+    }
+
+    /// Drops notifications past the limit, oldest resolved first.
+    fn bound(&mut self) {
+        while self.notes.len() > self.limit {
+            let Some(seq) = self
+                .resolved
+                .first()
+                .copied()
+                .or_else(|| self.notes.keys().next().copied())
+            else {
+                return;
+            };
+            self.remove(seq);
+            self.unwritten.push(Record::Drop { seq });
+            metrics::counter!("probe_alert_outbox_dropped_total").increment(1);
+        }
+    }
+
+    fn apply(&mut self, record: Record) {
+        match record {
+            Record::Note { seq, to, alert } => {
+                self.next_seq = self.next_seq.max(seq + 1);
+                self.follow(&alert);
+                let owed = to.iter().filter_map(|name| self.bit(name)).fold(0, |a, b| a | b);
+                self.insert(seq, Note { alert, owed });
+            }
+            Record::Ack { seq, by } => {
+                if let (Some(bit), Some(note)) = (self.bit(&by), self.notes.get_mut(&seq)) {
+                    note.owed &= !bit;
+                    if note.owed == 0 {
+                        self.remove(seq);
+                    }
+                }
+            }
+            Record::Drop { seq } => self.remove(seq),
+            Record::Open { alert } => self.follow(&alert),
+        }
+    }
+
+    /// Everything the book holds, as the records of a compacted journal.
+    fn snapshot(&self) -> Vec<Record> {
+        self.open
+            .values()
+            .map(|alert| Record::Open {
+                alert: alert.clone(),
+            })
+            .chain(self.notes.iter().map(|(&seq, note)| Record::Note {
+                seq,
+                to: self.names(note.owed),
+                alert: note.alert.clone(),
+            }))
+            .collect()
+    }
+}
+
+/// The journal file.
+struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Its length now, and just after its last compaction.
+    len: u64,
+    compacted: u64,
+    /// Set when a write failed: it may have left half a line, which the next must not extend.
+    torn: bool,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `dir` and reads its records.
+    fn open(dir: &Path) -> std::io::Result<(Self, Vec<Record>)> {
+        let path = dir.join("alerts.jsonl");
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut records = Vec::new();
+        for (n, line) in text.split(|&b| b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Record>(line) {
+                Ok(record) => records.push(record),
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    line = n + 1,
+                    error = %e,
+                    "alert outbox: a record that does not parse is skipped (a write the daemon did not finish?)"
+                ),
+            }
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let len = file.metadata()?.len();
+        Ok((
+            Self {
+                path,
+                file,
+                len,
+                compacted: len,
+                torn: text.last().is_some_and(|&b| b != b'\n'),
+            },
+            records,
+        ))
+    }
+
+    /// Appends `lines`; synced when `sync`.
+    fn append(&mut self, lines: &[u8], sync: bool) -> std::io::Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let written = self.write(lines, sync);
+        self.torn = written.is_err();
+        written
+    }
+
+    fn write(&mut self, lines: &[u8], sync: bool) -> std::io::Result<()> {
+        // A line left torn by a crash or a failed write must not run into this one.
+        if self.torn {
+            self.file.write_all(b"\n")?;
+            self.len += 1;
+        }
+        self.file.write_all(lines)?;
+        self.len += lines.len() as u64;
+        if sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn wants_compaction(&self) -> bool {
+        self.len > COMPACT_FROM && self.len > 2 * self.compacted
+    }
+
+    /// Replaces the journal with `lines`, atomically.
+    fn rewrite(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        let temp = self.path.with_extension("jsonl.tmp");
+        let mut file = File::create(&temp)?;
+        file.write_all(lines)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.len = lines.len() as u64;
+        self.compacted = self.len;
+        self.torn = false;
+        Ok(())
+    }
+}
+
+fn lines(records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for record in records {
+        if serde_json::to_writer(&mut out, record).is_ok() {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// The outbox, shared by the alerting loop (which puts) and the receivers (which take).
+#[derive(Clone)]
+pub(super) struct Outbox {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// A blocking mutex: every use is a few map operations, never held across an `.await`.
+    book: Mutex<Book>,
+    /// One per receiver: there is something for it.
+    wakes: Vec<Notify>,
+    /// Set while nothing may be sent (a member whose lease is lost).
+    held: AtomicBool,
+    /// Only the alerting loop writes; a mutex so that a put can hand it to a blocking thread.
+    journal: Mutex<Option<Journal>>,
+}
+
+/// One receiver's place in the outbox.
+#[derive(Clone)]
+pub(super) struct Receiver {
+    outbox: Outbox,
+    index: usize,
+    bit: u64,
+}
+
+impl Outbox {
+    /// An outbox for `receivers`, kept in `dir` when there is one, with what it held there.
+    pub fn open(receivers: Vec<String>, limit: usize, dir: Option<&Path>) -> Self {
+        let mut book = Book {
+            receivers,
+            notes: BTreeMap::new(),
+            resolved: BTreeSet::new(),
+            open: BTreeMap::new(),
+            next_seq: 1,
+            limit,
+            unwritten: Vec::new(),
+        };
+        let journal = dir.and_then(|dir| match Journal::open(dir) {
+            Ok((journal, records)) => {
+                for record in records {
+                    book.apply(record);
+                }
+                book.bound();
+                Some(journal)
+            }
+            Err(e) => {
+                tracing::error!(
+                    dir = %dir.display(),
+                    error = %e,
+                    "alert outbox: the journal cannot be opened; notifications are kept in memory only"
+                );
+                None
+            }
+        });
+        metrics::gauge!("probe_alert_outbox_size").set(book.notes.len() as f64);
+        let wakes = book.receivers.iter().map(|_| Notify::new()).collect();
+        Self {
+            shared: Arc::new(Shared {
+                book: Mutex::new(book),
+                wakes,
+                held: AtomicBool::new(false),
+                journal: Mutex::new(journal),
+            }),
+        }
+    }
+
+    /// The alerts firing when the outbox was opened (or now): where the episodes go on from.
+    pub fn open_alerts(&self) -> Vec<Alert> {
+        self.shared.book.lock().open.values().cloned().collect()
+    }
+
+    /// Receiver `name`'s place.
+    pub fn receiver(&self, name: &str) -> Option<Receiver> {
+        let book = self.shared.book.lock();
+        let index = book.receivers.iter().position(|r| r == name)?;
+        Some(Receiver {
+            outbox: self.clone(),
+            index,
+            bit: 1 << index,
+        })
+    }
+
+    /// Holds every delivery back (`true`), or lets it go on.
+    pub fn hold(&self, held: bool) {
+        if self.shared.held.swap(held, Ordering::AcqRel) && !held {
+            for wake in &self.shared.wakes {
+                wake.notify_one();
+            }
+        }
+    }
+
+    /// Writes `changed` to the journal (synced), then hands them to every receiver; also
+    /// writes the deliveries since the last put, and compacts the journal when it has grown.
+    /// Blocking: called from a blocking thread.
+    pub fn put(&self, changed: Vec<Alert>) {
+        let (records, all) = {
+            let mut book = self.shared.book.lock();
+            let all = (1u64 << book.receivers.len()) - 1;
+            let mut records = std::mem::take(&mut book.unwritten);
+            let to = book.names(all);
+            for alert in changed {
+                let seq = book.next_seq;
+                book.next_seq += 1;
+                records.push(Record::Note {
+                    seq,
+                    to: to.clone(),
+                    alert,
+                });
+            }
+            (records, all)
+        };
+        let fresh = records
+            .iter()
+            .any(|r| matches!(r, Record::Note { .. }));
+        if let Some(journal) = self.shared.journal.lock().as_mut() {
+            // Written, and synced when there is a notification among them, before any
+            // receiver sees one.
+            if let Err(e) = journal.append(&lines(&records), fresh) {
+                tracing::error!(error = %e, "alert outbox: the journal cannot be written; a restart may lose what it could not write");
+            }
+        }
+        if !fresh {
+            self.compact();
+            return;
+        }
+        {
+            let mut book = self.shared.book.lock();
+            for record in records {
+                if let Record::Note { seq, alert, .. } = record {
+                    book.follow(&alert);
+                    book.insert(seq, Note { alert, owed: all });
+                }
+            }
+            book.bound();
+            metrics::gauge!("probe_alert_outbox_size").set(book.notes.len() as f64);
+        }
+        for wake in &self.shared.wakes {
+            wake.notify_one();
+        }
+        self.compact();
+    }
+
+    fn compact(&self) {
+        let mut journal = self.shared.journal.lock();
+        let Some(journal) = journal.as_mut().filter(|j| j.wants_compaction()) else {
+            return;
+        };
+        let snapshot = {
+            let mut book = self.shared.book.lock();
+            // What the snapshot holds need not be written again.
+            book.unwritten.clear();
+            book.snapshot()
+        };
+        if let Err(e) = journal.rewrite(&lines(&snapshot)) {
+            tracing::error!(error = %e, "alert outbox: the journal cannot be compacted");
+        }
+    }
+}
+
+impl Receiver {
+    /// Whether deliveries are held back.
+    pub fn held(&self) -> bool {
+        self.outbox.shared.held.load(Ordering::Acquire)
+    }
+
+    /// Waits until there may be something for this receiver.
+    pub async fn woken(&self) {
+        self.outbox.shared.wakes[self.index].notified().await;
+    }
+
+    /// The oldest notification this receiver still needs, after `after`.
+    pub fn next(&self, after: u64) -> Option<(u64, Alert)> {
+        let book = self.outbox.shared.book.lock();
+        book.notes
+            .range(after + 1..)
+            .find(|(_, n)| n.owed & self.bit != 0)
+            .map(|(&seq, n)| (seq, n.alert.clone()))
+    }
+
+    /// Up to `max` notifications this receiver still needs, oldest first, each episode once
+    /// (its latest), with their numbers.
+    pub fn batch(&self, max: usize) -> (Vec<u64>, Vec<Alert>) {
+        let book = self.outbox.shared.book.lock();
+        let mut seqs = Vec::new();
+        let mut latest: BTreeMap<&str, (u64, &Alert)> = BTreeMap::new();
+        for (&seq, note) in book.notes.iter().filter(|(_, n)| n.owed & self.bit != 0) {
+            if seqs.len() == max {
+                break;
+            }
+            seqs.push(seq);
+            latest.insert(&note.alert.fingerprint, (seq, &note.alert));
+        }
+        let mut alerts: Vec<(u64, &Alert)> = latest.into_values().collect();
+        alerts.sort_by_key(|(seq, _)| *seq);
+        (seqs, alerts.into_iter().map(|(_, a)| a.clone()).collect())
+    }
+
+    /// The alerts firing now.
+    pub fn open(&self) -> Vec<Alert> {
+        self.outbox.shared.book.lock().open.values().cloned().collect()
+    }
+
+    /// This receiver has notifications `seqs`.
+    pub fn delivered(&self, seqs: &[u64]) {
+        let mut book = self.outbox.shared.book.lock();
+        let by = book.receivers[self.index].clone();
+        for &seq in seqs {
+            let Some(note) = book.notes.get_mut(&seq) else {
+                continue;
+            };
+            note.owed &= !self.bit;
+            if note.owed == 0 {
+                book.remove(seq);
+            }
+            book.unwritten.push(Record::Ack {
+                seq,
+                by: by.clone(),
+            });
+        }
+        metrics::gauge!("probe_alert_outbox_size").set(book.notes.len() as f64);
+    }
+}
