@@ -3538,7 +3538,7 @@ fn alert_mistakes_are_located() {
     assert_eq!(
         errors_of("targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    alert: false\n"),
         ["t.yaml:4:5: alert needs an alerts section to send to"]
-    );    // No alert is raised on MAINTENANCE (it silences) nor PROBING (no verdict); score_under is
+    ); // No alert is raised on MAINTENANCE (it silences) nor PROBING (no verdict); score_under is
     // a group's, within (0, 1]; a webhook cannot take Alertmanager's name; the outbox holds one
     // at least; a CA file must be readable.
     let section = "alerts:\n  alertmanager: {urls: [\"https://127.0.0.1:9093\"], tls: {ca_file: missing.pem}}\n  webhooks:\n    - {name: alertmanager, url: \"http://127.0.0.1:1/\"}\n  defaults: {on: [MAINTENANCE, PROBING]}\n  outbox_limit: 0\n";
@@ -3556,7 +3556,10 @@ fn alert_mistakes_are_located() {
     ];
     assert_eq!(errors.len(), expected.len(), "{errors:#?}");
     for (error, start) in errors.iter().zip(expected) {
-        assert!(error.starts_with(start), "{error} does not start with {start}");
+        assert!(
+            error.starts_with(start),
+            "{error} does not start with {start}"
+        );
     }
 }
 

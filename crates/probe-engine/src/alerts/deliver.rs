@@ -155,7 +155,9 @@ fn client(trust: &TlsTrust) -> reqwest::Client {
         .user_agent(concat!("probe-engine/", env!("CARGO_PKG_VERSION")));
     match client_config(Some(trust)) {
         Ok(tls) => builder = builder.tls_backend_preconfigured(tls),
-        Err(e) => tracing::error!(error = %e, "alerts: TLS cannot be set up; https receivers will fail"),
+        Err(e) => {
+            tracing::error!(error = %e, "alerts: TLS cannot be set up; https receivers will fail")
+        }
     }
     builder.build().unwrap_or_else(|e| {
         tracing::error!(error = %e, "alerts: the HTTP client could not be built; none will be sent");

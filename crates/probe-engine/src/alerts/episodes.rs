@@ -50,7 +50,7 @@ enum Episode {
     /// restart, which goes on once the target has a verdict again (and ends if it is not the
     /// same alert).
     Firing {
-        alert: Alert,
+        alert: Box<Alert>,
         name: &'static str,
         since: Option<SystemTime>,
     },
@@ -79,6 +79,9 @@ pub(super) struct World<'a> {
 pub(super) struct Episodes {
     by_id: BTreeMap<TargetId, Episode>,
     started: SystemTime,
+    /// Whether the last update held an alert back for its `for`, or saw a group with a score
+    /// threshold (scores move with results, which wake no one): the next look is due soon.
+    waiting: bool,
 }
 
 impl Episodes {
@@ -94,14 +97,33 @@ impl Episodes {
                 Some((
                     id,
                     Episode::Firing {
-                        alert,
+                        alert: Box::new(alert),
                         name,
                         since: None,
                     },
                 ))
             })
             .collect();
-        Self { by_id, started }
+        Self {
+            by_id,
+            started,
+            waiting: false,
+        }
+    }
+
+    /// Whether `status` is in maintenance, or just out of it without a verdict yet (silent
+    /// still: its first verdict decides).
+    fn in_maintenance(&self, status: &TargetStatus) -> bool {
+        status.state == HealthState::Maintenance
+            || (status.state == HealthState::Probing
+                && !status.flapping
+                && matches!(self.by_id.get(&status.id), Some(Episode::Maintenance)))
+    }
+
+    /// Whether the next look is due soon: the last one held an alert back for its `for`, or
+    /// saw a group with a score threshold (scores move with results, which wake no one).
+    pub fn waiting(&self) -> bool {
+        self.waiting
     }
 
     /// The alerts firing now.
@@ -109,7 +131,7 @@ impl Episodes {
         self.by_id
             .values()
             .filter_map(|e| match e {
-                Episode::Firing { alert, .. } => Some(alert.clone()),
+                Episode::Firing { alert, .. } => Some((**alert).clone()),
                 Episode::Pending { .. } | Episode::Maintenance => None,
             })
             .collect()
@@ -118,12 +140,13 @@ impl Episodes {
     /// Brings every episode up to date with `world`; returns what changed (fired, resolved,
     /// its impacts moved), in that order.
     pub fn update(&mut self, world: &World<'_>, rules: &Rules, sender: &Sender) -> Vec<Alert> {
-        let silenced = silenced(world);
+        let silenced = silenced(world, |status| self.in_maintenance(status));
         let ctx = Step {
             world,
             rules,
             sender,
             silenced: &silenced,
+            waiting: std::cell::Cell::new(false),
         };
         let mut changed = Vec::new();
         for status in world.statuses {
@@ -133,7 +156,12 @@ impl Episodes {
             }
         }
         let mut groups = BTreeSet::new();
-        for node in world.export.nodes.iter().filter(|n| n.kind == NodeKind::Group) {
+        for node in world
+            .export
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Group)
+        {
             groups.insert(&node.id);
             let prev = self.by_id.remove(&node.id);
             if let Some(next) = ctx.group(node, prev, &mut changed) {
@@ -143,12 +171,9 @@ impl Episodes {
         // What is neither a target nor a group any more: its alert resolves (an episode
         // restored for a target not declared yet waits a while first).
         let known = |id: &TargetId| {
-            groups.contains(id)
-                || world
-                    .statuses
-                    .binary_search_by(|s| s.id.cmp(id))
-                    .is_ok()
+            groups.contains(id) || world.statuses.binary_search_by(|s| s.id.cmp(id)).is_ok()
         };
+        self.waiting = ctx.waiting.get();
         let grace_over = world.now >= self.started + RESTORED_GRACE;
         self.by_id.retain(|id, episode| {
             if known(id) {
@@ -157,7 +182,7 @@ impl Episodes {
             match episode {
                 Episode::Firing { since: None, .. } if !grace_over => true,
                 Episode::Firing { alert, .. } => {
-                    changed.push(resolved(alert.clone(), world.now));
+                    changed.push(resolved((**alert).clone(), world.now));
                     false
                 }
                 Episode::Pending { .. } | Episode::Maintenance => false,
@@ -173,6 +198,8 @@ struct Step<'a> {
     rules: &'a Rules,
     sender: &'a Sender,
     silenced: &'a BTreeSet<TargetId>,
+    /// Set when this update leaves something for a later look (see [`Episodes::waiting`]).
+    waiting: std::cell::Cell<bool>,
 }
 
 impl Step<'_> {
@@ -218,7 +245,7 @@ impl Step<'_> {
                     let impacted = self.impacted(id);
                     if alert.impacted != impacted {
                         impacts(&mut alert, &impacted);
-                        changed.push(alert.clone());
+                        changed.push((*alert).clone());
                     }
                     return Some(Episode::Firing {
                         alert,
@@ -229,20 +256,22 @@ impl Step<'_> {
                 // Over, or another alert is called for. A member that no longer decides the
                 // target leaves its end to the member that does.
                 if ours {
-                    changed.push(resolved(alert, self.world.now));
+                    changed.push(resolved(*alert, self.world.now));
                 }
             }
             Some(Episode::Pending { .. } | Episode::Maintenance) | None => {}
         }
         if let (Some((name, rule)), Some(since)) = (call, status.since) {
             let held = self.world.now.duration_since(since).unwrap_or_default() >= rule.hold;
+            self.waiting
+                .set(self.waiting.get() || !(held || after_maintenance));
             if held || after_maintenance {
                 let alert = self.fire(id, name, rule, since, |a| {
                     target_annotations(a, status, name);
                 });
                 changed.push(alert.clone());
                 return Some(Episode::Firing {
-                    alert,
+                    alert: Box::new(alert),
                     name,
                     since: Some(since),
                 });
@@ -266,9 +295,13 @@ impl Step<'_> {
         {
             return prev;
         }
-        let rule = self.rules.of(id).filter(|_| {
-            self.world.groups_ours && !self.silenced.contains(id) && !self.covered(id)
-        });
+        let rule = self
+            .rules
+            .of(id)
+            .filter(|_| self.world.groups_ours && !self.silenced.contains(id) && !self.covered(id));
+        if rule.is_some_and(|r| r.score_under.is_some()) {
+            self.waiting.set(true);
+        }
         let unhealthy = rule.filter(|rule| {
             (node.dependency_down && rule.on.contains(&HealthState::Down))
                 || rule
@@ -278,7 +311,7 @@ impl Step<'_> {
         });
         let Some(rule) = unhealthy else {
             if let Some(Episode::Firing { alert, .. }) = prev {
-                changed.push(resolved(alert, self.world.now));
+                changed.push(resolved(*alert, self.world.now));
             }
             return None;
         };
@@ -291,7 +324,7 @@ impl Step<'_> {
                 let impacted = self.impacted(id);
                 if alert.impacted != impacted {
                     impacts(&mut alert, &impacted);
-                    changed.push(alert.clone());
+                    changed.push((*alert).clone());
                 }
                 return Some(Episode::Firing { alert, name, since });
             }
@@ -299,6 +332,7 @@ impl Step<'_> {
             Some(Episode::Maintenance) | None => self.world.now,
         };
         if self.world.now.duration_since(since).unwrap_or_default() < rule.hold {
+            self.waiting.set(true);
             return Some(Episode::Pending { since });
         }
         let alert = self.fire(id, "GroupUnhealthy", rule, since, |a| {
@@ -315,7 +349,7 @@ impl Step<'_> {
         });
         changed.push(alert.clone());
         Some(Episode::Firing {
-            alert,
+            alert: Box::new(alert),
             name: "GroupUnhealthy",
             since: Some(since),
         })
@@ -412,11 +446,14 @@ fn target_annotations(alert: &mut Alert, status: &TargetStatus, name: &str) {
 
 /// The targets and groups no alert fires for because of maintenance: those in it, and
 /// everything that depends on one of them critically, directly or through others.
-fn silenced(world: &World<'_>) -> BTreeSet<TargetId> {
+fn silenced(
+    world: &World<'_>,
+    in_maintenance: impl Fn(&TargetStatus) -> bool,
+) -> BTreeSet<TargetId> {
     let mut silenced: BTreeSet<TargetId> = world
         .statuses
         .iter()
-        .filter(|s| s.state == HealthState::Maintenance)
+        .filter(|s| in_maintenance(s))
         .map(|s| s.id.clone())
         .collect();
     if silenced.is_empty() {

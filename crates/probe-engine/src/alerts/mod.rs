@@ -31,9 +31,13 @@ use deliver::Target;
 use episodes::{Episodes, World};
 use outbox::Outbox;
 
-/// How often the episodes are brought up to date when no transition wakes the loop: the
-/// resolution of `for`.
+/// How often the episodes are brought up to date while an alert waits for its `for` (or a
+/// group's score is watched): the resolution of `for`.
 const TICK: Duration = Duration::from_millis(250);
+
+/// How often otherwise, when no transition, reload or membership change wakes the loop: a look
+/// at a large fleet is not free.
+const IDLE: Duration = Duration::from_secs(2);
 
 /// After a first transition wakes the loop, how long it lets more come: the changes of one
 /// incident are looked at together, not once each.
@@ -239,6 +243,8 @@ impl Loop {
     async fn run(mut self, outbox: Outbox, cancel: CancellationToken) {
         let mut episodes = Episodes::restore(outbox.open_alerts(), SystemTime::now());
         let mut events = self.engine.subscribe();
+        let mut reloads = self.rules.reloads();
+        let mut membership = self.sender.membership.clone();
         loop {
             let member = self.sender.member();
             outbox.hold(!member);
@@ -258,9 +264,12 @@ impl Loop {
                     tracing::error!("alerts: writing the outbox failed");
                 }
             }
+            let next = if episodes.waiting() { TICK } else { IDLE };
             tokio::select! {
                 () = cancel.cancelled() => return,
-                () = tokio::time::sleep(TICK) => {}
+                () = tokio::time::sleep(next) => {}
+                () = changed(Some(&mut reloads)) => {}
+                () = changed(membership.as_mut()) => {}
                 _ = events.recv() => {
                     tokio::select! {
                         () = cancel.cancelled() => return,
@@ -296,6 +305,16 @@ impl Loop {
         };
         episodes.update(&world, &self.rules, &self.sender)
     }
+}
+
+/// Waits for the next change `watch` sees; forever without one, or once its sender is gone.
+async fn changed<T>(watch: Option<&mut watch::Receiver<T>>) {
+    if let Some(watch) = watch
+        && watch.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 fn rfc3339(at: SystemTime) -> String {

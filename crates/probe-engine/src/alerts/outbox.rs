@@ -135,7 +135,10 @@ impl Book {
             Record::Note { seq, to, alert } => {
                 self.next_seq = self.next_seq.max(seq + 1);
                 self.follow(&alert);
-                let owed = to.iter().filter_map(|name| self.bit(name)).fold(0, |a, b| a | b);
+                let owed = to
+                    .iter()
+                    .filter_map(|name| self.bit(name))
+                    .fold(0, |a, b| a | b);
                 self.insert(seq, Note { alert, owed });
             }
             Record::Ack { seq, by } => {
@@ -383,9 +386,7 @@ impl Outbox {
             }
             (records, all)
         };
-        let fresh = records
-            .iter()
-            .any(|r| matches!(r, Record::Note { .. }));
+        let fresh = records.iter().any(|r| matches!(r, Record::Note { .. }));
         if let Some(journal) = self.shared.journal.lock().as_mut() {
             // Written, and synced when there is a notification among them, before any
             // receiver sees one.
@@ -471,7 +472,14 @@ impl Receiver {
 
     /// The alerts firing now.
     pub fn open(&self) -> Vec<Alert> {
-        self.outbox.shared.book.lock().open.values().cloned().collect()
+        self.outbox
+            .shared
+            .book
+            .lock()
+            .open
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// This receiver has notifications `seqs`.
@@ -492,5 +500,174 @@ impl Receiver {
             });
         }
         metrics::gauge!("probe_alert_outbox_size").set(book.notes.len() as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alert(target: &str, status: Status) -> Alert {
+        Alert {
+            status,
+            fingerprint: format!("fp-{target}"),
+            labels: BTreeMap::from([("target".to_owned(), target.to_owned())]),
+            annotations: BTreeMap::new(),
+            starts_at: "2026-12-01T00:00:00.000Z".to_owned(),
+            ends_at: None,
+            generator_url: String::new(),
+            cause: target.to_owned(),
+            impacted: Vec::new(),
+        }
+    }
+
+    fn receivers() -> Vec<String> {
+        vec!["alertmanager".to_owned(), "ops".to_owned()]
+    }
+
+    /// What `receiver` still needs, as (target, status).
+    fn owed(outbox: &Outbox, receiver: &str) -> Vec<(String, Status)> {
+        let place = outbox.receiver(receiver).unwrap();
+        let mut after = 0;
+        let mut out = Vec::new();
+        while let Some((seq, alert)) = place.next(after) {
+            out.push((alert.cause, alert.status));
+            after = seq;
+        }
+        out
+    }
+
+    #[test]
+    fn a_reopened_outbox_holds_what_each_receiver_had_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Outbox::open(receivers(), 100, Some(dir.path()));
+        outbox.put(vec![
+            alert("a", Status::Firing),
+            alert("b", Status::Firing),
+            alert("a", Status::Resolved),
+        ]);
+        let am = outbox.receiver("alertmanager").unwrap();
+        let (seqs, alerts) = am.batch(10);
+        // Each episode once, its latest: a's end, b's start.
+        assert_eq!(seqs.len(), 3);
+        assert_eq!(
+            alerts
+                .iter()
+                .map(|a| (a.cause.as_str(), a.status))
+                .collect::<Vec<_>>(),
+            [("b", Status::Firing), ("a", Status::Resolved)]
+        );
+        am.delivered(&seqs);
+        let ops = outbox.receiver("ops").unwrap();
+        ops.delivered(&[ops.next(0).unwrap().0]);
+        // The deliveries go to disk with the next put.
+        outbox.put(Vec::new());
+        drop(outbox);
+
+        let reopened = Outbox::open(receivers(), 100, Some(dir.path()));
+        assert!(owed(&reopened, "alertmanager").is_empty());
+        assert_eq!(
+            owed(&reopened, "ops"),
+            [
+                ("b".to_owned(), Status::Firing),
+                ("a".to_owned(), Status::Resolved)
+            ]
+        );
+        let open: Vec<String> = reopened
+            .open_alerts()
+            .into_iter()
+            .map(|a| a.cause)
+            .collect();
+        assert_eq!(open, ["b"]);
+        // A receiver gone from the config is owed nothing; a new one gets only what comes.
+        let changed = Outbox::open(vec!["pager".to_owned()], 100, Some(dir.path()));
+        assert!(owed(&changed, "pager").is_empty());
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_the_next_write_does_not_run_into_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Outbox::open(receivers(), 100, Some(dir.path()));
+        outbox.put(vec![alert("a", Status::Firing)]);
+        drop(outbox);
+        let path = dir.path().join("alerts.jsonl");
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(br#"{"kind":"note","seq":9,"to":["ops"],"al"#)
+            .unwrap();
+        drop(file);
+        let outbox = Outbox::open(receivers(), 100, Some(dir.path()));
+        assert_eq!(owed(&outbox, "ops"), [("a".to_owned(), Status::Firing)]);
+        outbox.put(vec![alert("b", Status::Firing)]);
+        drop(outbox);
+        let outbox = Outbox::open(receivers(), 100, Some(dir.path()));
+        assert_eq!(
+            owed(&outbox, "ops"),
+            [
+                ("a".to_owned(), Status::Firing),
+                ("b".to_owned(), Status::Firing)
+            ]
+        );
+    }
+
+    #[test]
+    fn past_its_limit_the_outbox_drops_the_oldest_resolved_then_the_oldest() {
+        let outbox = Outbox::open(receivers(), 2, None);
+        outbox.put(vec![
+            alert("a", Status::Firing),
+            alert("a", Status::Resolved),
+            alert("b", Status::Firing),
+        ]);
+        assert_eq!(
+            owed(&outbox, "ops"),
+            [
+                ("a".to_owned(), Status::Firing),
+                ("b".to_owned(), Status::Firing)
+            ]
+        );
+        outbox.put(vec![alert("c", Status::Firing)]);
+        assert_eq!(
+            owed(&outbox, "ops"),
+            [
+                ("b".to_owned(), Status::Firing),
+                ("c".to_owned(), Status::Firing)
+            ]
+        );
+        // What fires is still known, for Alertmanager's resends (a's ended).
+        let open: Vec<String> = outbox.open_alerts().into_iter().map(|a| a.cause).collect();
+        assert_eq!(open, ["b", "c"]);
+    }
+
+    #[test]
+    fn a_journal_grown_past_twice_its_content_is_compacted_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Outbox::open(receivers(), 100_000, Some(dir.path()));
+        let path = dir.path().join("alerts.jsonl");
+        let ops = outbox.receiver("ops").unwrap();
+        let am = outbox.receiver("alertmanager").unwrap();
+        let mut first = 0;
+        for round in 0..100 {
+            let batch: Vec<Alert> = (0..100)
+                .map(|i| alert(&format!("t{round}-{i}"), Status::Resolved))
+                .collect();
+            outbox.put(batch);
+            let (seqs, _) = am.batch(1000);
+            am.delivered(&seqs);
+            ops.delivered(&seqs);
+            if round == 0 {
+                first = std::fs::metadata(&path).unwrap().len();
+            }
+        }
+        outbox.put(vec![alert("last", Status::Firing)]);
+        outbox.put(Vec::new());
+        // A hundred rounds as large as the first pass the threshold twice: the early, delivered
+        // ones are gone from the file.
+        assert!(100 * first > 2 * COMPACT_FROM, "{first}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("\"t0-0\""), "the first round is still there");
+        assert!((text.len() as u64) < 100 * first);
+        drop(outbox);
+        let outbox = Outbox::open(receivers(), 100_000, Some(dir.path()));
+        assert_eq!(owed(&outbox, "ops"), [("last".to_owned(), Status::Firing)]);
+        assert_eq!(outbox.open_alerts().len(), 1);
     }
 }

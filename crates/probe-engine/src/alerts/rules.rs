@@ -114,6 +114,11 @@ impl Rules {
         rules
     }
 
+    /// A receiver that sees the files' reloads, to wake on them.
+    pub fn reloads(&self) -> watch::Receiver<Arc<FileRules>> {
+        self.files.clone()
+    }
+
     /// Takes a reload or a change of etcd's entries into account.
     pub fn refresh(&mut self) {
         let reloaded = self.files.has_changed().unwrap_or(false);

@@ -300,7 +300,10 @@ pub(super) fn parse(
         if name == ALERTMANAGER {
             diags.push((
                 hook.value.name.pos,
-                format!("{} names Alertmanager among the receivers; give the webhook another name", quote(&name)),
+                format!(
+                    "{} names Alertmanager among the receivers; give the webhook another name",
+                    quote(&name)
+                ),
             ));
         }
         if names.len() == MAX_WEBHOOKS {
