@@ -146,6 +146,7 @@ impl Episodes {
             rules,
             sender,
             silenced: &silenced,
+            groups: groups_of(world.export),
             waiting: std::cell::Cell::new(false),
         };
         let mut changed = Vec::new();
@@ -198,6 +199,8 @@ struct Step<'a> {
     rules: &'a Rules,
     sender: &'a Sender,
     silenced: &'a BTreeSet<TargetId>,
+    /// The groups each node is a member of (a group depends on it), for the `groups` label.
+    groups: BTreeMap<&'a TargetId, Vec<&'a str>>,
     /// Set when this update leaves something for a later look (see [`Episodes::waiting`]).
     waiting: std::cell::Cell<bool>,
 }
@@ -381,6 +384,9 @@ impl Step<'_> {
         labels.insert("target".into(), id.to_string());
         labels.insert("severity".into(), rule.severity.clone());
         labels.insert("probe_engine".into(), self.sender.label.clone());
+        if let Some(groups) = self.groups.get(id) {
+            labels.insert("groups".into(), groups.join(","));
+        }
         // For Alertmanager inhibit rules: alerts from elsewhere about what this one impacts.
         labels.insert("root_cause".into(), id.to_string());
         let mut alert = Alert {
@@ -442,6 +448,28 @@ fn target_annotations(alert: &mut Alert, status: &TargetStatus, name: &str) {
             .annotations
             .insert("degraded".into(), status.degraded_reasons.join("; "));
     }
+}
+
+/// The groups each node is a direct member of, sorted.
+fn groups_of(export: &Export) -> BTreeMap<&TargetId, Vec<&str>> {
+    let groups: BTreeSet<&TargetId> = export
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Group)
+        .map(|n| &n.id)
+        .collect();
+    let mut of: BTreeMap<&TargetId, Vec<&str>> = BTreeMap::new();
+    if groups.is_empty() {
+        return of;
+    }
+    for edge in export.edges.iter().filter(|e| groups.contains(&e.from)) {
+        of.entry(&edge.to).or_default().push(edge.from.as_str());
+    }
+    for members in of.values_mut() {
+        members.sort_unstable();
+        members.dedup();
+    }
+    of
 }
 
 /// The targets and groups no alert fires for because of maintenance: those in it, and
