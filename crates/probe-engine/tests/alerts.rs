@@ -242,10 +242,11 @@ async fn a_down_database_pages_once_for_what_it_takes_down() {
     let orders = support::closed_port();
     let billing = support::closed_port();
     let targets = format!(
-        "  - id: db\n    tcp: {{address: \"{db_addr}\"}}\n  - id: orders\n    tcp: {{address: \"{orders}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{for: 1s}}\n  - id: billing\n    tcp: {{address: \"{billing}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{for: 1s, labels: {{team: billing}}}}\n  - id: shop\n    kind: group\n    depends_on: [{{target: db, critical: true}}, {{target: orders}}]\n"
+        "  - id: db\n    tcp: {{address: \"{db_addr}\"}}\n  - id: orders\n    tcp: {{address: \"{orders}\"}}\n    depends_on: [{{target: db, critical: true}}]\n  - id: billing\n    tcp: {{address: \"{billing}\"}}\n    depends_on: [{{target: db, critical: true}}]\n    alert: {{labels: {{team: billing}}}}\n  - id: shop\n    kind: group\n    depends_on: [{{target: db, critical: true}}, {{target: orders}}]\n"
     );
-    // The dependents wait a second before they page: the database's first verdict, which
-    // makes them `dependency_down`, comes within an interval of theirs.
+    // Every alert fires at once (`for: 0s`), and the dependents' first verdicts may come before
+    // the database's: a dependent waits for its critical dependency's next result before it
+    // pages, and that result makes it `dependency_down`.
     let (am, hook, daemon, _dir) = alerting("", &targets, &[], "t").await;
     daemon
         .wait_states(&[("db", "DOWN"), ("orders", "DOWN"), ("billing", "DOWN")])

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use probe::engine::TargetStatus;
+use probe::engine::{Role, TargetStatus};
 use probe::graph::{Causes, Export, NodeKind, NodeStatus};
 use probe::target::TargetId;
 use probe::verdict::HealthState;
@@ -31,6 +31,10 @@ use crate::config::AlertRule;
 /// How long an episode restored from the outbox waits for a target that is not declared (yet):
 /// etcd's targets arrive after start-up.
 const RESTORED_GRACE: Duration = Duration::from_secs(120);
+
+/// The longest a DOWN target waits for its critical dependencies' next results before it pages
+/// ([`Step::unconfirmed`]).
+const CONFIRM_MAX: Duration = Duration::from_secs(30);
 
 /// At most this many ids in the `impacted` annotation; the `impacted` field has them all.
 const IMPACTED_SHOWN: usize = 20;
@@ -147,6 +151,7 @@ impl Episodes {
             sender,
             silenced: &silenced,
             groups: groups_of(world.export),
+            critical: critical_of(world.export),
             waiting: std::cell::Cell::new(false),
         };
         let mut changed = Vec::new();
@@ -201,6 +206,8 @@ struct Step<'a> {
     silenced: &'a BTreeSet<TargetId>,
     /// The groups each node is a member of (a group depends on it), for the `groups` label.
     groups: BTreeMap<&'a TargetId, Vec<&'a str>>,
+    /// Each node's critical dependencies.
+    critical: BTreeMap<&'a TargetId, Vec<&'a TargetId>>,
     /// Set when this update leaves something for a later look (see [`Episodes::waiting`]).
     waiting: std::cell::Cell<bool>,
 }
@@ -265,7 +272,8 @@ impl Step<'_> {
             Some(Episode::Pending { .. } | Episode::Maintenance) | None => {}
         }
         if let (Some((name, rule)), Some(since)) = (call, status.since) {
-            let held = self.world.now.duration_since(since).unwrap_or_default() >= rule.hold;
+            let held = self.world.now.duration_since(since).unwrap_or_default() >= rule.hold
+                && !(name == "ProbeDown" && self.unconfirmed(id, since));
             self.waiting
                 .set(self.waiting.get() || !(held || after_maintenance));
             if held || after_maintenance {
@@ -283,6 +291,39 @@ impl Step<'_> {
         let in_maintenance = status.state == HealthState::Maintenance
             || (after_maintenance && status.state == HealthState::Probing && !status.flapping);
         in_maintenance.then_some(Episode::Maintenance)
+    }
+
+    /// Whether one of `id`'s critical dependencies (through groups) may yet turn out to be why
+    /// it went DOWN at `since`: it is probed here, not DOWN, and has had no result since then.
+    /// A dependent's probe often fails before its dependency's does; waiting for that result
+    /// (one interval of the dependency at most, and [`CONFIRM_MAX`]) is what lets the root page
+    /// alone.
+    fn unconfirmed(&self, id: &TargetId, since: SystemTime) -> bool {
+        let waited = self.world.now.duration_since(since).unwrap_or_default();
+        if waited >= CONFIRM_MAX {
+            return false;
+        }
+        let mut stack: Vec<&TargetId> = self.critical.get(id).cloned().unwrap_or_default();
+        let mut seen = BTreeSet::new();
+        while let Some(dep) = stack.pop() {
+            if !seen.insert(dep) {
+                continue;
+            }
+            let Ok(at) = self.world.statuses.binary_search_by(|s| s.id.cmp(dep)) else {
+                // A group: its own critical dependencies count.
+                stack.extend(self.critical.get(dep).into_iter().flatten().copied());
+                continue;
+            };
+            let dep = &self.world.statuses[at];
+            let probed_here = dep.placement.as_ref().is_none_or(|p| p.role != Role::Follow);
+            let due = dep.schedule.interval() + dep.schedule.timeout();
+            let fresh = dep.last.is_some_and(|last| last.at() >= since);
+            if probed_here && dep.state != HealthState::Down && !fresh && waited < due {
+                self.waiting.set(true);
+                return true;
+            }
+        }
+        false
     }
 
     fn group(
@@ -448,6 +489,15 @@ fn target_annotations(alert: &mut Alert, status: &TargetStatus, name: &str) {
             .annotations
             .insert("degraded".into(), status.degraded_reasons.join("; "));
     }
+}
+
+/// Each node's critical dependencies.
+fn critical_of(export: &Export) -> BTreeMap<&TargetId, Vec<&TargetId>> {
+    let mut of: BTreeMap<&TargetId, Vec<&TargetId>> = BTreeMap::new();
+    for edge in export.edges.iter().filter(|e| e.critical) {
+        of.entry(&edge.from).or_default().push(&edge.to);
+    }
+    of
 }
 
 /// The groups each node is a direct member of, sorted.
