@@ -196,6 +196,10 @@ async fn alertmanager(
             );
         }
         if alerts.is_empty() {
+            if full {
+                // Nothing firing to send again: the next resend is one `resend` from now.
+                next_resend = tokio::time::Instant::now() + resend;
+            }
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = place.woken() => {}
@@ -282,4 +286,41 @@ fn without_url(e: &reqwest::Error) -> String {
         e = inner.source();
     }
     last.unwrap_or_else(|| "request failed".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With nothing to send, the Alertmanager task waits: run on paused time, it lets the clock
+    /// pass many resends. (A task that never waited would keep the clock from moving, and the
+    /// watchdog would see the runtime stuck.)
+    #[test]
+    fn with_nothing_to_send_alertmanager_s_task_waits_past_its_resends() {
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let config = AlertmanagerConfig {
+                    urls: vec!["http://127.0.0.1:9".parse().unwrap()],
+                    basic_auth: None,
+                    resend: Duration::from_secs(1),
+                    trust: TlsTrust::System,
+                };
+                let target = Target::Alertmanager(config, client(&TlsTrust::System));
+                let outbox = Outbox::open(vec![ALERTMANAGER.to_owned()], 10, None);
+                let cancel = CancellationToken::new();
+                start(vec![target], &outbox, &cancel);
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                cancel.cancel();
+            });
+            let _ = done_tx.send(());
+        });
+        done.recv_timeout(Duration::from_secs(30))
+            .expect("the runtime never got past the first resend: the task does not wait");
+    }
 }

@@ -240,31 +240,38 @@ struct Loop {
 }
 
 impl Loop {
-    async fn run(mut self, outbox: Outbox, cancel: CancellationToken) {
-        let mut episodes = Episodes::restore(outbox.open_alerts(), SystemTime::now());
+    async fn run(self, outbox: Outbox, cancel: CancellationToken) {
+        let episodes = Episodes::restore(outbox.open_alerts(), SystemTime::now());
         let mut events = self.engine.subscribe();
         let mut reloads = self.rules.reloads();
-        let mut membership = self.sender.membership.clone();
+        let sender = self.sender.clone();
+        let mut membership = sender.membership.clone();
+        let mut state = (self, episodes);
+        let mut first = true;
         loop {
-            let member = self.sender.member();
+            let member = sender.member();
             outbox.hold(!member);
             // While not a member, nothing decided here counts: the episodes wait as they are.
             if member {
-                self.rules.refresh();
-                let changed = self.look(&mut episodes);
-                let firing = episodes.firing();
-                metrics::gauge!("probe_alerts_firing").set(firing.len() as f64);
-                self.firing.send_replace(firing);
                 let out = outbox.clone();
-                // Written (and synced) to disk before any receiver has it: blocking.
-                if tokio::task::spawn_blocking(move || out.put(changed))
-                    .await
-                    .is_err()
+                // A look walks every target, and the outbox syncs to disk before any receiver
+                // has what it wrote: off the async workers, which serve the API and probes.
+                let (mut looped, mut episodes) = state;
+                match tokio::task::spawn_blocking(move || {
+                    looped.step(&mut episodes, &out, first);
+                    (looped, episodes)
+                })
+                .await
                 {
-                    tracing::error!("alerts: writing the outbox failed");
+                    Ok(done) => state = done,
+                    Err(e) => {
+                        tracing::error!(error = %e, "alerts: the alerting loop failed; no more alerts are sent");
+                        return;
+                    }
                 }
+                first = false;
             }
-            let next = if episodes.waiting() { TICK } else { IDLE };
+            let next = if state.1.waiting() { TICK } else { IDLE };
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(next) => {}
@@ -284,6 +291,19 @@ impl Loop {
                 }
             }
         }
+    }
+
+    /// One look, and what it changed handed on: to the API's list (only when something did)
+    /// and to the outbox.
+    fn step(&mut self, episodes: &mut Episodes, outbox: &Outbox, first: bool) {
+        self.rules.refresh();
+        let changed = self.look(episodes);
+        if first || !changed.is_empty() {
+            let firing = episodes.firing();
+            metrics::gauge!("probe_alerts_firing").set(firing.len() as f64);
+            self.firing.send_replace(firing);
+        }
+        outbox.put(changed);
     }
 
     /// One look at the engine: the episodes brought up to date, and what changed.
