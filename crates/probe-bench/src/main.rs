@@ -17,6 +17,7 @@
 //! prober and burners of `starve`), through flags hidden from
 //! `--help`: a process of its own keeps the helper's CPU out of the prober's figures.
 
+mod alerts_load;
 mod api_load;
 mod breadth_load;
 mod churn;
@@ -77,6 +78,9 @@ enum Command {
     ClusterSim(cluster_sim::Args),
     /// Real daemons as a cluster through etcd: CPU per probe vs one daemon, failover, writes.
     ClusterLoad(cluster_load::Args),
+    /// The daemon's alerting in a storm of 10k DOWNs: one root cause and independent targets,
+    /// to Alertmanager and a webhook, vs Prometheus alerting per target.
+    AlertsLoad(alerts_load::Args),
     /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
     Report(report::Args),
     /// Prints one RESULT line, for a figure a script derives from a log.
@@ -117,6 +121,7 @@ fn main() -> std::process::ExitCode {
         Command::Churn(args) => churn::run(args),
         Command::ClusterSim(args) => cluster_sim::run(args),
         Command::ClusterLoad(args) => cluster_load::run(args),
+        Command::AlertsLoad(args) => alerts_load::run(args),
         Command::Report(args) => report::run(args),
         Command::Result(figure) => {
             support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);
@@ -164,6 +169,8 @@ mod tests {
             "cluster-load --targets 3000 --interval-ms 2000 --warmup-s 3 --duration-s 5 \
              --failover-runs 2 --failover-targets 600",
             "cluster-load",
+            "alerts-load --targets 1000 --storm-s 5",
+            "alerts-load",
             "loss --duration-s 20",
             "keepalive --duration-s 10",
             "churn --duration-s 150 --warmup-s 60",

@@ -131,6 +131,27 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
         "0 transitions at a takeover",
     ),
     (
+        "alerts_root",
+        "webhook_notifications",
+        Op::AtMost,
+        1.0,
+        "1 to each receiver",
+    ),
+    (
+        "alerts_root",
+        "alertmanager_alerts",
+        Op::AtMost,
+        1.0,
+        "1 to each receiver",
+    ),
+    (
+        "alerts_root",
+        "root_down_to_alertmanager_ms",
+        Op::AtMost,
+        1000.0,
+        "<= 1 s",
+    ),
+    (
         "scale-1m",
         "lag_steady_p99",
         Op::AtMost,

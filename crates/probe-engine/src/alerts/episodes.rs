@@ -315,7 +315,10 @@ impl Step<'_> {
                 continue;
             };
             let dep = &self.world.statuses[at];
-            let probed_here = dep.placement.as_ref().is_none_or(|p| p.role != Role::Follow);
+            let probed_here = dep
+                .placement
+                .as_ref()
+                .is_none_or(|p| p.role != Role::Follow);
             let due = dep.schedule.interval() + dep.schedule.timeout();
             let fresh = dep.last.is_some_and(|last| last.at() >= since);
             if probed_here && dep.state != HealthState::Down && !fresh && waited < due {
