@@ -1,12 +1,12 @@
 //! Alerts: the engine's verdicts as notifications, to Alertmanager and to webhooks, one per
 //! root cause.
 //!
-//! A loop looks at the engine (at once after its transitions, and every [`TICK`] for the `for`
-//! holds) and brings the episodes up to date ([`episodes`]): what fired, resolved or changed
-//! goes to the outbox ([`outbox`]), on disk before any receiver sees it, and from there to each
-//! receiver by its own task ([`deliver`]). An episode is named by a fingerprint of its target,
-//! alert name and the time its state began, so a notification sent again, after a restart or by
-//! the member that took the target over, is the same notification.
+//! A loop looks at the engine (at once after its transitions, every 250 ms while a `for` is
+//! pending, every 2 s otherwise) and brings the episodes up to date (`episodes`): what fired,
+//! resolved or changed goes to the outbox (`outbox`), on disk before any receiver sees it, and
+//! from there to each receiver by its own task (`deliver`). An episode is named by a
+//! fingerprint of its target, alert name and the time its state began, so a notification sent
+//! again, after a restart or by the member that took the target over, is the same notification.
 
 mod deliver;
 mod episodes;
