@@ -457,7 +457,7 @@ async fn a_receiver_down_for_ten_seconds_then_gets_everything_in_order() {
     daemon.wait_states(&[("a", "DOWN"), ("b", "DOWN")]).await;
     daemon
         .wait_metrics("four waiting", |m| {
-            m.value("probe_alert_outbox_size", &[]) == 2.0
+            m.get("probe_alert_outbox_size", &[]).unwrap_or(0.0) == 2.0
         })
         .await;
     let _a = std::net::TcpListener::bind(a_addr).unwrap();
@@ -465,11 +465,13 @@ async fn a_receiver_down_for_ten_seconds_then_gets_everything_in_order() {
     daemon.wait_states(&[("a", "UP"), ("b", "UP")]).await;
     daemon
         .wait_metrics("four waiting, and refused", |m| {
-            m.value("probe_alert_outbox_size", &[]) == 4.0
-                && m.value(
+            m.get("probe_alert_outbox_size", &[]).unwrap_or(0.0) == 4.0
+                && m.get(
                     "probe_alert_notifications_total",
                     &[("receiver", "ops"), ("result", "failed")],
-                ) >= 2.0
+                )
+                .unwrap_or(0.0)
+                    >= 2.0
         })
         .await;
     tokio::time::sleep_until(down_since + Duration::from_secs(10)).await;
@@ -484,7 +486,7 @@ async fn a_receiver_down_for_ten_seconds_then_gets_everything_in_order() {
     }
     daemon
         .wait_metrics("the outbox empty", |m| {
-            m.value("probe_alert_outbox_size", &[]) == 0.0
+            m.get("probe_alert_outbox_size", &[]).unwrap_or(0.0) == 0.0
         })
         .await;
     assert_eq!(hook.seen().len(), 4);
@@ -514,11 +516,13 @@ async fn undelivered_notifications_survive_a_restart_and_are_delivered_once() {
     drop(db);
     daemon
         .wait_metrics("the firing notification waiting", |m| {
-            m.value("probe_alert_outbox_size", &[]) == 1.0
-                && m.value(
+            m.get("probe_alert_outbox_size", &[]).unwrap_or(0.0) == 1.0
+                && m.get(
                     "probe_alert_notifications_total",
                     &[("receiver", "ops"), ("result", "failed")],
-                ) >= 1.0
+                )
+                .unwrap_or(0.0)
+                    >= 1.0
         })
         .await;
     let fired = wait_am(&am, "ProbeDown", |a| a.len() == 1).await;
@@ -600,7 +604,9 @@ async fn a_full_outbox_drops_the_oldest_resolved_notifications_first() {
     daemon.wait_states(&[("c", "DOWN")]).await;
     let metrics = daemon
         .wait_metrics("two dropped", |m| {
-            m.value("probe_alert_outbox_dropped_total", &[]) == 2.0
+            m.get("probe_alert_outbox_dropped_total", &[])
+                .unwrap_or(0.0)
+                == 2.0
         })
         .await;
     assert_eq!(metrics.value("probe_alert_outbox_size", &[]), 3.0);
@@ -632,13 +638,14 @@ async fn a_full_outbox_drops_the_oldest_resolved_notifications_first() {
 async fn maintenance_silences_a_target_and_what_depends_on_it_then_fires_at_its_end() {
     let db = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let db_addr = db.local_addr().unwrap();
-    let api = support::closed_port();
-    // db waits 30 s before it pages; api, DOWN on its own, depends on it critically.
+    let api_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let api = api_listener.local_addr().unwrap();
+    // db waits 30 s before it pages; api depends on it critically.
     let targets = format!(
         "  - id: db\n    tcp: {{address: \"{db_addr}\"}}\n    alert: {{for: 30s}}\n  - id: api\n    tcp: {{address: \"{api}\"}}\n    depends_on: [{{target: db, critical: true}}]\n"
     );
     let (am, hook, daemon, _dir) = alerting("", &targets, &[], "t").await;
-    daemon.wait_states(&[("db", "UP")]).await;
+    daemon.wait_states(&[("db", "UP"), ("api", "UP")]).await;
     let (status, _) = daemon
         .send(
             reqwest::Method::PUT,
@@ -648,8 +655,10 @@ async fn maintenance_silences_a_target_and_what_depends_on_it_then_fires_at_its_
         )
         .await;
     assert_eq!(status, 200);
-    // Under maintenance the database goes down, and api with it: nobody is paged.
+    // Under maintenance the database goes down, and api with it (its own probe fails too):
+    // nobody is paged.
     drop(db);
+    drop(api_listener);
     daemon
         .wait_states(&[("db", "MAINTENANCE"), ("api", "DOWN")])
         .await;

@@ -296,8 +296,8 @@ impl Step<'_> {
     /// Whether one of `id`'s critical dependencies (through groups) may yet turn out to be why
     /// it went DOWN at `since`: it is probed here, not DOWN, and has had no result since then.
     /// A dependent's probe often fails before its dependency's does; waiting for that result
-    /// (one interval of the dependency at most, and [`CONFIRM_MAX`]) is what lets the root page
-    /// alone.
+    /// (one interval of the dependency and a second at most, and [`CONFIRM_MAX`]) is what lets
+    /// the root page alone.
     fn unconfirmed(&self, id: &TargetId, since: SystemTime) -> bool {
         let waited = self.world.now.duration_since(since).unwrap_or_default();
         if waited >= CONFIRM_MAX {
@@ -319,7 +319,8 @@ impl Step<'_> {
                 .placement
                 .as_ref()
                 .is_none_or(|p| p.role != Role::Follow);
-            let due = dep.schedule.interval() + dep.schedule.timeout();
+            // Its next run and answer, with a second for a busy scheduler's lateness.
+            let due = dep.schedule.interval() + dep.schedule.timeout() + Duration::from_secs(1);
             let fresh = dep.last.is_some_and(|last| last.at() >= since);
             if probed_here && dep.state != HealthState::Down && !fresh && waited < due {
                 self.waiting.set(true);
