@@ -96,9 +96,8 @@
 //! CPU figures read the daemon's (and Prometheus's) own. The latencies are as precise as their
 //! polls (15 ms, 200 ms, 50 ms).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::io::BufRead as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -108,12 +107,11 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail, ensure};
 use probe_engine::testing::Alertmanager;
 use serde_json::Value;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{self, ChildGuard, TICKS_PER_SEC, lock};
+use crate::support::{self, ChildGuard, Daemon, Starting, TICKS_PER_SEC, lock};
 
 /// The scenario names of the `RESULT` lines.
 const ROOT_SCENARIO: &str = "alerts_root";
@@ -135,9 +133,6 @@ const HOOK_POLL: Duration = Duration::from_millis(50);
 const SETTLE_POLL: Duration = Duration::from_millis(250);
 /// How long the independent phase waits for every alert at each receiver.
 const DELIVERY_PATIENCE: Duration = Duration::from_secs(120);
-/// Log lines of the daemon kept for an error message.
-const LOG_TAIL: usize = 20;
-
 /// What the harness measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Phase {
@@ -300,9 +295,18 @@ impl Harness {
             hook.addr,
         )?;
         let started = Instant::now();
-        let mut daemon = Daemon::spawn(&self.binary, &config, &state)?
-            .listening(a.up_timeout)
-            .await?;
+        // JSON logs at `info` for the daemon, its warnings echoed (a receiver that failed, say);
+        // the library's per-transition lines left out.
+        let mut daemon = Starting::spawn(
+            &self.binary,
+            &config,
+            &["--state-dir".as_ref(), state.as_os_str()],
+            "warn,probe_engine=info",
+            "daemon",
+            true,
+        )?
+        .listening(a.up_timeout)
+        .await?;
         wait_ready(&self.http, &mut daemon, started + a.up_timeout).await?;
         println!(
             "{name}: {} targets UP {:.1} s after the start",
@@ -1242,131 +1246,12 @@ async fn wait_ready(
         if Instant::now() >= deadline {
             bail!(
                 "the daemon was not ready in time; its log:\n{}",
-                tail_of(&daemon.tail)
+                daemon.log_tail()
             );
         }
         // Readiness has no push channel: poll.
         tokio::time::sleep(SETTLE_POLL).await;
     }
-}
-
-/// The daemon, killed when dropped.
-struct Daemon {
-    child: ChildGuard,
-    pid: String,
-    api: SocketAddr,
-    tail: Arc<Mutex<VecDeque<String>>>,
-}
-
-impl Daemon {
-    /// Starts `binary` on `config` with `--state-dir` `state`, with JSON logs at `info` for
-    /// the daemon (the library's per-transition lines left out: 10k of them in a storm would
-    /// cost the daemon what it would not spend otherwise).
-    fn spawn(binary: &Path, config: &Path, state: &Path) -> anyhow::Result<Starting> {
-        let mut child = Command::new(binary)
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-            .env("RUST_LOG", "warn,probe_engine=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stderr = child.stderr.take().context("the daemon's stderr")?;
-        let child = ChildGuard(child);
-        let (tx, listening) = oneshot::channel();
-        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL)));
-        let kept = tail.clone();
-        std::thread::Builder::new()
-            .name("log-daemon".to_owned())
-            .spawn(move || read_log(stderr, tx, &kept))
-            .context("spawning a log reader")?;
-        Ok(Starting {
-            child,
-            listening,
-            tail,
-        })
-    }
-
-    /// Fails, with the end of its log, when the daemon has exited.
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.0.try_wait()? {
-            bail!(
-                "the daemon exited ({status}); its log:\n{}",
-                tail_of(&self.tail)
-            );
-        }
-        Ok(())
-    }
-}
-
-/// The daemon started, not yet listening.
-struct Starting {
-    child: ChildGuard,
-    listening: oneshot::Receiver<SocketAddr>,
-    tail: Arc<Mutex<VecDeque<String>>>,
-}
-
-impl Starting {
-    /// Waits (at most `patience`) for the daemon's `listening` line.
-    async fn listening(self, patience: Duration) -> anyhow::Result<Daemon> {
-        let addr = match tokio::time::timeout(patience, self.listening).await {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(_)) => bail!(
-                "the daemon exited before it listened; its log:\n{}",
-                tail_of(&self.tail)
-            ),
-            Err(_) => bail!(
-                "the daemon did not listen within {patience:?}; its log:\n{}",
-                tail_of(&self.tail)
-            ),
-        };
-        Ok(Daemon {
-            pid: self.child.pid().to_string(),
-            child: self.child,
-            api: addr,
-            tail: self.tail,
-        })
-    }
-}
-
-/// Reads the daemon's log lines until it exits: sends the address of its `listening` line,
-/// keeps the last lines, and prints its warnings and errors (a receiver that failed, say).
-fn read_log(
-    stderr: std::process::ChildStderr,
-    tx: oneshot::Sender<SocketAddr>,
-    tail: &Mutex<VecDeque<String>>,
-) {
-    let mut tx = Some(tx);
-    for line in std::io::BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-    {
-        let value: Value = serde_json::from_str(&line).unwrap_or_default();
-        if tx.is_some()
-            && value["message"] == "listening"
-            && let Some(addr) = value["addr"].as_str().and_then(|a| a.parse().ok())
-            && let Some(tx) = tx.take()
-        {
-            let _ = tx.send(addr);
-        }
-        if matches!(value["level"].as_str(), Some("WARN" | "ERROR")) {
-            eprintln!("daemon: {line}");
-        }
-        let mut tail = lock(tail);
-        if tail.len() == LOG_TAIL {
-            tail.pop_front();
-        }
-        tail.push_back(line);
-    }
-}
-
-fn tail_of(tail: &Mutex<VecDeque<String>>) -> String {
-    lock(tail).iter().cloned().collect::<Vec<_>>().join("\n")
 }
 
 /// Prometheus on a free loopback port, scraping the daemon and alerting to an Alertmanager;
@@ -1417,15 +1302,7 @@ impl Prometheus {
                 .spawn()
                 .with_context(|| format!("starting {}", binary.display()))?,
         );
-        let version = Command::new(binary)
-            .arg("--version")
-            .output()
-            .map(|o| {
-                let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                    + &String::from_utf8_lossy(&o.stderr);
-                text.lines().next().unwrap_or_default().trim().to_owned()
-            })
-            .unwrap_or_default();
+        let version = support::version_of(binary);
         Ok(Self {
             child,
             addr,
@@ -1459,7 +1336,7 @@ impl Prometheus {
         let text =
             std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n")
+        lines[lines.len().saturating_sub(support::LOG_TAIL)..].join("\n")
     }
 }
 

@@ -66,12 +66,10 @@
 //! The daemons, the listeners and this process share the machine; CPU per probe reads the
 //! daemons' own CPU only.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::io::BufRead as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -79,11 +77,10 @@ use anyhow::{Context, bail, ensure};
 use probe_etcd::etcd_client::{Client, GetOptions};
 use probe_etcd::testing::TestEtcd;
 use serde_json::Value;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::support::{self, ChildGuard, TICKS_PER_SEC, lock};
+use crate::support::{self, Daemon, Starting, TICKS_PER_SEC, lock};
 
 /// The scenario name of the `RESULT` lines.
 const SCENARIO: &str = "cluster-load";
@@ -102,7 +99,6 @@ const FAILOVER_PATIENCE: Duration = Duration::from_secs(30);
 /// Intervals the events are watched for after a failover or a rejoin settled.
 const QUIET_INTERVALS: u32 = 2;
 /// Log lines of a daemon kept for an error message.
-const LOG_TAIL: usize = 20;
 /// Spurious transitions printed (all are counted).
 const SHOWN: usize = 5;
 
@@ -322,11 +318,11 @@ impl Harness {
     /// cluster (`names` empty) on `config`, and waits until each listens.
     async fn start(&self, config: &Path, names: &[String]) -> anyhow::Result<Vec<Daemon>> {
         let starting = if names.is_empty() {
-            vec![Starting::spawn(&self.binary, config, None)?]
+            vec![spawn(&self.binary, config, None)?]
         } else {
             names
                 .iter()
-                .map(|name| Starting::spawn(&self.binary, config, Some(name)))
+                .map(|name| spawn(&self.binary, config, Some(name)))
                 .collect::<anyhow::Result<Vec<_>>>()?
         };
         let mut daemons = Vec::with_capacity(starting.len());
@@ -638,7 +634,7 @@ impl Harness {
                 streams.push(seen.subscribe(&self.streams, m).await?);
             }
         }
-        let killed = members[victim].kill();
+        let killed = kill(&mut members[victim]);
         let failover = self.take_over(members, victim, &targets, &killed).await?;
         // The handover window: until the takeover is over and the quiet intervals after.
         let quiet = fleet.interval * QUIET_INTERVALS;
@@ -647,7 +643,7 @@ impl Harness {
         let spurious = seen.between(killed.at, window_end);
 
         let restarted = Instant::now();
-        members[victim] = Starting::spawn(&self.binary, config, Some(&name))?
+        members[victim] = spawn(&self.binary, config, Some(&name))?
             .listening(self.args.up_timeout)
             .await?;
         self.settle_members(members, &names, fleet.targets, true)
@@ -907,153 +903,33 @@ struct Killed {
     wall: SystemTime,
 }
 
-/// A daemon started, not yet listening.
-struct Starting {
-    name: String,
-    child: ChildGuard,
-    listening: oneshot::Receiver<SocketAddr>,
-    tail: Arc<Mutex<VecDeque<String>>>,
+/// Starts `binary` on `config`, as member `member` when given, with JSON logs at `info` for
+/// the daemon and its cluster.
+fn spawn(binary: &Path, config: &Path, member: Option<&str>) -> anyhow::Result<Starting> {
+    let args: Vec<&std::ffi::OsStr> = member
+        .map(|m| vec!["--member".as_ref(), m.as_ref()])
+        .unwrap_or_default();
+    Starting::spawn(
+        binary,
+        config,
+        &args,
+        "warn,probe_engine=info,probe_etcd=info",
+        member.unwrap_or("single"),
+        false,
+    )
 }
 
-impl Starting {
-    /// Starts `binary` on `config`, as member `member` when given, with JSON logs at `info` for
-    /// the daemon and its cluster (the library's per-transition lines left out: the harness
-    /// reads transitions from the events stream, and 30k of them at start would cost the
-    /// daemon what it would not spend otherwise).
-    fn spawn(binary: &Path, config: &Path, member: Option<&str>) -> anyhow::Result<Self> {
-        let mut command = Command::new(binary);
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
-            .env("RUST_LOG", "warn,probe_engine=info,probe_etcd=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(member) = member {
-            command.args(["--member", member]);
-        }
-        let name = member.unwrap_or("single").to_owned();
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stderr = child.stderr.take().context("the daemon's stderr")?;
-        let child = ChildGuard(child);
-        let (tx, listening) = oneshot::channel();
-        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL)));
-        let kept = tail.clone();
-        std::thread::Builder::new()
-            .name(format!("log-{name}"))
-            .spawn(move || read_log(stderr, tx, &kept))
-            .context("spawning a log reader")?;
-        Ok(Self {
-            name,
-            child,
-            listening,
-            tail,
-        })
-    }
-
-    /// Waits (at most `patience`) for the daemon's `listening` line.
-    async fn listening(self, patience: Duration) -> anyhow::Result<Daemon> {
-        let addr = match tokio::time::timeout(patience, self.listening).await {
-            Ok(Ok(addr)) => addr,
-            Ok(Err(_)) => bail!(
-                "{} exited before it listened; its log:\n{}",
-                self.name,
-                tail_of(&self.tail)
-            ),
-            Err(_) => bail!(
-                "{} did not listen within {patience:?}; its log:\n{}",
-                self.name,
-                tail_of(&self.tail)
-            ),
-        };
-        Ok(Daemon {
-            pid: self.child.pid().to_string(),
-            name: self.name,
-            child: self.child,
-            api: addr,
-            tail: self.tail,
-        })
-    }
-}
-
-/// Reads a daemon's log lines until it exits: sends the address of its `listening` line, keeps
-/// the last lines.
-fn read_log(
-    stderr: std::process::ChildStderr,
-    tx: oneshot::Sender<SocketAddr>,
-    tail: &Mutex<VecDeque<String>>,
-) {
-    let mut tx = Some(tx);
-    for line in std::io::BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-    {
-        if tx.is_some()
-            && let Some(addr) = listening_addr(&line)
-            && let Some(tx) = tx.take()
-        {
-            let _ = tx.send(addr);
-        }
-        let mut tail = lock(tail);
-        if tail.len() == LOG_TAIL {
-            tail.pop_front();
-        }
-        tail.push_back(line);
-    }
-}
-
-/// The address of a JSON `listening` log line.
-fn listening_addr(line: &str) -> Option<SocketAddr> {
-    let value: Value = serde_json::from_str(line).ok()?;
-    if value["message"] != "listening" {
-        return None;
-    }
-    value["addr"].as_str()?.parse().ok()
-}
-
-fn tail_of(tail: &Mutex<VecDeque<String>>) -> String {
-    lock(tail).iter().cloned().collect::<Vec<_>>().join("\n")
-}
-
-/// A daemon the harness runs, killed when dropped.
-struct Daemon {
-    /// Its member name, or `single`.
-    name: String,
-    child: ChildGuard,
-    pid: String,
-    api: SocketAddr,
-    tail: Arc<Mutex<VecDeque<String>>>,
-}
-
-impl Daemon {
-    /// Fails, with the end of its log, when the daemon has exited.
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.0.try_wait()? {
-            bail!(
-                "{} exited ({status}); its log:\n{}",
-                self.name,
-                tail_of(&self.tail)
-            );
-        }
-        Ok(())
-    }
-
-    /// `kill -9`, and when.
-    fn kill(&mut self) -> Killed {
-        let killed = Killed {
-            name: self.name.clone(),
-            at: Instant::now(),
-            wall: SystemTime::now(),
-        };
-        // SIGKILL: no leaving the cluster, the lease runs out.
-        let _ = self.child.0.kill();
-        let _ = self.child.0.wait();
-        killed
-    }
+/// `kill -9`, and when.
+fn kill(daemon: &mut Daemon) -> Killed {
+    let killed = Killed {
+        name: daemon.name.clone(),
+        at: Instant::now(),
+        wall: SystemTime::now(),
+    };
+    // SIGKILL: no leaving the cluster, the lease runs out.
+    let _ = daemon.child.0.kill();
+    let _ = daemon.child.0.wait();
+    killed
 }
 
 /// Transitions received on the event streams, by when, from which member, with their data.
@@ -1292,7 +1168,7 @@ async fn wait_ready(
                 bail!(
                     "{} was not ready in time; its log:\n{}",
                     d.name,
-                    tail_of(&d.tail)
+                    d.log_tail()
                 );
             }
             // Readiness has no push channel: poll.
@@ -1397,15 +1273,6 @@ mod tests {
         let (name, data, rest) = next_event(stream).expect("a lagged event");
         assert_eq!((name.as_str(), data.as_str()), ("lagged", "{\"missed\":2}"));
         assert_eq!(next_event(&stream[rest..]), None);
-    }
-
-    #[test]
-    fn the_listening_line_gives_the_address() {
-        let line =
-            r#"{"timestamp":"x","level":"INFO","message":"listening","addr":"127.0.0.1:4242"}"#;
-        assert_eq!(listening_addr(line), "127.0.0.1:4242".parse().ok());
-        assert_eq!(listening_addr(r#"{"message":"stopped"}"#), None);
-        assert_eq!(listening_addr("not json"), None);
     }
 
     #[test]

@@ -346,15 +346,7 @@ impl Blackbox {
                 .spawn()
                 .with_context(|| format!("starting {}", binary.display()))?,
         );
-        let version = Command::new(binary)
-            .arg("--version")
-            .output()
-            .map(|o| {
-                let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                    + &String::from_utf8_lossy(&o.stderr);
-                text.lines().next().unwrap_or_default().trim().to_owned()
-            })
-            .unwrap_or_default();
+        let version = version_of(binary);
         Ok(Self {
             child,
             port,
@@ -573,5 +565,193 @@ impl Counts {
         use std::sync::atomic::Ordering;
         let failed = self.failed.load(Ordering::Relaxed);
         (self.ok.load(Ordering::Relaxed) + failed, failed)
+    }
+}
+
+/// Log lines of a harness's daemon kept, for its errors.
+pub const LOG_TAIL: usize = 20;
+
+/// A daemon binary started by a harness, not yet listening.
+pub struct Starting {
+    name: String,
+    child: ChildGuard,
+    listening: tokio::sync::oneshot::Receiver<std::net::SocketAddr>,
+    tail: Arc<Mutex<std::collections::VecDeque<String>>>,
+}
+
+/// A daemon a harness runs, killed when dropped.
+pub struct Daemon {
+    /// What the harness calls it (a member's name, say), in its errors.
+    pub name: String,
+    pub child: ChildGuard,
+    /// Its pid, as `/proc` paths want it.
+    pub pid: String,
+    /// Where its API listens.
+    pub api: std::net::SocketAddr,
+    tail: Arc<Mutex<std::collections::VecDeque<String>>>,
+}
+
+impl Starting {
+    /// Starts `binary run --config CONFIG --listen 127.0.0.1:0 --log-format json` with `args`,
+    /// logging at `rust_log` (harnesses leave out the library's per-transition lines: thousands
+    /// of them would cost the daemon what it would not spend otherwise). A log reader thread
+    /// keeps its last lines, and with `echo` prints its warnings and errors as they come.
+    pub fn spawn(
+        binary: &std::path::Path,
+        config: &std::path::Path,
+        args: &[&std::ffi::OsStr],
+        rust_log: &str,
+        name: &str,
+        echo: bool,
+    ) -> anyhow::Result<Self> {
+        let mut child = std::process::Command::new(binary)
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(args)
+            .env("RUST_LOG", rust_log)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stderr = child.stderr.take().context("the daemon's stderr")?;
+        let child = ChildGuard(child);
+        let (tx, listening) = tokio::sync::oneshot::channel();
+        let tail = Arc::new(Mutex::new(std::collections::VecDeque::with_capacity(
+            LOG_TAIL,
+        )));
+        let kept = tail.clone();
+        let label = name.to_owned();
+        std::thread::Builder::new()
+            .name(format!("log-{name}"))
+            .spawn(move || read_log(stderr, tx, &kept, echo.then_some(label.as_str())))
+            .context("spawning a log reader")?;
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            listening,
+            tail,
+        })
+    }
+
+    /// Waits (at most `patience`) for the daemon's `listening` line.
+    pub async fn listening(self, patience: std::time::Duration) -> anyhow::Result<Daemon> {
+        let addr = match tokio::time::timeout(patience, self.listening).await {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(_)) => anyhow::bail!(
+                "{} exited before it listened; its log:\n{}",
+                self.name,
+                tail_of(&self.tail)
+            ),
+            Err(_) => anyhow::bail!(
+                "{} did not listen within {patience:?}; its log:\n{}",
+                self.name,
+                tail_of(&self.tail)
+            ),
+        };
+        Ok(Daemon {
+            pid: self.child.pid().to_string(),
+            name: self.name,
+            child: self.child,
+            api: addr,
+            tail: self.tail,
+        })
+    }
+}
+
+impl Daemon {
+    /// The last lines it logged.
+    pub fn log_tail(&self) -> String {
+        tail_of(&self.tail)
+    }
+
+    /// Fails, with the end of its log, when the daemon has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.0.try_wait()? {
+            anyhow::bail!(
+                "{} exited ({status}); its log:\n{}",
+                self.name,
+                tail_of(&self.tail)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Reads a daemon's log lines until it exits: sends the address of its `listening` line, keeps
+/// the last lines, and prints its warnings and errors under `echo` when given.
+fn read_log(
+    stderr: std::process::ChildStderr,
+    tx: tokio::sync::oneshot::Sender<std::net::SocketAddr>,
+    tail: &Mutex<std::collections::VecDeque<String>>,
+    echo: Option<&str>,
+) {
+    use std::io::BufRead as _;
+    let mut tx = Some(tx);
+    for line in std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+    {
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if tx.is_some()
+            && let Some(addr) = listening_addr(&value)
+            && let Some(tx) = tx.take()
+        {
+            let _ = tx.send(addr);
+        }
+        if let Some(name) = echo
+            && matches!(value["level"].as_str(), Some("WARN" | "ERROR"))
+        {
+            eprintln!("{name}: {line}");
+        }
+        let mut tail = lock(tail);
+        if tail.len() == LOG_TAIL {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+}
+
+/// The address of a JSON `listening` log line.
+fn listening_addr(line: &serde_json::Value) -> Option<std::net::SocketAddr> {
+    if line["message"] != "listening" {
+        return None;
+    }
+    line["addr"].as_str()?.parse().ok()
+}
+
+fn tail_of(tail: &Mutex<std::collections::VecDeque<String>>) -> String {
+    lock(tail).iter().cloned().collect::<Vec<_>>().join("\n")
+}
+
+/// The first line `binary --version` prints (on stdout or stderr); empty when it prints none.
+pub fn version_of(binary: &std::path::Path) -> String {
+    std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            text.lines().next().unwrap_or_default().trim().to_owned()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listening_line_gives_the_address() {
+        let line: serde_json::Value = serde_json::from_str(
+            r#"{"timestamp":"x","level":"INFO","message":"listening","addr":"127.0.0.1:4242"}"#,
+        )
+        .unwrap();
+        assert_eq!(listening_addr(&line), "127.0.0.1:4242".parse().ok());
+        let stopped = serde_json::json!({"message": "stopped"});
+        assert_eq!(listening_addr(&stopped), None);
+        assert_eq!(listening_addr(&serde_json::Value::Null), None);
     }
 }
