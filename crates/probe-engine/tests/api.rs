@@ -1310,3 +1310,69 @@ async fn an_etcd_source_that_cannot_start_shows_every_field_of_the_readme() {
         ("warn", "datastore")
     );
 }
+
+/// The texts of an SVG badge, after checking that it is one (well-formed, an `svg` root).
+fn badge_texts(body: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn badges_show_a_target_s_state_and_a_group_s_score_as_svg() {
+    let (up, _server) = accepting().await;
+    let down = support::closed_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("targets.yaml"),
+        format!(
+            "defaults: {{interval: 300ms, timeout: 200ms, rise: 1, fall: 1}}\ntargets:\n  - id: up\n    tcp: {{address: \"{up}\"}}\n  - id: down\n    tcp: {{address: \"{down}\"}}\n  - id: web\n    kind: group\n    depends_on: [{{target: up}}, {{target: down}}]\n"
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+    let badge = |id: &str| {
+        let daemon = &daemon;
+        let path = format!("/v1/badges/{id}/health.svg");
+        async move {
+            let response = daemon.get(&path).await;
+            let status = response.status().as_u16();
+            let kind = response.headers()[reqwest::header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            (status, kind, response.text().await.unwrap())
+        }
+    };
+    let (status, kind, body) = badge("up").await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (200, "image/svg+xml; charset=utf-8")
+    );
+    assert_eq!(badge_texts(&body), ["up", "UP"]);
+    assert!(body.contains("<title>up: UP</title>"), "{body}");
+    let (_, _, body) = badge("down").await;
+    assert_eq!(badge_texts(&body), ["down", "DOWN"]);
+    // The group: its score, in words (one of its two members is DOWN).
+    let (status, _, body) = badge("web").await;
+    assert_eq!(status, 200);
+    let texts = badge_texts(&body);
+    assert_eq!(texts[0], "web");
+    assert!(texts[1].ends_with('%'), "{texts:?}");
+    // An unknown target still draws (a page that embeds it shows why), with 404.
+    let (status, _, body) = badge("nope").await;
+    assert_eq!(status, 404);
+    assert_eq!(badge_texts(&body), ["nope", "not found"]);
+    // An id that cannot be one: 400, with the reason.
+    let response = daemon.get("/v1/badges/a%20b/health.svg").await;
+    assert_eq!(response.status(), 400);
+    let error: serde_json::Value = response.json().await.unwrap();
+    assert!(
+        error["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{error}"
+    );
+}

@@ -10,6 +10,7 @@
 //! | `GET /v1/targets` | every target's status as JSON, with its score; in a cluster the ones this member probes, `?scope=cluster` for all, each with its owner |
 //! | `GET /v1/alerts` | the alerts firing now, each with its cause and what it impacts |
 //! | `POST /v1/alerts/test` | a test notification to every receiver, with each one's outcome |
+//! | `GET /v1/badges/{id}/health.svg` | a target's or group's health as an SVG badge |
 //! | `GET /v1/cluster` | in a cluster: the members (address, since, owned and replicated targets, lease) and this member's name |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
 //! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
@@ -42,6 +43,7 @@
 
 mod actions;
 mod auth;
+mod badges;
 mod events;
 mod health_json;
 mod reads;
@@ -89,6 +91,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/topology", get(reads::topology))
         .route("/v1/cluster", get(reads::cluster))
         .route("/v1/alerts", get(reads::alerts))
+        .route("/v1/badges/{id}/health.svg", get(badges::health))
         .route("/v1/alerts/test", axum::routing::post(actions::test_alert))
         .route("/v1/drain", axum::routing::post(actions::drain))
         .layer(GateLayer::new(state.gate.clone()))
