@@ -1322,14 +1322,14 @@ fn badge_texts(body: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn badges_show_a_target_s_state_and_a_group_s_score_as_svg() {
+async fn badges_and_the_graph_are_drawn_as_svg() {
     let (up, _server) = accepting().await;
     let down = support::closed_port();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("targets.yaml"),
         format!(
-            "defaults: {{interval: 300ms, timeout: 200ms, rise: 1, fall: 1}}\ntargets:\n  - id: up\n    tcp: {{address: \"{up}\"}}\n  - id: down\n    tcp: {{address: \"{down}\"}}\n  - id: web\n    kind: group\n    depends_on: [{{target: up}}, {{target: down}}]\n"
+            "defaults: {{interval: 300ms, timeout: 200ms, rise: 1, fall: 1}}\ntargets:\n  - id: up\n    tcp: {{address: \"{up}\"}}\n  - id: down\n    tcp: {{address: \"{down}\"}}\n  - id: web\n    kind: group\n    depends_on: [{{target: up, critical: true}}, {{target: down}}]\n"
         ),
     )
     .unwrap();
@@ -1375,4 +1375,44 @@ async fn badges_show_a_target_s_state_and_a_group_s_score_as_svg() {
         error["error"].as_str().is_some_and(|e| !e.is_empty()),
         "{error}"
     );
+
+    // The graph drawn: every node with its state in words, the group above what it depends on,
+    // its critical edge marked.
+    let response = daemon.get("/v1/graph?format=svg").await;
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    let doc = roxmltree::Document::parse(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let node = |id: &str| {
+        doc.descendants()
+            .find(|n| n.attribute("data-id") == Some(id))
+            .unwrap_or_else(|| panic!("no node {id}: {body}"))
+    };
+    let texts = |n: roxmltree::Node<'_, '_>| -> Vec<String> {
+        n.descendants()
+            .filter(|t| t.has_tag_name("text"))
+            .filter_map(|t| t.text().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(texts(node("up"))[0], "up");
+    assert!(texts(node("up"))[1].starts_with("UP"), "{body}");
+    assert!(texts(node("down"))[1].starts_with("DOWN"), "{body}");
+    assert!(texts(node("web"))[1].ends_with('%'), "{body}");
+    let y = |id: &str| -> f64 {
+        let rect = node(id)
+            .descendants()
+            .find(|n| n.has_tag_name("rect"))
+            .unwrap();
+        rect.attribute("y").unwrap().parse().unwrap()
+    };
+    assert!(
+        y("web") < y("up"),
+        "a dependent is drawn above what it depends on"
+    );
+    let edges: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("line"))
+        .map(|n| n.attribute("class").unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(edges.len(), 2, "{body}");
+    assert_eq!(edges.iter().filter(|c| c.contains("critical")).count(), 1);
 }

@@ -15,6 +15,7 @@ use probe::graph::NodeKind;
 use probe::verdict::HealthState;
 
 use super::auth::Readable;
+use super::draw;
 use super::shared::{ApiError, ApiState, parse_id};
 
 /// `GET /v1/badges/{id}/health.svg`: the target's state (a group's: DOWN when a critical
@@ -55,57 +56,31 @@ struct Message {
     colour: &'static str,
 }
 
-/// Colours dark enough for white text (WCAG AA at this size).
-const GREEN: &str = "#2e7d32";
-const AMBER: &str = "#a35200";
-const RED: &str = "#c62828";
-const BLUE: &str = "#1565c0";
-const GREY: &str = "#616161";
-
 impl Message {
     fn state(state: HealthState) -> Self {
-        let colour = match state {
-            HealthState::Up => GREEN,
-            HealthState::Degraded => AMBER,
-            HealthState::Down => RED,
-            HealthState::Maintenance => BLUE,
-            HealthState::Probing => GREY,
-        };
         Self {
             text: state.as_str().to_owned(),
-            colour,
+            colour: draw::state_colour(state),
         }
     }
 
     fn group(dependency_down: bool, score: Option<f64>) -> Self {
-        match (dependency_down, score) {
-            (true, _) => Self::state(HealthState::Down),
-            (false, None) => Self::grey("unknown"),
-            (false, Some(score)) => Self {
-                text: format!("{:.0}%", score * 100.0),
-                colour: if score >= 0.8 {
-                    GREEN
-                } else if score >= 0.5 {
-                    AMBER
-                } else {
-                    RED
-                },
-            },
-        }
+        let (text, colour) = draw::group_look(dependency_down, score);
+        Self { text, colour }
     }
 
     fn grey(text: &str) -> Self {
         Self {
             text: text.to_owned(),
-            colour: GREY,
+            colour: draw::GREY,
         }
     }
 }
 
 /// The badge: `label` on grey, `message` on its colour, each half as wide as its text.
 fn svg(label: &str, message: &Message) -> String {
-    let (lw, mw) = (width(label), width(&message.text));
-    let (label, text) = (escape(label), escape(&message.text));
+    let (lw, mw) = (draw::width(label), draw::width(&message.text));
+    let (label, text) = (draw::escape(label), draw::escape(&message.text));
     let mut out = String::with_capacity(600);
     let _ = write!(
         out,
@@ -129,37 +104,6 @@ fn svg(label: &str, message: &Message) -> String {
     out
 }
 
-/// About how wide `text` is in 11 px Verdana, with 10 px on either side.
-fn width(text: &str) -> u32 {
-    let glyphs: u32 = text
-        .chars()
-        .map(|c| match c {
-            'i' | 'j' | 'l' | '.' | ',' | ':' | ';' | '|' | '!' | '\'' => 3,
-            ' ' | '-' | 'f' | 'r' | 't' | '(' | ')' => 4,
-            'm' | 'w' | 'M' | 'W' | '%' => 10,
-            'A'..='Z' => 8,
-            _ => 7,
-        })
-        .sum();
-    glyphs + 20
-}
-
-/// `text` safe inside an XML element or attribute.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_longer_text_makes_a_wider_half() {
-        assert!(width("MAINTENANCE") > width("UP"));
-        assert_eq!(width(""), 20);
+        assert!(draw::width("MAINTENANCE") > draw::width("UP"));
+        assert_eq!(draw::width(""), 20);
     }
 }

@@ -44,6 +44,7 @@
 mod actions;
 mod auth;
 mod badges;
+mod draw;
 mod events;
 mod health_json;
 mod reads;

@@ -235,7 +235,8 @@ pub(super) struct GraphQuery {
     format: Option<String>,
 }
 
-/// `GET /v1/graph`: every node and edge as JSON, or as Graphviz DOT with `?format=dot`.
+/// `GET /v1/graph`: every node and edge as JSON, as Graphviz DOT with `?format=dot`, or drawn
+/// as SVG with `?format=svg`.
 pub(super) async fn graph(
     State(state): State<Arc<ApiState>>,
     _: Readable,
@@ -254,9 +255,19 @@ pub(super) async fn graph(
             state.engine.with_graph(probe::graph::Graph::to_dot),
         )
             .into_response()),
+        Some("svg") => {
+            // Copied under the graph's lock, drawn after it.
+            let export = state.engine.with_graph(probe::graph::Graph::export);
+            let svg = super::draw::graph(&export);
+            Ok((
+                [(header::CONTENT_TYPE, "image/svg+xml; charset=utf-8")],
+                svg,
+            )
+                .into_response())
+        }
         Some(other) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            format!("unknown format {other:?}: expected \"json\" or \"dot\""),
+            format!("unknown format {other:?}: expected \"json\", \"dot\" or \"svg\""),
         )),
     }
 }
