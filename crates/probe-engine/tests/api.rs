@@ -527,7 +527,7 @@ targets:
     // Errors: JSON `{"error": ...}` and nothing else.
     for (method, path, body, want) in [
         (Method::GET, "/v1/targets/Not-Valid", None, 400),
-        (Method::GET, "/v1/graph?format=svg", None, 400),
+        (Method::GET, "/v1/graph?format=png", None, 400),
         (
             Method::POST,
             "/v1/targets/up/calls",

@@ -610,10 +610,10 @@ targets:
 
     // Bad requests get a 4xx with a reason.
     let (status, body) = daemon
-        .send(reqwest::Method::GET, "/v1/graph?format=svg", None, None)
+        .send(reqwest::Method::GET, "/v1/graph?format=png", None, None)
         .await;
     assert_eq!(status, 400);
-    assert!(body["error"].as_str().unwrap().contains("svg"), "{body}");
+    assert!(body["error"].as_str().unwrap().contains("png"), "{body}");
     let (status, _) = daemon
         .send(reqwest::Method::GET, "/v1/graph?colour=red", None, None)
         .await;
