@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
@@ -45,9 +45,7 @@ use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
-use crate::membership::{
-    Lease, MemberRecord, Membership, MembershipError, View, unix_ms, unix_ms_now,
-};
+use crate::membership::{Lease, MemberRecord, Membership, MembershipError, View, unix_ms_now};
 
 /// How many writes one transaction carries (etcd allows 128 operations by default).
 const BATCH: usize = 100;
@@ -90,8 +88,7 @@ impl StateRecord {
             consecutive_successes: self.successes,
             consecutive_failures: self.failures,
             detail: self.detail.clone(),
-            since: (self.since_ms != 0)
-                .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(self.since_ms)),
+            since: probe::outcome::from_unix_ms(self.since_ms),
         })
     }
 
@@ -480,7 +477,7 @@ impl Shared {
                     continue;
                 }
                 // When the engine says the state began: what a successor names its episode by.
-                let since_ms = published.since.map_or(now, unix_ms);
+                let since_ms = published.since.map_or(now, probe::outcome::unix_ms);
                 let record = StateRecord {
                     state: published.state.as_str().to_owned(),
                     successes: published.consecutive_successes,

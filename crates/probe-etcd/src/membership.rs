@@ -340,13 +340,7 @@ impl Membership {
 
 /// Milliseconds since the Unix epoch now, for [`MemberRecord::started_unix_ms`].
 pub fn unix_ms_now() -> u64 {
-    unix_ms(SystemTime::now())
-}
-
-/// `at` in milliseconds since the Unix epoch, as records carry times.
-pub fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    probe::outcome::unix_ms(SystemTime::now())
 }
 
 impl std::fmt::Debug for Membership {

@@ -492,14 +492,14 @@ impl Outcome {
 }
 
 /// `at` in milliseconds since the Unix epoch (0 before it): 8 bytes where a `SystemTime` takes
-/// 16.
-pub(crate) fn unix_ms(at: SystemTime) -> u64 {
+/// 16, and how records and fingerprints carry times.
+pub fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The time `ms` after the Unix epoch; `None` for 0, which stands for "not yet".
-pub(crate) fn from_unix_ms(ms: u64) -> Option<SystemTime> {
+pub fn from_unix_ms(ms: u64) -> Option<SystemTime> {
     (ms != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
 }
 

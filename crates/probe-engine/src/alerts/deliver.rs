@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use probe::tier::tls::{TlsTrust, client_config};
-use rand::RngExt;
+use probe::verdict::ExponentialBackoff;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -14,9 +14,21 @@ use super::outbox::{Outbox, Receiver};
 use super::{Alert, rfc3339};
 use crate::config::{ALERTMANAGER, AlertmanagerConfig, AlertsConfig, WebhookConfig};
 
-/// The first retry after a failed delivery; doubled up to [`RETRY_MAX`], jittered.
+/// The first retry after a failed delivery, doubled up to the last.
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Retries after failed deliveries: the probes' backoff, jittered down by up to half, so that
+/// receivers that failed together do not all come back at the same instant.
+fn retries() -> ExponentialBackoff {
+    ExponentialBackoff::try_new(RETRY_MIN, RETRY_MAX, 0.5)
+        .unwrap_or_else(|e| unreachable!("200 ms to 30 s, half jittered, is a valid backoff: {e}"))
+}
+
+/// How long to wait before retry `attempt` (0-based).
+fn retry_delay(attempt: u32) -> Duration {
+    retries().delay(attempt, 1.0, &mut rand::rng())
+}
 
 /// Alerts per post to Alertmanager.
 const BATCH: usize = 1000;
@@ -173,7 +185,7 @@ async fn alertmanager(
     place: Receiver,
     cancel: CancellationToken,
 ) {
-    let mut retry = RETRY_MIN;
+    let mut failures = 0_u32;
     let mut next_resend = tokio::time::Instant::now() + resend;
     loop {
         if place.held() {
@@ -209,7 +221,7 @@ async fn alertmanager(
         }
         if target.post(&alerts).await.is_ok() {
             place.delivered(&seqs);
-            retry = RETRY_MIN;
+            failures = 0;
             if full {
                 next_resend = tokio::time::Instant::now() + resend;
             }
@@ -217,16 +229,16 @@ async fn alertmanager(
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(jittered(retry)) => {}
+            () = tokio::time::sleep(retry_delay(failures)) => {}
         }
-        retry = (retry * 2).min(RETRY_MAX);
+        failures = failures.saturating_add(1);
     }
 }
 
 /// Posts each notification in turn, retrying one until it is delivered before the next, so a
 /// receiver sees a target's firing before its resolved.
 async fn webhook(target: Target, place: Receiver, cancel: CancellationToken) {
-    let mut retry = RETRY_MIN;
+    let mut failures = 0_u32;
     let mut after = 0;
     loop {
         let next = (!place.held()).then(|| place.next(after)).flatten();
@@ -240,14 +252,14 @@ async fn webhook(target: Target, place: Receiver, cancel: CancellationToken) {
         if target.post(std::slice::from_ref(&alert)).await.is_ok() {
             place.delivered(&[seq]);
             after = seq;
-            retry = RETRY_MIN;
+            failures = 0;
             continue;
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = tokio::time::sleep(jittered(retry)) => {}
+            () = tokio::time::sleep(retry_delay(failures)) => {}
         }
-        retry = (retry * 2).min(RETRY_MAX);
+        failures = failures.saturating_add(1);
     }
 }
 
@@ -269,12 +281,6 @@ async fn send(request: reqwest::RequestBuilder, receiver: &str) -> Result<(), St
     )
     .increment(1);
     result
-}
-
-/// Between half of `step` and all of it, at random: receivers that failed together do not all
-/// come back at the same instant.
-fn jittered(step: Duration) -> Duration {
-    step.mul_f64(rand::rng().random_range(0.5..=1.0))
 }
 
 /// A reqwest error without its URL, which may carry a secret in its query.

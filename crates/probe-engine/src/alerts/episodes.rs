@@ -579,9 +579,7 @@ fn resolved(mut alert: Alert, now: SystemTime) -> Alert {
 
 /// A stable name for one episode: FNV-1a over its target, alert name and start (ms).
 fn fingerprint(target: &str, name: &str, since: SystemTime) -> String {
-    let ms = since
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let ms = probe::outcome::unix_ms(since);
     let text = format!("{target}\u{0}{name}\u{0}{ms}");
     let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)

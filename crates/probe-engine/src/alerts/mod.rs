@@ -198,9 +198,7 @@ impl Alerter {
         labels.insert("alertname".into(), "ProbeEngineTest".into());
         labels.insert("severity".into(), defaults.severity.clone());
         labels.insert("probe_engine".into(), self.sender.label.clone());
-        let ms = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
+        let ms = probe::outcome::unix_ms(now);
         let alert = Alert {
             status: Status::Firing,
             fingerprint: format!("test-{ms}"),
