@@ -202,17 +202,21 @@ async fn send_expect_mismatch_is_a_body_failure() {
 }
 
 /// Counts sockets in TIME_WAIT whose remote end is `port` (the prober's side of a probe).
-fn time_wait_towards(port: u16) -> usize {
+/// The sockets in TIME_WAIT towards `port` (their local and remote addresses). Loopback ports
+/// are reused, and an earlier test's socket may linger towards the same number: the tests count
+/// the sockets that appear, not all there are.
+fn time_wait_towards(port: u16) -> std::collections::HashSet<String> {
     let hex_port = format!(":{port:04X}");
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .flat_map(|text| text.lines().skip(1).map(str::to_owned).collect::<Vec<_>>())
-        .filter(|line| {
+        .filter_map(|line| {
             let cols: Vec<&str> = line.split_whitespace().collect();
-            cols.len() > 3 && cols[2].ends_with(&hex_port) && cols[3] == "06"
+            (cols.len() > 3 && cols[2].ends_with(&hex_port) && cols[3] == "06")
+                .then(|| format!("{} {}", cols[1], cols[2]))
         })
-        .count()
+        .collect()
 }
 
 /// A server that accepts, waits for the client to close (FIN or RST), closes, and reports.
@@ -242,13 +246,14 @@ async fn closing_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<(
 async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     const PROBES: usize = 20;
     let (addr, mut closed) = closing_server().await;
+    let before = time_wait_towards(addr.port());
     let probe = TcpProbe::new(spec(addr), probe::resolve::Names::system());
     for _ in 0..PROBES {
         probe.check(TIMEOUT).await.unwrap();
         closed.recv().await.unwrap();
     }
     assert_eq!(
-        time_wait_towards(addr.port()),
+        time_wait_towards(addr.port()).difference(&before).count(),
         0,
         "reset close left TIME_WAIT"
     );
@@ -256,6 +261,7 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     // The control: a graceful close makes the prober the active closer, so TIME_WAIT appears.
     // This proves the check above can see TIME_WAIT at all.
     let (addr, mut closed) = closing_server().await;
+    let before = time_wait_towards(addr.port());
     let mut graceful = spec(addr);
     graceful.close = CloseMode::Graceful;
     let probe = TcpProbe::new(graceful, probe::resolve::Names::system());
@@ -265,10 +271,11 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     }
     // The server's FIN reaches the prober's orphaned socket asynchronously; poll briefly.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while time_wait_towards(addr.port()) < PROBES && tokio::time::Instant::now() < deadline {
+    let appeared = || time_wait_towards(addr.port()).difference(&before).count();
+    while appeared() < PROBES && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(time_wait_towards(addr.port()), PROBES);
+    assert_eq!(appeared(), PROBES);
 }
 
 /// A router's "no route to host" (ICMP host unreachable, sent here by nftables inside a network
