@@ -16,10 +16,11 @@ use probe::resolve::{Resolver, ResolverConfig, ResolverError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::alerts::{self, Alerter, RuleFeed, Sender};
+use crate::alerts::{self, Alerter, RuleFeed, Sender, first_member};
 use crate::api::{self, ApiState};
 use crate::api::{TokenError, TokenSources, Tokens};
 use crate::config::{self, ClusterConfig, ConfigErrors};
+use crate::history::{Backend, GroupsOurs, History, HistoryConfig};
 use crate::persist::{PersistError, StateStore};
 use crate::topology::TopologyHandle;
 use probe::cluster::MemberId;
@@ -42,6 +43,8 @@ pub struct Options {
     /// How long the daemon keeps serving after it turns not ready on a stop, so that whatever
     /// balances or scrapes it notices.
     pub drain_delay: Duration,
+    /// The status page's settings; `None` turns it off (`--ui false`).
+    pub ui: Option<api::Ui>,
 }
 
 /// Why the daemon could not start.
@@ -93,12 +96,24 @@ pub struct Daemon {
     alerting: Option<(config::AlertsConfig, RuleFeed)>,
     /// `--state-dir`: the alerts' outbox is kept there.
     state_dir: Option<std::path::PathBuf>,
+    /// The history, when it is kept.
+    history: Option<History>,
+    /// Once joined, the member set: whether this member records the groups' history.
+    membership: Arc<std::sync::OnceLock<MembershipWatch>>,
+    /// The status page's settings.
+    ui: Option<api::Ui>,
 }
+
+/// A member's view of the cluster's member set.
+type MembershipWatch = tokio::sync::watch::Receiver<probe_etcd::membership::View>;
 
 /// How long the API's connections get to close once the stop sequence is over: for answers
 /// being written at that moment (a health check, a refusal). Requests still in flight had their
 /// `--shutdown-grace` already; after this their connections are dropped.
 const SERVER_CLOSE: Duration = Duration::from_secs(1);
+
+/// How long a stopping daemon waits for the history's last write.
+const HISTORY_LAST_WRITE: Duration = Duration::from_secs(5);
 
 /// How long a stopping member waits for etcd to revoke its lease.
 const CLUSTER_LEAVE: Duration = Duration::from_secs(2);
@@ -155,6 +170,25 @@ impl Daemon {
         } else {
             tracing::warn!("icmp: {icmp}");
         }
+        // Before the first apply: the history sees every transition from the first.
+        let membership: Arc<std::sync::OnceLock<MembershipWatch>> = Arc::default();
+        let history = history_config(&loaded, options.state_dir.as_deref()).map(|config| {
+            let member = clustered
+                .as_ref()
+                .map_or_else(|| "local".to_owned(), |(_, name)| name.to_string());
+            let groups_ours: GroupsOurs = match &clustered {
+                None => Arc::new(|| true),
+                Some((_, name)) => {
+                    let (membership, name) = (membership.clone(), name.to_string());
+                    Arc::new(move || {
+                        membership
+                            .get()
+                            .is_some_and(|view| first_member(&view.borrow(), &name))
+                    })
+                }
+            };
+            History::start(engine.clone(), config, member, groups_ours, cancel.clone())
+        });
         let files = loaded.files.len();
         let (rule_sink, rule_feed) = alerts::rule_channel(&loaded);
         let alerting = loaded.alerts.clone().map(|alerts| (alerts, rule_feed));
@@ -190,6 +224,9 @@ impl Daemon {
             cluster: std::sync::OnceLock::new(),
             alerting,
             state_dir: options.state_dir.clone(),
+            history,
+            membership,
+            ui: options.ui.clone(),
         };
         Ok(daemon)
     }
@@ -223,6 +260,7 @@ impl Daemon {
         .await
         .map_err(|e| failed(&e))?;
         tracing::info!(member = %name, prefix = %config.prefix, "joined the cluster");
+        let _ = self.membership.set(cluster.view());
         let running = cluster.clone();
         let cancel = self.cancel.clone();
         tokio::spawn(async move { running.run(cancel).await });
@@ -340,6 +378,8 @@ impl Daemon {
             listing: Default::default(),
             cluster: self.cluster.get().cloned(),
             alerts,
+            history: self.history.clone(),
+            ui: self.ui.clone(),
         });
         let grpc = match self.grpc.lock().take() {
             Some(listener) => {
@@ -403,8 +443,51 @@ impl Daemon {
             // Cancelled at once: still give probes in flight their grace.
             let _ = tokio::time::timeout(grace, self.engine.stopped()).await;
         }
+        if let Some(history) = &self.history {
+            // The hour so far and the last transitions, written before the process goes.
+            if tokio::time::timeout(HISTORY_LAST_WRITE, history.stopped())
+                .await
+                .is_err()
+            {
+                tracing::warn!("history: the last write did not finish in time");
+            }
+        }
         Ok(())
     }
+}
+
+/// Where the history goes: the `history` section's database, a relative SQLite path under
+/// `--state-dir`; `None` with `history: false`, or for SQLite without a state directory.
+fn history_config(
+    loaded: &config::Config,
+    state_dir: Option<&std::path::Path>,
+) -> Option<HistoryConfig> {
+    let section = &loaded.history;
+    let backend = match section.store.as_ref()? {
+        config::HistoryStore::Postgres(url) => Backend::Postgres(url.clone()),
+        config::HistoryStore::Sqlite(path) if path.is_absolute() => Backend::Sqlite(path.clone()),
+        config::HistoryStore::Sqlite(path) => match state_dir {
+            Some(dir) => Backend::Sqlite(dir.join(path)),
+            None => {
+                tracing::info!("no history: it is kept under --state-dir, and none is given");
+                return None;
+            }
+        },
+    };
+    Some(HistoryConfig {
+        backend,
+        transitions: section.transitions,
+        rollups: section.rollups,
+        max_bytes: section.max_bytes,
+        min_score: loaded
+            .topology
+            .readiness
+            .as_ref()
+            .map_or(probe::graph::ReadinessPolicy::DEFAULT_MIN_SCORE, |r| {
+                r.min_score()
+            }),
+        sla_window: loaded.sla_window,
+    })
 }
 
 /// Serves `app` (and the gRPC health service, when given its listener) from a thread of its
@@ -550,6 +633,23 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "probe_alert_outbox_dropped_total",
         "Notifications dropped for room in a full outbox, oldest resolved first."
+    );
+    metrics::describe_counter!(
+        "probe_history_write_errors_total",
+        "History writes that failed; their rows wait for the next."
+    );
+    metrics::describe_counter!(
+        "probe_history_dropped_total",
+        "History rows dropped, by reason: queue_full (the database fell behind), retention, \
+         size_cap (the oldest days, for room)."
+    );
+    metrics::describe_gauge!(
+        "probe_history_pending_rows",
+        "History rows waiting for the writer."
+    );
+    metrics::describe_gauge!(
+        "probe_history_bytes",
+        "The history's size as of the last hourly look: SQLite's used pages, PostgreSQL's live rows."
     );
     metrics::describe_counter!(
         "probe_topology_errors_total",

@@ -8,6 +8,7 @@ pub mod alerts;
 pub mod api;
 pub mod config;
 pub mod daemon;
+pub mod history;
 pub mod limits;
 pub mod persist;
 #[cfg(feature = "test-support")]

@@ -67,9 +67,18 @@ enum Command {
         /// times the failure threshold of whatever polls /readyz.
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         drain_delay: Duration,
-        /// Directory for state that survives restarts (operator maintenance).
+        /// Directory for state that survives restarts: operator maintenance, the alerts'
+        /// outbox and, unless the config's `history` section says otherwise, the history
+        /// (`history.db`, SQLite).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Serve the status page at `/` and `/status`.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        ui: bool,
+        /// A token the status page's reads need (`Authorization: Bearer`, or `?token=` once,
+        /// which sets a cookie); without one they need none.
+        #[arg(long, env = "PROBE_ENGINE_UI_TOKEN", hide_env_values = true)]
+        ui_token: Option<String>,
         /// An operator bearer token, `TOKEN` or `NAME=TOKEN` (the name is what the audit log
         /// shows): it may read and change. Repeatable. Without one, only loopback peers may
         /// change anything, and only while the API listens on loopback alone.
@@ -133,6 +142,8 @@ fn main() -> ExitCode {
             watch_config,
             self_lag_threshold,
             member,
+            ui,
+            ui_token,
         } => {
             let options = daemon::Options {
                 config,
@@ -157,6 +168,7 @@ fn main() -> ExitCode {
                     read_files: read_token_file,
                 },
                 drain_delay,
+                ui: ui.then_some(probe_engine::api::Ui { token: ui_token }),
             };
             match run(options, listen, grpc_listen, shutdown_grace, watch_config) {
                 Ok(code) => code,

@@ -108,14 +108,19 @@ impl Sender {
     /// Whether this member sends the groups' alerts: groups have no owner, so the first member
     /// by name does (alone, outside a cluster).
     fn groups_ours(&self) -> bool {
-        self.membership.as_ref().is_none_or(|view| {
-            view.borrow()
-                .members
-                .keys()
-                .next()
-                .is_none_or(|first| first.as_str() == self.member)
-        })
+        self.membership
+            .as_ref()
+            .is_none_or(|view| first_member(&view.borrow(), &self.member))
     }
+}
+
+/// Whether `member` is the first of the set by name (or the set is empty): groups have no
+/// owner, so the first member speaks for them.
+pub fn first_member(view: &probe_etcd::membership::View, member: &str) -> bool {
+    view.members
+        .keys()
+        .next()
+        .is_none_or(|first| first.as_str() == member)
 }
 
 /// One receiver's answer to a test notification.

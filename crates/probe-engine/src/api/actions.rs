@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use probe::engine::CircuitCommand;
 use probe::passive::{Call, CallOutcome};
+use probe::target::TargetId;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -87,7 +88,7 @@ impl MaintenanceRequest {
 pub(super) async fn start_maintenance(
     State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
-    Authorized(_): Authorized,
+    Authorized(actor): Authorized,
     body: Result<Json<MaintenanceRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
@@ -108,18 +109,36 @@ pub(super) async fn start_maintenance(
             ));
         }
     }
+    record(
+        &state,
+        &id,
+        "maintenance_set",
+        &actor,
+        Some(format!(
+            "{reason} (for {})",
+            humantime::format_duration(duration)
+        )),
+    );
     persist(&state).await?;
     detail(&state.engine, &id)
+}
+
+/// Keeps an operator's action in the history, with who did it.
+fn record(state: &ApiState, id: &TargetId, action: &str, actor: &str, detail: Option<String>) {
+    if let Some(history) = &state.history {
+        history.action(id, action, actor, detail);
+    }
 }
 
 /// `DELETE /v1/targets/{id}/maintenance`: ends operator maintenance, and saves that too.
 pub(super) async fn end_maintenance(
     State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
-    Authorized(_): Authorized,
+    Authorized(actor): Authorized,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     state.engine.end_maintenance(&id)?;
+    record(&state, &id, "maintenance_ended", &actor, None);
     if let Some(cluster) = &state.cluster
         && let Err(e) = cluster.end_maintenance(&id).await
     {
@@ -213,6 +232,13 @@ pub(super) async fn command_circuit(
         }
     };
     state.engine.command_circuit(&id, command)?;
+    record(
+        &state,
+        &id,
+        &format!("circuit_{}", request.command),
+        &actor,
+        None,
+    );
     tracing::info!(%actor, target_id = %id, command = request.command, "circuit commanded through the API");
     detail(&state.engine, &id)
 }
@@ -225,6 +251,7 @@ pub(super) async fn clear_ejection(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     state.engine.clear_ejection(&id)?;
+    record(&state, &id, "ejection_cleared", &actor, None);
     tracing::info!(%actor, target_id = %id, "ejection cleared through the API");
     detail(&state.engine, &id)
 }

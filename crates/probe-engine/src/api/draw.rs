@@ -34,22 +34,27 @@ pub(super) fn state_colour(state: HealthState) -> &'static str {
     }
 }
 
+/// A group's health told as a target's state, so that it is coloured, filtered and counted
+/// like one: DOWN when a critical dependency is, else by its score (UP from 0.8, DEGRADED from
+/// 0.5, DOWN below); PROBING while the score is unknown.
+pub(super) fn group_state(dependency_down: bool, score: Option<f64>) -> HealthState {
+    match (dependency_down, score) {
+        (true, _) => HealthState::Down,
+        (false, None) => HealthState::Probing,
+        (false, Some(score)) if score >= 0.8 => HealthState::Up,
+        (false, Some(score)) if score >= 0.5 => HealthState::Degraded,
+        (false, Some(_)) => HealthState::Down,
+    }
+}
+
 /// A group's words and colour: DOWN when a critical dependency is, else its score.
 pub(super) fn group_look(dependency_down: bool, score: Option<f64>) -> (String, &'static str) {
-    match (dependency_down, score) {
-        (true, _) => ("DOWN".to_owned(), RED),
-        (false, None) => ("unknown".to_owned(), GREY),
-        (false, Some(score)) => (
-            format!("{:.0}%", score * 100.0),
-            if score >= 0.8 {
-                GREEN
-            } else if score >= 0.5 {
-                AMBER
-            } else {
-                RED
-            },
-        ),
-    }
+    let words = match (dependency_down, score) {
+        (true, _) => "DOWN".to_owned(),
+        (false, None) => "unknown".to_owned(),
+        (false, Some(score)) => format!("{:.0}%", score * 100.0),
+    };
+    (words, state_colour(group_state(dependency_down, score)))
 }
 
 /// About how wide `text` is in 11 px Verdana, with 10 px on either side.

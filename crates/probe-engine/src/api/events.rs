@@ -23,6 +23,14 @@ pub(super) async fn events(
     State(state): State<Arc<ApiState>>,
     _: Readable,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
+    stream(&state)
+}
+
+/// The engine's state changes as an SSE stream, until the daemon stops: `/v1/events`' answer,
+/// and the status page's (`/status/events`), which only differs in who may read it.
+pub(super) fn stream(
+    state: &ApiState,
+) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>> + use<>> {
     let receiver = state.engine.subscribe();
     let shutdown = state.shutdown.clone();
     let stream = futures_util::stream::unfold(

@@ -182,6 +182,37 @@ fn health_report(state: &ApiState) -> Response {
         }
         checks.insert("cluster:membership".to_owned(), json!([check]));
     }
+    // History that cannot be written is worth a warning: probing and health go on without it.
+    if let Some(history) = &state.history {
+        let status = history.status();
+        let (check_status, output) = match status.state {
+            "failing" | "off" => (
+                CheckStatus::Warn,
+                Some(format!(
+                    "history {}: {}",
+                    if status.state == "off" {
+                        "is off"
+                    } else {
+                        "writes fail, rows wait"
+                    },
+                    status.error.as_deref().unwrap_or("unknown error")
+                )),
+            ),
+            _ => (CheckStatus::Pass, None),
+        };
+        overall = overall.max(check_status);
+        let mut check = json!({
+            "componentId": status.location,
+            "componentType": "datastore",
+            "status": check_status,
+            "observedValue": status.pending,
+            "observedUnit": "rows pending",
+        });
+        if let Some(output) = output {
+            check["output"] = json!(output);
+        }
+        checks.insert("history:database".to_owned(), json!([check]));
+    }
     let code = if overall == CheckStatus::Fail {
         StatusCode::SERVICE_UNAVAILABLE
     } else {

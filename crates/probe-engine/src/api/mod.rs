@@ -11,9 +11,12 @@
 //! | `GET /v1/alerts` | the alerts firing now, each with its cause and what it impacts |
 //! | `POST /v1/alerts/test` | a test notification to every receiver, with each one's outcome |
 //! | `GET /v1/badges/{id}/health.svg` | a target's or group's health as an SVG badge |
+//! | `GET /v1/badges/{id}/uptime.svg` | its uptime over `?window=7d` (`24h`, `30d`, `90d`) as an SVG badge; 503 without history |
 //! | `GET /v1/cluster` | in a cluster: the members (address, since, owned and replicated targets, lease) and this member's name |
 //! | `GET /v1/targets/{id}` | one target with its recent results |
 //! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
+//! | `GET /v1/targets/{id}/uptime` | its uptime over `?window=24h` (`7d`, `30d`, `90d`, `FROM..UNTIL`), exact, with maintenance, time before a verdict and unrecorded time apart (groups too) |
+//! | `GET /v1/targets/{id}/history` | its recent results, and its transitions, hourly rollups and operator actions over `?since&until` (default the last 24 h), at most `?limit` (100) |
 //! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
 //! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
 //! | `DELETE /v1/targets/{id}/maintenance` | end it |
@@ -22,6 +25,10 @@
 //! | `DELETE /v1/targets/{id}/ejection` | put an ejected target back in its pools (permanent ejections too), through slow start |
 //! | `GET /v1/events` | state changes as Server-Sent Events |
 //! | `GET /v1/topology` | where targets come from: the files and etcd, their state, rejected entries |
+//! | `GET /`, `GET /status` | the status page (HTML; not with `--ui false`; `--ui-token` closes it): overview, incidents, targets filtered by `?state&group&q&page`, the graph |
+//! | `GET /status/explain/{id}` | the status page's explanation of a node, as an HTML fragment |
+//! | `GET /status/events` | the status page's live updates: `GET /v1/events`' stream |
+//! | `GET /status/assets/{page.css,page.js}` | the status page's stylesheet and script, embedded |
 //! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
 //! | `GET /metrics` | Prometheus text exposition |
 //!
@@ -47,6 +54,8 @@ mod badges;
 mod draw;
 mod events;
 mod health_json;
+mod history;
+mod page;
 mod reads;
 mod shared;
 mod tokens;
@@ -60,8 +69,8 @@ use axum::routing::get;
 use probe::gate::GateLayer;
 
 pub(crate) use auth::UNTOKENED_BEYOND_LOOPBACK;
-pub use shared::ApiState;
 use shared::error;
+pub use shared::{ApiState, Ui};
 pub use tokens::{Credentials, Role, TokenError, TokenSources, Tokens};
 
 /// Builds the router. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`: the
@@ -71,6 +80,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/targets", get(reads::targets))
         .route("/v1/targets/{id}", get(reads::target))
         .route("/v1/targets/{id}/explain", get(reads::explain))
+        .route("/v1/targets/{id}/uptime", get(history::uptime))
+        .route("/v1/targets/{id}/history", get(history::record))
         .route("/v1/graph", get(reads::graph))
         .route(
             "/v1/targets/{id}/maintenance",
@@ -93,6 +104,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/cluster", get(reads::cluster))
         .route("/v1/alerts", get(reads::alerts))
         .route("/v1/badges/{id}/health.svg", get(badges::health))
+        .route("/v1/badges/{id}/uptime.svg", get(badges::uptime))
+        .merge(page::routes(state.ui.is_some()))
         .route("/v1/alerts/test", axum::routing::post(actions::test_alert))
         .route("/v1/drain", axum::routing::post(actions::drain))
         .layer(GateLayer::new(state.gate.clone()))

@@ -220,6 +220,7 @@ pub(super) async fn explain(
     Ok(Json(json!({
         "node": NodeView::from(&explanation.node),
         "stability": explanation.stability,
+        "sla": explanation.sla,
         "summary": explanation.to_string(),
         "children": children,
         "root_causes": names(causes.roots.get(&id)),
@@ -347,5 +348,6 @@ pub(super) async fn topology(
         "last_change": last_change.map(rfc3339),
         "sources": sources,
         "rejected": rejected,
+        "history": state.history.as_ref().map(crate::history::History::status),
     }))
 }

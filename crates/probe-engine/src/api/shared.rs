@@ -43,6 +43,17 @@ pub struct ApiState {
     pub cluster: Option<probe_etcd::cluster::Cluster>,
     /// The alerting loop, when the config has an `alerts` section.
     pub alerts: Option<crate::alerts::Alerter>,
+    /// The history, when it is kept (`--state-dir` or a `history` section).
+    pub history: Option<crate::history::History>,
+    /// The status page; `None` with `--ui false`.
+    pub ui: Option<Ui>,
+}
+
+/// The status page's settings.
+#[derive(Clone, Debug, Default)]
+pub struct Ui {
+    /// The token its reads need (`--ui-token`); without one they need none.
+    pub token: Option<String>,
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

@@ -358,8 +358,9 @@ impl From<&ChildExplanation> for ChildView {
     }
 }
 
+/// One recent result, as a target's detail and its history list them.
 #[derive(Serialize)]
-struct OutcomeView {
+pub(super) struct OutcomeView {
     ok: bool,
     degraded: bool,
     latency_ms: f64,

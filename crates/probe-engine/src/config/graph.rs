@@ -6,6 +6,7 @@
 //!   window: 20             # results per target in its success ratio, 1..=1000
 //!   degraded_credit: 0.5   # what a DEGRADED result counts for, 0..=1
 //!   critical_cap: 0        # the highest score with a critical dependency DOWN, 0..=1
+//!   sla_window: 30d        # optional: a target's uptime over it multiplies its success ratio
 //! readiness:               # optional, in one file at most; without it: every target healthy
 //!   require: [checkout]    # targets or groups
 //!   min_score: 0.8         # default 0.8
@@ -50,6 +51,14 @@ struct RawScoring {
     window: Option<Sp<u32>>,
     degraded_credit: Option<Sp<f64>>,
     critical_cap: Option<Sp<f64>>,
+    sla_window: Option<Sp<String>>,
+}
+
+/// A valid `scoring` section: the graph's configuration, and the window of the SLA the daemon
+/// gives each probed target from its history.
+pub(super) struct Scoring {
+    pub graph: GraphConfig,
+    pub sla_window: Option<std::time::Duration>,
 }
 
 #[derive(Deserialize)]
@@ -162,11 +171,26 @@ pub(super) fn depends_on(
 }
 
 /// The `scoring` section; `None` when invalid.
-pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<GraphConfig> {
+pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Scoring> {
     let (raw, structural) = collect::<RawScoring>(node, src);
     let clean = structural.is_empty();
     diags.extend(structural);
     let raw = raw.filter(|_| clean)?;
+    let sla_window =
+        match super::schedule::duration(raw.sla_window.as_ref(), "sla_window", true, diags) {
+            super::schedule::Slot::Set { value, key }
+                if value < std::time::Duration::from_secs(3600) =>
+            {
+                diags.push((
+                    key,
+                    "sla_window must be at least 1h: an SLA is a long window".to_owned(),
+                ));
+                return None;
+            }
+            super::schedule::Slot::Set { value, .. } => Some(value),
+            super::schedule::Slot::Absent => None,
+            super::schedule::Slot::Invalid => return None,
+        };
     let window = raw.window.as_ref();
     let credit = raw.degraded_credit.as_ref();
     let cap = raw.critical_cap.as_ref();
@@ -185,6 +209,7 @@ pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Graph
             diags.push((pos.unwrap_or(node.pos), e.to_string()));
         })
         .ok()
+        .map(|graph| Scoring { graph, sla_window })
 }
 
 /// A valid `readiness` section.

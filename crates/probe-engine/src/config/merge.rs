@@ -18,6 +18,7 @@ use super::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
 use super::cluster::{self, ClusterConfig, ParsedCluster};
 use super::diagnostics::{ConfigError, ConfigErrors, one_line, quote};
 use super::files::Source;
+use super::history::{self, HistorySection};
 use super::metrics::MetricsConfig;
 use super::node::{Diags, Kind, Node, Pos, collect, syntax_error, value_of, yaml_options};
 use super::passive::Passive;
@@ -48,6 +49,10 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// Where alerts go, as the `alerts` section says.
     pub alerts: Option<AlertsConfig>,
+    /// Where history is kept, as the `history` section says (its defaults without one).
+    pub history: HistorySection,
+    /// `scoring.sla_window`: each probed target's uptime over it is its SLA in the graph.
+    pub sla_window: Option<std::time::Duration>,
     /// Each target's alert rule (`None`: `alert: false`); empty without an `alerts` section.
     pub alert_rules: BTreeMap<TargetId, Option<AlertRule>>,
 }
@@ -64,7 +69,7 @@ struct Section<T> {
 pub(super) struct FileOutcome {
     diags: Diags,
     targets: Vec<ParsedTarget>,
-    scoring: Option<Section<GraphConfig>>,
+    scoring: Option<Section<graph::Scoring>>,
     readiness: Option<Section<graph::ParsedReadiness>>,
     /// The `topology` section: `Some(None)` when it has no source.
     topology: Option<Section<Option<probe_etcd::SourceConfig>>>,
@@ -72,6 +77,7 @@ pub(super) struct FileOutcome {
     metrics: Option<Section<MetricsConfig>>,
     cluster: Option<Section<ParsedCluster>>,
     alerts: Option<Section<AlertsConfig>>,
+    history: Option<Section<HistorySection>>,
 }
 
 impl FileOutcome {
@@ -172,6 +178,10 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         key: key("alerts"),
         value: alerts::parse(node, text, source, &mut diags),
     });
+    let history = section("history").map(|node| Section {
+        key: key("history"),
+        value: history::parse(node, text, source, &mut diags),
+    });
     FileOutcome {
         diags,
         targets,
@@ -182,6 +192,7 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
         metrics,
         cluster,
         alerts,
+        history,
     }
 }
 
@@ -225,7 +236,9 @@ pub(super) fn finish(
         |o| o.readiness.take(),
         &mut late,
     );
-    let scoring = scoring.and_then(|(_, config)| config).unwrap_or_default();
+    let (scoring, sla_window) = scoring
+        .and_then(|(_, config)| config)
+        .map_or((GraphConfig::default(), None), |s| (s.graph, s.sla_window));
     let etcd = once(
         &files,
         &mut outcomes,
@@ -282,6 +295,15 @@ pub(super) fn finish(
         |o| o.alerts.take(),
         &mut late,
     );
+    let history = once(
+        &files,
+        &mut outcomes,
+        "history",
+        |o| o.history.take(),
+        &mut late,
+    )
+    .and_then(|(_, history)| history)
+    .unwrap_or_default();
     // An invalid section is reported as it is, not again at every `alert` key.
     let section = alerts.is_some();
     let alerts = alerts.and_then(|(_, alerts)| alerts);
@@ -413,6 +435,8 @@ pub(super) fn finish(
         cluster,
         alerts,
         alert_rules,
+        history,
+        sla_window,
     })
 }
 

@@ -104,6 +104,7 @@ mod dns;
 mod files;
 mod graph;
 mod grpc;
+mod history;
 mod http;
 mod icmp;
 mod merge;
@@ -132,6 +133,7 @@ pub use alerts::{
 };
 pub use cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
 use files::{Source, list_files, process_env, read_file};
+pub use history::{HistorySection, HistoryStore};
 pub use merge::Config;
 use merge::{FileOutcome, finish, parse_text};
 pub use metrics::MetricsConfig;

@@ -42,6 +42,8 @@ pub(super) struct RawDocument {
     _cluster: Option<IgnoredAny>,
     #[serde(rename = "alerts")]
     _alerts: Option<IgnoredAny>,
+    #[serde(rename = "history")]
+    _history: Option<IgnoredAny>,
 }
 
 /// Defines a section struct with the given fields plus the schedule, threshold and passive-health

@@ -13,6 +13,13 @@
 //! [`netns_or_skip!`](crate::netns_or_skip) makes a test say `SKIPPED: <why>` and return (under
 //! `CI`, where the suite must run in full, a skip fails the test instead).
 //!
+//! [`Postgres`] is a real PostgreSQL server of its own (a fresh cluster in a temporary directory,
+//! on a free loopback port, run as the `postgres` user under root) for the history store's tests.
+//!
+//! [`Browser`] is a real headless Chromium driven over WebDriver through ChromeDriver, for the
+//! status page's tests: what a browser shows of a page, with scripts on or off, its first paint
+//! and a screenshot.
+//!
 //! [`LossModel`] is the binomial model those tests and the loss benchmark (`probe-bench loss`)
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
@@ -35,15 +42,19 @@
 //! ```
 
 mod alertmanager;
+mod browser;
 mod model;
 mod netns;
 mod nginx;
+mod postgres;
 mod skip;
 
 pub use alertmanager::{Alertmanager, AlertmanagerError};
+pub use browser::{Browser, BrowserError};
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
 pub use nginx::{KeepAlive, Nginx, NginxError};
+pub use postgres::{Postgres, PostgresError};
 pub use skip::{skipped, skipped_outside_ci};
 
 /// `name` on `PATH`, or in `/usr/sbin` and `/sbin`, which a user's `PATH` may lack.

@@ -262,6 +262,8 @@ pub struct Explain {
     pub node: Node,
     #[serde(deserialize_with = "Option::deserialize")]
     pub stability: Option<f64>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub sla: Option<f64>,
     pub summary: String,
     pub children: Vec<Child>,
     pub root_causes: Vec<String>,
@@ -312,9 +314,35 @@ pub struct Topology {
     /// Read with [`Topology::files`] and [`Topology::etcd`]: each source has its own fields.
     pub sources: Vec<Value>,
     pub rejected: Vec<Rejected>,
+    /// `null` without history; read with [`Topology::history`].
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub history: Option<Value>,
+}
+
+/// The history's status in `/v1/topology`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryStatus {
+    pub backend: String,
+    pub location: String,
+    pub state: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub error: Option<String>,
+    pub write_errors: u64,
+    pub dropped: u64,
+    pub expired: u64,
+    pub capped: u64,
+    pub pending: u64,
+    pub bytes: u64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub moved_aside: Option<String>,
 }
 
 impl Topology {
+    pub fn history(&self) -> Option<HistoryStatus> {
+        self.history.as_ref().map(strict)
+    }
+
     pub fn files(&self) -> FilesSource {
         assert_eq!(self.sources[0]["name"], "files", "{:?}", self.sources);
         strict(&self.sources[0])

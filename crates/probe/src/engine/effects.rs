@@ -21,15 +21,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::SystemTime;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use parking_lot::Mutex;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
 use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
-use super::view::{Event, Readiness, Vote};
+use super::view::{Event, Readiness, Record, Run, Vote};
 use crate::graph::{Graph, GraphConfig, NodeSpec, ReadinessPolicy};
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
@@ -283,6 +283,9 @@ pub(crate) struct Hub {
     events: broadcast::Sender<Event>,
     /// This member's votes on replicated targets, as they change.
     votes: broadcast::Sender<Vote>,
+    /// Where transitions and runs go for an embedder's history, once it asked
+    /// ([`Hub::record_feed`]).
+    feed: ArcSwapOption<mpsc::Sender<Record>>,
     /// The graph's result window, and a count of the applies that may have changed any node's
     /// window: a target that has sent this many identical results in a row since the last one
     /// knows its window is full of them, and that one more changes nothing ([`Hub::window`]).
@@ -307,6 +310,7 @@ impl Hub {
             routes: ArcSwap::from_pointee(Routes::new()),
             events: broadcast::channel(EVENT_BACKLOG).0,
             votes: broadcast::channel(EVENT_BACKLOG).0,
+            feed: ArcSwapOption::empty(),
             window: AtomicUsize::new(GraphConfig::default().window()),
             epoch: AtomicU32::new(0),
         }
@@ -333,6 +337,29 @@ impl Hub {
     /// A stream of every state change from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
+    }
+
+    /// Starts the history feed (see [`Engine::record_feed`](super::Engine::record_feed)).
+    pub fn record_feed(&self, capacity: usize) -> mpsc::Receiver<Record> {
+        let (sender, receiver) = mpsc::channel(capacity.max(1));
+        self.feed.store(Some(Arc::new(sender)));
+        receiver
+    }
+
+    /// Hands a record to the history feed, if there is one, without waiting: a full feed loses
+    /// it, counted.
+    pub fn feed(&self, record: impl FnOnce() -> Record) {
+        let feed = self.feed.load();
+        if let Some(sender) = feed.as_ref()
+            && sender.try_send(record()).is_err()
+        {
+            metrics::counter!("probe_record_feed_dropped_total").increment(1);
+        }
+    }
+
+    /// A run's result, for the history feed.
+    pub fn feed_run(&self, run: impl FnOnce() -> Run) {
+        self.feed(|| Record::Run(run()));
     }
 
     /// A stream of this member's votes from now on.
@@ -439,15 +466,17 @@ impl Hub {
             detail = detail.as_deref().unwrap_or(""),
             "target state changed"
         );
-        // No subscribers is fine: the event is still logged and counted.
-        let _ = self.events.send(Event {
+        let event = Event {
             target: seat.id.clone(),
             from: t.from,
             to: t.to,
             cause: t.cause,
             at: SystemTime::now(),
             detail,
-        });
+        };
+        self.feed(|| Record::Transition(event.clone()));
+        // No subscribers is fine: the event is still logged and counted.
+        let _ = self.events.send(event);
     }
 
     /// Installs a topology's graph, scoring and readiness policy; nothing changes on error.
@@ -620,6 +649,13 @@ impl Hub {
     /// Runs `f` on the dependency graph, under the core lock: copy out and return.
     pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
         f(&self.core.lock().deps.graph)
+    }
+
+    /// Sets a target's SLA in the graph, and publishes readiness if that moved it.
+    pub fn set_sla(&self, id: &TargetId, sla: Option<f64>) {
+        let mut core = self.core.lock();
+        core.deps.set_sla(id, sla);
+        self.publish_readiness(&core, false);
     }
 }
 

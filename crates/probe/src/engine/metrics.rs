@@ -69,6 +69,10 @@ pub fn describe_metrics() {
         "Whether the engine's resolver works (1) or is out (0): trouble for most recent names."
     );
     describe_counter!(
+        "probe_record_feed_dropped_total",
+        "Records (transitions, runs) the history feed lost because its reader fell behind."
+    );
+    describe_counter!(
         "probe_resolver_outages_total",
         "Outages of the engine's resolver: DNS failures are not counted against targets meanwhile."
     );

@@ -54,7 +54,8 @@ pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 pub use spec::TargetSpec;
 pub use topology::{Topology, TopologyError};
 pub use view::{
-    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, TargetStatus, Vote,
+    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, Record, Run,
+    TargetStatus, Vote,
 };
 
 use crate::graph::Graph;
@@ -257,6 +258,14 @@ impl Engine {
     /// return.
     pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
         self.inner.hub().with_graph(f)
+    }
+
+    /// Sets a target's SLA, its uptime over a long window that the embedder keeps (the engine
+    /// keeps no history): its score in the dependency graph is its success ratio times it
+    /// ([`Graph::set_sla`]). `None` scores it by its success ratio alone. A target not in the
+    /// graph is left alone.
+    pub fn set_sla(&self, id: &TargetId, sla: Option<f64>) {
+        self.inner.hub().set_sla(id, sla);
     }
 
     /// Appends the per-target series to `out`, in the Prometheus text format, from the targets
@@ -553,6 +562,15 @@ impl Engine {
     /// events behind misses the oldest (and is told so by `RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.inner.hub().subscribe()
+    }
+
+    /// A feed of every transition and every run that counts as a target's result, from now on,
+    /// for an embedder that keeps history. Unlike [`Engine::subscribe`], nothing is missed
+    /// while the receiver keeps up; one that falls `capacity` records behind loses the newest,
+    /// counted in `probe_record_feed_dropped_total`, since probing never waits for it. One feed
+    /// per engine: a second call replaces the first.
+    pub fn record_feed(&self, capacity: usize) -> tokio::sync::mpsc::Receiver<Record> {
+        self.inner.hub().record_feed(capacity)
     }
 
     /// The engine's local health multiplier (0 when it keeps time); `None` without self-health

@@ -18,7 +18,7 @@ use super::cluster::{Placed, Published, Replication, Role};
 use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
 use super::resources::Resources;
-use super::view::{MaintenanceInfo, MaintenanceSource, TargetStatus};
+use super::view::{MaintenanceInfo, MaintenanceSource, Run, TargetStatus};
 use crate::cluster::MemberId;
 use crate::outcome::{
     CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, TlsFacts, Verdict,
@@ -507,7 +507,7 @@ impl Target {
         let outcome = Outcome::new(wall, latency, &result.verdict);
         let (window, epoch) = self.ctx.hub.window();
         let mut effects = Effects::default();
-        let step = {
+        let (step, probes) = {
             let mut status = self.status.lock();
             status.version = status.version.wrapping_add(1);
             status.exhausted = 0;
@@ -555,10 +555,19 @@ impl Target {
                 .as_ref()
                 .and_then(|p| p.vote.as_ref())
                 .unwrap_or(&status.machine);
-            machine.next_delay(&self.policy.schedule, &status.window, &mut rand::rng())
+            let step = machine.next_delay(&self.policy.schedule, &status.window, &mut rand::rng());
+            (step, role.probes())
         };
         self.count(&result, outcome.ok(), latency, deferred);
         self.apply(effects);
+        if !deferred && probes {
+            self.ctx.hub.feed_run(|| Run {
+                target: self.seat.id.clone(),
+                at: wall,
+                quality: Quality::from(&result.verdict),
+                latency,
+            });
+        }
         step
     }
 

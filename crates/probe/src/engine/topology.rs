@@ -200,6 +200,12 @@ impl Dependencies {
         self.after(recorded);
     }
 
+    /// Sets a target's SLA (see [`Graph::set_sla`]).
+    pub fn set_sla(&mut self, id: &TargetId, sla: Option<f64>) {
+        let recorded = self.graph.set_sla(id, sla);
+        self.after(recorded);
+    }
+
     /// Forgets a restarted target's results.
     pub fn reset(&mut self, id: &TargetId) {
         let recorded = self.graph.reset(id);

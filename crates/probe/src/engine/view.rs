@@ -3,7 +3,7 @@
 //! handed out; holding one holds no lock.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::cluster::Placement;
 use crate::outcome::{Failure, Outcome, Signal, TlsFacts};
@@ -11,7 +11,7 @@ use crate::passive::breaker::CircuitSnapshot;
 use crate::passive::outlier::MemberStatus;
 use crate::target::TargetId;
 use crate::verdict::policy::Schedule;
-use crate::verdict::state::{Cause, HealthState, Pending};
+use crate::verdict::state::{Cause, HealthState, Pending, Quality};
 
 /// What [`Engine::apply`](super::Engine::apply) changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -144,6 +144,33 @@ pub struct Event {
     pub at: SystemTime,
     /// The failure or maintenance reason behind it, when there is one.
     pub detail: Option<String>,
+}
+
+/// What the engine hands an embedder that keeps history ([`Engine::record_feed`]): every
+/// transition, and every run that counts as the target's result.
+///
+/// [`Engine::record_feed`]: super::Engine::record_feed
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// A state change, as [`Engine::subscribe`](super::Engine::subscribe) broadcasts it.
+    Transition(Event),
+    /// A run's result.
+    Run(Run),
+}
+
+/// One run that counts as the target's result: not one the engine deferred as its own fault
+/// (a timeout while it ran late, resolver trouble while the resolver is out), nor one that
+/// found it out of a resource, since neither says anything of the target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// The target probed.
+    pub target: TargetId,
+    /// When the run ended (wall clock).
+    pub at: SystemTime,
+    /// Whether it passed, cleanly or degraded, or failed.
+    pub quality: Quality,
+    /// How long it took.
+    pub latency: Duration,
 }
 
 /// A change of this member's vote on a replicated target, for the cluster

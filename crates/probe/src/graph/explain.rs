@@ -52,15 +52,17 @@ pub struct Export {
 ///
 /// Displays on one line, e.g.
 /// `checkout 0.42: orders-api 0.70 (w 0.60, critical) DEGRADED; cache 0.00 (w 0.40) DOWN`.
-/// A probed node adds its state after its score and `, stability 0.95` when it has
-/// dependencies; a capped node adds `, dependency down`, and the capping child `caps`.
+/// A probed node adds its state after its score, `, stability 0.95` when it has
+/// dependencies and `, sla 0.9990` when it has an SLA; a capped node adds `, dependency down`, and the capping child `caps`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Explanation {
     /// The node's score and state.
     pub node: NodeStatus,
     /// The factor its children's mean is multiplied by: the success ratio of a probed node
-    /// (`None` before its first result), 1 for a group.
+    /// (`None` before its first result) times its SLA, 1 for a group.
     pub stability: Option<f64>,
+    /// The probed node's SLA, when the embedder gave one ([`Graph::set_sla`]).
+    pub sla: Option<f64>,
     /// Its dependencies, in declaration order.
     pub children: Vec<ChildExplanation>,
 }
@@ -104,6 +106,7 @@ impl Graph {
         Some(Explanation {
             node: self.node_status(i),
             stability,
+            sla: self.nodes.sla[i],
             children,
         })
     }
@@ -225,6 +228,9 @@ impl fmt::Display for Explanation {
         }
         if self.node.kind == NodeKind::Probed && !self.children.is_empty() {
             write!(f, ", stability {}", Score(self.stability))?;
+        }
+        if let Some(sla) = self.sla {
+            write!(f, ", sla {sla:.4}")?;
         }
         if self.node.dependency_down {
             f.write_str(", dependency down")?;

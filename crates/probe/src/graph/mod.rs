@@ -6,7 +6,9 @@
 //! - a probed node keeps a sliding window of its last [`GraphConfig::window`] results; its
 //!   *success ratio* is `(good + degraded_credit * degraded) / len`. Results recorded while the
 //!   node is in MAINTENANCE are left out, so planned work does not lower anyone's score;
-//! - a leaf (a probed node with no dependencies) scores its success ratio;
+//! - a leaf (a probed node with no dependencies) scores its success ratio, times its *SLA* when
+//!   the embedder gives one ([`Graph::set_sla`]: its uptime over a long window), so a node that
+//!   does well now but has failed often scores below one that never failed;
 //! - a parent scores the weighted mean of its children's scores (weights normalised per parent)
 //!   times its own *stability*: its success ratio if probed, 1 for a group;
 //! - a *critical* dependency that is DOWN caps its parent at [`GraphConfig::critical_cap`] and
@@ -345,6 +347,29 @@ impl Graph {
         Ok(self.update(i, state))
     }
 
+    /// Sets a probed node's SLA: its uptime over a long window, which its success ratio is
+    /// multiplied by (the short window says how it does now, the SLA how it has done), or
+    /// `None` to score by the success ratio alone. Clamped to `[0, 1]`; NaN counts as none.
+    /// Rescores as [`Graph::record`] does.
+    ///
+    /// # Errors
+    /// [`NodeError`] when the id is not in the graph or is a group; nothing changes then.
+    pub fn set_sla(&mut self, id: &TargetId, sla: Option<f64>) -> Result<usize, NodeError> {
+        let i = self.probed(id)?;
+        let sla = sla.filter(|s| !s.is_nan()).map(|s| s.clamp(0.0, 1.0));
+        if self.nodes.sla[i].map(f64::to_bits) == sla.map(f64::to_bits) {
+            return Ok(0);
+        }
+        self.nodes.sla[i] = sla;
+        let state = self.nodes.states[i].unwrap_or(HealthState::Probing);
+        Ok(self.update(i, state))
+    }
+
+    /// A probed node's SLA, when one is set.
+    pub fn sla(&self, id: &TargetId) -> Option<f64> {
+        self.nodes.sla[self.probed(id).ok()?]
+    }
+
     /// Forgets a probed node's results and puts it back in PROBING, as when its target's probe
     /// changed: the old results say nothing about the new probe. Rescores as [`Graph::record`]
     /// does.
@@ -376,28 +401,20 @@ impl Graph {
     /// incremental updates keep the scores equal to what this computes, so it is needed only to
     /// check them.
     pub fn full_rescore(&mut self) {
-        let Nodes {
-            scores,
-            stability,
-            states,
-            dependency_down,
-            decided,
-            out,
-            windows,
-        } = &mut self.nodes;
-        let inputs = Inputs {
-            topo: &self.topo,
-            states,
-            critical_cap: self.config.critical_cap,
-        };
         let credit = self.config.degraded_credit;
         // One pass: a node's stability is refreshed right before it is read.
-        for i in 0..scores.len() {
-            stability[i] = match self.topo.kinds[i] {
-                NodeKind::Probed => probed_stability(decided[i], out[i], windows, i, credit),
+        for i in 0..self.nodes.scores.len() {
+            self.nodes.stability[i] = match self.topo.kinds[i] {
+                NodeKind::Probed => probed_stability(&self.nodes, i, credit),
                 NodeKind::Group => 1.0,
             };
-            (scores[i], dependency_down[i]) = inputs.evaluate(scores, stability[i], i);
+            let inputs = Inputs {
+                topo: &self.topo,
+                states: &self.nodes.states,
+                critical_cap: self.config.critical_cap,
+            };
+            (self.nodes.scores[i], self.nodes.dependency_down[i]) =
+                inputs.evaluate(&self.nodes.scores, self.nodes.stability[i], i);
         }
     }
 
@@ -429,13 +446,7 @@ impl Graph {
             HealthState::Up | HealthState::Degraded | HealthState::Down
         );
         self.nodes.decided[i] |= verdict;
-        self.nodes.stability[i] = probed_stability(
-            self.nodes.decided[i],
-            self.nodes.out[i],
-            &self.nodes.windows,
-            i,
-            self.config.degraded_credit,
-        );
+        self.nodes.stability[i] = probed_stability(&self.nodes, i, self.config.degraded_credit);
         let Nodes {
             scores,
             stability,

@@ -129,6 +129,9 @@ pub(super) struct Nodes {
     /// Whether the probed node is out of service for its dependents (ejected from its pool):
     /// its stability is 0 whatever its results.
     pub out: Vec<bool>,
+    /// The probed node's SLA (its uptime over a long window, given by the embedder), which its
+    /// success ratio is multiplied by.
+    pub sla: Vec<Option<f64>>,
     pub windows: Windows,
 }
 
@@ -142,6 +145,7 @@ impl Nodes {
             dependency_down: Vec::with_capacity(nodes),
             decided: Vec::with_capacity(nodes),
             out: Vec::with_capacity(nodes),
+            sla: Vec::with_capacity(nodes),
             windows: Windows::with_capacity(window, nodes),
         }
     }
@@ -158,6 +162,7 @@ impl Nodes {
         self.dependency_down.push(false);
         self.decided.push(false);
         self.out.push(false);
+        self.sla.push(None);
         self.windows.push_empty();
     }
 
@@ -169,6 +174,7 @@ impl Nodes {
         self.dependency_down.push(old.dependency_down[i]);
         self.decided.push(old.decided[i]);
         self.out.push(old.out[i]);
+        self.sla.push(old.sla[i]);
         self.windows.push_copy(&old.windows, i);
     }
 
@@ -189,6 +195,7 @@ impl Nodes {
             dependency_down: self.dependency_down.clone(),
             decided: self.decided.clone(),
             out: self.out.clone(),
+            sla: self.sla.clone(),
             windows,
         }
     }
@@ -199,26 +206,20 @@ impl Nodes {
         self.stability[i] = old.stability[j];
         self.decided[i] = old.decided[j];
         self.out[i] = old.out[j];
+        self.sla[i] = old.sla[j];
         let capacity = self.windows.capacity;
         self.windows.ring[i * capacity..(i + 1) * capacity].copy_from_slice(old.windows.slot(j));
         self.windows.heads[i] = old.windows.heads[j];
     }
 }
 
-/// Probed node `i`'s stability: 0 while it is out of service, else its success ratio once it has
-/// reached a verdict (`decided`),
-/// unknown (NaN) before.
-pub(super) fn probed_stability(
-    decided: bool,
-    out: bool,
-    windows: &Windows,
-    i: usize,
-    credit: f64,
-) -> f64 {
-    if out {
+/// Probed node `i`'s stability: 0 while it is out of service, else its success ratio times its
+/// SLA once it has reached a verdict (`decided`), unknown (NaN) before.
+pub(super) fn probed_stability(nodes: &Nodes, i: usize, credit: f64) -> f64 {
+    if nodes.out[i] {
         0.0
-    } else if decided {
-        windows.ratio(i, credit)
+    } else if nodes.decided[i] {
+        nodes.windows.ratio(i, credit) * nodes.sla[i].unwrap_or(1.0)
     } else {
         f64::NAN
     }

@@ -1052,3 +1052,41 @@ fn an_empty_graph_grows_by_apply() {
     feed(&mut g, "db", &[G], Up);
     assert_eq!(score(&g, "svc"), Some(1.0));
 }
+
+#[test]
+fn an_sla_multiplies_a_leafs_success_ratio_and_moves_its_parents() {
+    let mut g = build(&[
+        probed("db", vec![]),
+        probed("cache", vec![]),
+        group("shop", vec![dep("db"), dep("cache")]),
+    ]);
+    feed(&mut g, "db", &[G, G, G, F], Up);
+    feed(&mut g, "cache", &[G], Up);
+    assert_eq!(score(&g, "db"), Some(0.75));
+    assert_eq!(g.set_sla(&id("db"), Some(0.9)), Ok(2));
+    assert_eq!(score(&g, "db"), Some(0.75 * 0.9));
+    assert_eq!(score(&g, "shop"), Some((0.75 * 0.9 + 1.0) / 2.0));
+    assert_eq!(g.sla(&id("db")), Some(0.9));
+    // The incremental path agrees with a full rescore to the bit.
+    let incremental: Vec<_> = ["db", "cache", "shop"]
+        .map(|n| score(&g, n).map(f64::to_bits))
+        .into();
+    g.full_rescore();
+    let full: Vec<_> = ["db", "cache", "shop"]
+        .map(|n| score(&g, n).map(f64::to_bits))
+        .into();
+    assert_eq!(incremental, full);
+    let explained = g.explain(&id("db")).unwrap();
+    assert_eq!(explained.sla, Some(0.9));
+    assert!(explained.to_string().contains("sla 0.9000"), "{explained}");
+    // The same SLA again changes nothing; none goes back to the ratio alone; out of range clamps.
+    assert_eq!(g.set_sla(&id("db"), Some(0.9)), Ok(0));
+    g.set_sla(&id("db"), None).unwrap();
+    assert_eq!(score(&g, "db"), Some(0.75));
+    g.set_sla(&id("db"), Some(7.0)).unwrap();
+    assert_eq!(g.sla(&id("db")), Some(1.0));
+    assert!(matches!(
+        g.set_sla(&id("shop"), Some(0.5)),
+        Err(NodeError::Group(_))
+    ));
+}
