@@ -99,13 +99,16 @@ async fn suite(backend: Backend) {
     });
     store.write(&batch, T0 + DAY_MS).await.unwrap();
 
-    let back = store.transitions("db", T0, T0 + DAY_MS, 100).await.unwrap();
+    let back = store
+        .transitions(Some("db"), T0, T0 + DAY_MS, 100)
+        .await
+        .unwrap();
     assert_eq!(back.len(), schedule.len());
     assert_eq!(back[0].to, "UP", "newest first: {back:?}");
     assert_eq!(back[0].at_ms, T0 + 1260 * min);
     assert_eq!(
         store
-            .transitions("db", T0, T0 + DAY_MS, 2)
+            .transitions(Some("db"), T0, T0 + DAY_MS, 2)
             .await
             .unwrap()
             .len(),
@@ -146,7 +149,7 @@ async fn suite(backend: Backend) {
         .store;
     assert_eq!(
         store
-            .transitions("db", T0, T0 + DAY_MS, 100)
+            .transitions(Some("db"), T0, T0 + DAY_MS, 100)
             .await
             .unwrap()
             .len(),

@@ -195,6 +195,24 @@ pub(super) async fn target(
     detail(&state.engine, &parse_id(&id)?)
 }
 
+/// A node's explanation and the graph's root causes, or a 404: what `explain` answers with, here
+/// and on the status page. One lock for both, so the causes are those of the scores shown; the
+/// walk for causes is over the whole graph, as an explanation is asked for by a person, not
+/// polled.
+pub(super) fn explained(
+    engine: &Engine,
+    id: &TargetId,
+) -> Result<(probe::graph::Explanation, Causes), ApiError> {
+    engine
+        .with_graph(|g| g.explain(id).map(|e| (e, Causes::of(&g.export()))))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no target or group {:?}", id.as_str()),
+            )
+        })
+}
+
 /// `GET /v1/targets/{id}/explain`: the node's score and state, and each dependency's part.
 pub(super) async fn explain(
     State(state): State<Arc<ApiState>>,
@@ -202,17 +220,7 @@ pub(super) async fn explain(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    // One lock for both, so the causes are those of the scores shown; the walk for causes is
-    // over the whole graph, as an explanation is asked for by a person, not polled.
-    let (explanation, causes) = state
-        .engine
-        .with_graph(|g| g.explain(&id).map(|e| (e, Causes::of(&g.export()))))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no target or group {:?}", id.as_str()),
-            )
-        })?;
+    let (explanation, causes) = explained(&state.engine, &id)?;
     let children: Vec<ChildView> = explanation.children.iter().map(ChildView::from).collect();
     let names = |set: Option<&std::collections::BTreeSet<TargetId>>| -> Vec<String> {
         set.into_iter().flatten().map(ToString::to_string).collect()

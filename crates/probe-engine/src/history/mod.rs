@@ -398,7 +398,9 @@ impl History {
     ) -> Result<Span, HistoryError> {
         let store = self.store()?;
         let name = target.as_str();
-        let transitions = store.transitions(name, since_ms, until_ms, limit).await?;
+        let transitions = store
+            .transitions(Some(name), since_ms, until_ms, limit)
+            .await?;
         let actions = store.actions(name, since_ms, until_ms, limit).await?;
         let days = self
             .days(
@@ -476,7 +478,10 @@ impl History {
         since_ms: i64,
         limit: i64,
     ) -> Result<Vec<TransitionRow>, HistoryError> {
-        Ok(self.store()?.recent(since_ms, limit).await?)
+        Ok(self
+            .store()?
+            .transitions(None, since_ms, i64::MAX, limit)
+            .await?)
     }
 
     fn count_dropped(&self, dropped: u64) {

@@ -470,50 +470,34 @@ impl Store {
             .collect())
     }
 
-    /// A target's transitions in `[since_ms, until_ms)`, newest first, at most `limit`.
+    /// The transitions of `target` (of every target and group with `None`) in
+    /// `[since_ms, until_ms)`, newest first, at most `limit`.
     ///
     /// # Errors
     /// [`StoreError`].
     pub async fn transitions(
         &self,
-        target: &str,
+        target: Option<&str>,
         since_ms: i64,
         until_ms: i64,
         limit: i64,
     ) -> Result<Vec<TransitionRow>, StoreError> {
-        let rows = sqlx::query(
+        // Two texts rather than `$n IS NULL OR ...`, which would keep SQLite off the index.
+        let whose = if target.is_some() {
+            "t.name = $4 AND"
+        } else {
+            ""
+        };
+        let sql = format!(
             "SELECT t.name, x.at_ms, x.from_state, x.to_state, x.cause, x.reason, x.detail \
              FROM transitions x JOIN targets t ON t.id = x.target \
-             WHERE t.name = $1 AND x.at_ms >= $2 AND x.at_ms < $3 \
-             ORDER BY x.at_ms DESC LIMIT $4",
-        )
-        .bind(target)
-        .bind(since_ms)
-        .bind(until_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(transition_row).collect()
-    }
-
-    /// The latest transitions of every target, newest first.
-    ///
-    /// # Errors
-    /// [`StoreError`].
-    pub async fn recent(
-        &self,
-        since_ms: i64,
-        limit: i64,
-    ) -> Result<Vec<TransitionRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT t.name, x.at_ms, x.from_state, x.to_state, x.cause, x.reason, x.detail \
-             FROM transitions x JOIN targets t ON t.id = x.target \
-             WHERE x.at_ms >= $1 ORDER BY x.at_ms DESC LIMIT $2",
-        )
-        .bind(since_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+             WHERE {whose} x.at_ms >= $1 AND x.at_ms < $2 ORDER BY x.at_ms DESC LIMIT $3"
+        );
+        let mut q = sqlx::query(&sql).bind(since_ms).bind(until_ms).bind(limit);
+        if let Some(target) = target {
+            q = q.bind(target);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
         rows.iter().map(transition_row).collect()
     }
 

@@ -1,10 +1,9 @@
 //! The two small drawings of a row, inline SVG from the history's hourly rollups: the daily
 //! uptime bar and the latency sparkline.
 //!
-//! Both are drawn to stay small, since a page has 100 of each: the bar's rects take their size
-//! and colour from the stylesheet (a rect is its `x` alone when its day was at least 99.9% up,
-//! the usual day), and only the other days carry a tooltip of their own; the bar's title says
-//! what the plain ones mean. A day without a record has no rect: the track shows through.
+//! Both are drawn to stay small, since a page has 100 of each: the bar is one path per colour
+//! (a day is `M<x> 0h2v14h-2z`), its title names the worst days, and a day without a record
+//! has no column: the track shows through.
 
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
@@ -27,11 +26,15 @@ const SPARK_HOURS: i64 = 48;
 const SPARK_STEP: i64 = 2;
 const SPARK_HEIGHT: f64 = 20.0;
 
-/// The daily uptime bar of the `BAR_DAYS` up to `today` (days since the epoch), one rect a
-/// day with a record.
+/// The daily uptime bar of the `BAR_DAYS` up to `today` (days since the epoch): a 2-pixel
+/// column a day with a record, one path per colour, and the worst days named in the bar's
+/// title. A row's bar stays about a kilobyte whatever its days were, so a page of 100 rows of
+/// troubled targets stays far under the page's weight limit.
 pub(super) fn days_bar(out: &mut String, days: &[(i64, Day)], today: i64) {
     let first = today - (BAR_DAYS - 1);
-    let mut rects = String::new();
+    // One path a colour, by the state the colour is.
+    let mut paths: [String; 5] = Default::default();
+    let mut worst: Vec<(f64, i64)> = Vec::new();
     let mut recorded = 0;
     for (day, hours) in days.iter().filter(|(d, _)| (first..=today).contains(d)) {
         let (up, down) = hours
@@ -43,40 +46,56 @@ pub(super) fn days_bar(out: &mut String, days: &[(i64, Day)], today: i64) {
             continue;
         }
         recorded += 1;
-        let (words, tone) = uptime_look(Some(up as f64 / (up + down) as f64));
-        let x = (day - first) * DAY_STEP;
-        if tone == HealthState::Up {
-            let _ = write!(rects, r#"<rect x="{x}"/>"#);
-        } else {
-            let _ = write!(
-                rects,
-                r#"<rect x="{x}" class="s-{}"><title>{}: {words} up</title></rect>"#,
-                tone.as_str(),
-                date(*day),
-            );
+        let share = up as f64 / (up + down) as f64;
+        let (_, tone) = uptime_look(Some(share));
+        if tone != HealthState::Up {
+            worst.push((share, *day));
         }
+        let d = &mut paths[codec::state_index(tone)];
+        let _ = write!(d, "M{} 0h2v14h-2z", (day - first) * DAY_STEP);
     }
+    worst.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let width = BAR_DAYS * DAY_STEP;
-    let title = if recorded == 0 {
+    let mut title = if recorded == 0 {
         format!("uptime by day: no record in the last {BAR_DAYS} days")
     } else {
         format!(
-            "uptime by day, {} to {}: {recorded} days recorded; a plain day was at least 99.9% up, the others say their share",
+            "uptime by day, {} to {}: {recorded} days recorded, {} under 99.9%",
             date(first),
-            date(today)
+            date(today),
+            worst.len()
         )
     };
+    for (n, (share, day)) in worst.iter().take(WORST_DAYS).enumerate() {
+        let (words, _) = uptime_look(Some(*share));
+        let _ = write!(
+            title,
+            "{} {}: {words}",
+            if n == 0 { ";" } else { "," },
+            date(*day)
+        );
+    }
     let _ = write!(
         out,
         concat!(
             r#"<svg class="days" width="{w}" height="14" viewBox="0 0 {w} 14" role="img" aria-label="{t}">"#,
-            r#"<title>{t}</title><rect class="track" width="{w}" height="14"/>{rects}</svg>"#,
+            r#"<title>{t}</title><rect class="track" width="{w}" height="14"/>"#,
         ),
         w = width,
         t = escape(&title),
-        rects = rects,
     );
+    for (tone, d) in codec::STATES
+        .iter()
+        .zip(&paths)
+        .filter(|(_, d)| !d.is_empty())
+    {
+        let _ = write!(out, r#"<path class="s-{}" d="{d}"/>"#, tone.as_str());
+    }
+    out.push_str("</svg>");
 }
+
+/// How many of the worst days a bar's title names.
+const WORST_DAYS: usize = 5;
 
 /// The p50 latency of each of the last `SPARK_HOURS` hours up to `now_ms`, as a line (broken
 /// where an hour had no runs), scaled to its own lowest and highest; a dash with fewer than two
@@ -178,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_day_is_a_bare_rect_and_a_bad_one_says_its_share() {
+    fn days_are_columns_by_colour_and_the_worst_are_named() {
         let today = 20_000;
         let mut good: Day = [None; 24];
         good[0] = hour(3_600_000, 0, Duration::from_millis(2));
@@ -187,19 +206,35 @@ mod tests {
         let mut out = String::new();
         days_bar(&mut out, &[(today - 1, good), (today, bad)], today);
         let doc = roxmltree::Document::parse(&out).unwrap();
-        let rects: Vec<_> = doc
+        let paths: Vec<_> = doc
             .descendants()
-            .filter(|n| n.has_tag_name("rect") && n.attribute("class") != Some("track"))
+            .filter(|n| n.has_tag_name("path"))
+            .map(|n| (n.attribute("class").unwrap(), n.attribute("d").unwrap()))
             .collect();
-        assert_eq!(rects.len(), 2, "{out}");
-        assert_eq!(rects[0].attribute("x"), Some("264"));
-        assert_eq!(rects[0].attribute("class"), None);
-        assert_eq!(rects[1].attribute("class"), Some("s-DOWN"));
-        let tip = rects[1]
-            .descendants()
-            .find(|n| n.has_tag_name("title"))
-            .unwrap();
-        assert_eq!(tip.text(), Some("2024-10-04: 50.00% up"));
+        assert_eq!(
+            paths,
+            [("s-UP", "M264 0h2v14h-2z"), ("s-DOWN", "M267 0h2v14h-2z")],
+            "{out}"
+        );
+        let title = doc.descendants().find(|n| n.has_tag_name("title")).unwrap();
+        assert!(
+            title
+                .text()
+                .unwrap()
+                .ends_with("1 under 99.9%; 2024-10-04: 50.00%"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_bar_of_ninety_bad_days_stays_small() {
+        let today = 20_000;
+        let mut bad: Day = [None; 24];
+        bad[0] = hour(3_000_000, 600_000, Duration::from_millis(2));
+        let days: Vec<(i64, Day)> = (0..BAR_DAYS).map(|d| (today - d, bad)).collect();
+        let mut out = String::new();
+        days_bar(&mut out, &days, today);
+        assert!(out.len() < 2_000, "{} bytes: {out}", out.len());
     }
 
     #[test]

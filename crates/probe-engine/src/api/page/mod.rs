@@ -40,7 +40,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use probe::graph::Causes;
 
 use super::draw;
 use super::shared::{ApiError, ApiState, blocking, parse_id};
@@ -146,15 +145,7 @@ async fn explain(
     Path(id): Path<String>,
 ) -> Result<(Viewer, Response), ApiError> {
     let id = parse_id(&id)?;
-    let (explanation, causes) = state
-        .engine
-        .with_graph(|g| g.explain(&id).map(|e| (e, Causes::of(&g.export()))))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no target or group {:?}", id.as_str()),
-            )
-        })?;
+    let (explanation, causes) = super::reads::explained(&state.engine, &id)?;
     Ok((
         viewer,
         html_answer(render::explanation(&explanation, &causes)),
