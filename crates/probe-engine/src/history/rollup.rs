@@ -1,5 +1,5 @@
 //! Each target's current hour, counted in memory from the engine's records, and its day of
-//! closed hours, packed ([`codec`](super::codec)), ready to be written.
+//! closed hours, packed by [`codec::encode`], ready to be written.
 //!
 //! Everything here is driven by the records' own times and the `now` it is given, never by the
 //! clock: a simulated week runs in a test as fast as its records can be made.
