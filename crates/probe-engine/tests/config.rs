@@ -3608,3 +3608,70 @@ fn a_group_alerts_by_its_score_and_an_etcd_entry_carries_its_alert() {
     .unwrap_err();
     assert!(error.contains("score_under is for groups"), "{error}");
 }
+
+#[test]
+fn the_history_section_and_the_sla_window() {
+    let config = parse("targets: []\n").unwrap();
+    assert_eq!(config.history, config::HistorySection::default());
+    assert_eq!(
+        config.history.store,
+        Some(config::HistoryStore::Sqlite("history.db".into()))
+    );
+    assert_eq!(config.sla_window, None);
+    let config = parse(
+        "history:\n  postgres: { url: \"postgres://pe:pw@db/history\" }\n  retention: { transitions: 30d, rollups: 90d }\n  max_size: 2GiB\nscoring:\n  sla_window: 30d\ntargets: []\n",
+    )
+    .unwrap();
+    let history = &config.history;
+    assert!(
+        matches!(&history.store, Some(config::HistoryStore::Postgres(url)) if url.starts_with("postgres://pe:"))
+    );
+    // The URL's password never shows.
+    assert!(
+        !format!("{history:?}").contains("postgres://"),
+        "{history:?}"
+    );
+    assert_eq!(
+        history.transitions,
+        std::time::Duration::from_secs(30 * 86_400)
+    );
+    assert_eq!(history.rollups, std::time::Duration::from_secs(90 * 86_400));
+    assert_eq!(history.max_bytes, 2 << 30);
+    assert_eq!(
+        config.sla_window,
+        Some(std::time::Duration::from_secs(30 * 86_400))
+    );
+    assert_eq!(
+        parse("history: false\ntargets: []\n")
+            .unwrap()
+            .history
+            .store,
+        None
+    );
+    assert_eq!(
+        errors_of(
+            "history:\n  sqlite: { path: a.db }\n  postgres: { url: \"mysql://x\" }\n  retention: { transitions: 1h, rollups: soon }\n  max_size: lots\n  keep: forever\n"
+        ),
+        [
+            "t.yaml:6:3: unknown field \"keep\" in history; expected one of \"sqlite\", \"postgres\", \"retention\", \"max_size\""
+        ]
+    );
+    assert_eq!(
+        errors_of(
+            "history:\n  sqlite: { path: a.db }\n  postgres: { url: \"mysql://x\" }\n  retention: { transitions: 1h, rollups: soon }\n  max_size: lots\n"
+        ),
+        [
+            "t.yaml:3:13: history takes sqlite or postgres, not both",
+            "t.yaml:4:16: transitions must be kept at least 1d",
+            "t.yaml:4:42: invalid duration \"soon\" for \"rollups\": expected number at 0",
+            "t.yaml:5:13: max_size \"lots\" is no size: expected bytes or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB)",
+        ]
+    );
+    assert_eq!(
+        errors_of("history:\n  postgres: { url: \"mysql://x\" }\nscoring:\n  sla_window: 5m\n"),
+        [
+            "t.yaml:2:20: url must be a postgres:// or postgresql:// URL",
+            "t.yaml:4:3: sla_window must be at least 1h: an SLA is a long window",
+        ]
+    );
+}

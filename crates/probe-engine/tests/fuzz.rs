@@ -215,7 +215,8 @@ const KEYS: &[&str] = &[
     "endpoints", "prefix", "circuit_breaker", "failure_rate", "slow_call", "outlier",
     "consecutive_5xx", "recovery", "slow_start", "skip_active_after", "maintenance", "reason",
     "duration", "cron", "enabled", "expires_within", "starttls", "grpc", "service", "metadata",
-    "fresh_connection", "latency_over", "degraded_if", "addresses", "targetz", "",
+    "fresh_connection", "latency_over", "degraded_if", "addresses", "history", "sqlite",
+    "postgres", "retention", "transitions", "rollups", "max_size", "sla_window", "targetz", "",
 ];
 
 /// Scalars: valid values of many keys, edge cases and junk.
@@ -228,6 +229,7 @@ const SCALARS: &[&str] = &[
     "\"${HOME}\"", "\"${UNSET_VAR_FOR_FUZZ}\"", "\"$$\"", "GET", "POST", "reset", "graceful",
     "group", "high", "0.5", "1.0000001", "\"\\u0000\"", "\"é💥\"", "&a x", "*a", "!!binary aGk=",
     "!tag x", "|", ">", "- ", "{", "}", "[", "]", "#", ": ", "? ", "14d", "smtp", "postgres", "all", "any",
+    "5GiB", "1MB", "400d", "\"postgres://pe@127.0.0.1:1/h\"",
 ];
 
 /// A YAML value tree, rendered in block or flow style.

@@ -176,20 +176,21 @@ pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Scori
     let clean = structural.is_empty();
     diags.extend(structural);
     let raw = raw.filter(|_| clean)?;
+    use super::schedule::{Slot, duration_at_most};
+    // At most as long as the history keeps rollups by default.
+    let longest = std::time::Duration::from_secs(400 * 86_400);
     let sla_window =
-        match super::schedule::duration(raw.sla_window.as_ref(), "sla_window", true, diags) {
-            super::schedule::Slot::Set { value, key }
-                if value < std::time::Duration::from_secs(3600) =>
-            {
+        match duration_at_most(raw.sla_window.as_ref(), "sla_window", true, longest, diags) {
+            Slot::Set { value, key } if value < std::time::Duration::from_secs(3600) => {
                 diags.push((
                     key,
                     "sla_window must be at least 1h: an SLA is a long window".to_owned(),
                 ));
                 return None;
             }
-            super::schedule::Slot::Set { value, .. } => Some(value),
-            super::schedule::Slot::Absent => None,
-            super::schedule::Slot::Invalid => return None,
+            Slot::Set { value, .. } => Some(value),
+            Slot::Absent => None,
+            Slot::Invalid => return None,
         };
     let window = raw.window.as_ref();
     let credit = raw.degraded_credit.as_ref();

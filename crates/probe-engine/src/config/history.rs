@@ -23,10 +23,13 @@ use serde::Deserialize;
 
 use super::files::Source;
 use super::node::{BoolOr, Diags, Node, Sp, collect};
-use super::schedule::{Slot, duration};
+use super::schedule::{Slot, duration_at_most};
 
 /// How long transitions and rollups are kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(400 * 86_400);
+
+/// The longest retention: ten years.
+const MAX_RETENTION: Duration = Duration::from_secs(10 * 366 * 86_400);
 
 /// The default size cap: 5 GiB, about 100k targets for a year.
 pub const DEFAULT_MAX_BYTES: u64 = 5 << 30;
@@ -163,7 +166,7 @@ pub(super) fn parse(
             ),
             (&retention.value.rollups, "rollups", &mut section.rollups),
         ] {
-            match duration(value.as_ref(), name, true, diags) {
+            match duration_at_most(value.as_ref(), name, true, MAX_RETENTION, diags) {
                 Slot::Set { value, key } if value < Duration::from_secs(86_400) => {
                     diags.push((key, format!("{name} must be kept at least 1d")));
                 }
