@@ -142,6 +142,7 @@ impl TopologyHandle {
         let files = loaded.files.clone();
         let cluster = loaded.cluster.clone();
         let started_receivers = receivers(&loaded);
+        let history = (loaded.history.clone(), loaded.sla_window);
         let resolver = (engine.resolver().clone(), loaded.resolver.clone());
         engine.set_per_target_histograms(loaded.metrics.per_target_histograms);
         merger.update(FILES, Catalog::from(loaded.topology));
@@ -184,6 +185,7 @@ impl TopologyHandle {
             engine: engine.clone(),
             cluster,
             alerts: (alerts.files, started_receivers),
+            history,
         };
         tokio::spawn(forward(files, FILES, 0, updates_tx.clone(), cancel.clone()));
         let mut looped = Loop {
@@ -264,6 +266,9 @@ struct FileSource {
     /// Where the alert rules of each good load go; the receivers the daemon started with,
     /// which (like the cluster) a reload cannot change.
     alerts: (watch::Sender<Arc<FileRules>>, Option<Receivers>),
+    /// The `history` section and `scoring.sla_window` the daemon started with: its database is
+    /// opened once.
+    history: (config::HistorySection, Option<std::time::Duration>),
 }
 
 /// What of an `alerts` section only a restart changes: the receivers and the outbox.
@@ -319,6 +324,12 @@ impl FileSource {
                         tracing::warn!(
                             "the cluster section changed: it takes effect at the next start; \
                              the targets' own replicas and quorum apply now"
+                        );
+                    }
+                    if (config.history.clone(), config.sla_window) != self.history {
+                        tracing::warn!(
+                            "the history section or scoring.sla_window changed: they take effect \
+                             at the next start"
                         );
                     }
                     if receivers(&config) != self.alerts.1 {

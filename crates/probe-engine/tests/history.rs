@@ -846,3 +846,24 @@ async fn a_cluster_sharing_postgres_shows_every_targets_history_from_any_member(
     let u = json(&a, &format!("/v1/targets/{theirs}/uptime?window=24h")).await;
     assert_eq!(u["uptime"].as_f64(), Some(1.0), "{u}");
 }
+
+#[tokio::test]
+async fn a_reload_that_changes_the_history_section_says_it_waits_for_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = Switch::new();
+    config(dir.path(), api.addr, "");
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::start_with(
+        &dir.path().join("targets.yaml"),
+        &["--state-dir", state.to_str().unwrap()],
+    );
+    daemon.wait_states(&[("api", "UP")]).await;
+    config(dir.path(), api.addr, "history:\n  max_size: 1GiB\n");
+    daemon.signal("-HUP");
+    daemon.wait_log(
+        "the history section or scoring.sla_window changed: they take effect at the next start",
+    );
+    // The running history goes on.
+    let topology = json(&daemon, "/v1/topology").await;
+    assert_eq!(topology["history"]["state"], "ok", "{topology}");
+}
