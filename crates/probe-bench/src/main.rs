@@ -26,6 +26,7 @@ mod cluster_sim;
 mod detection;
 mod drain;
 mod etcd_load;
+mod history_load;
 mod http_load;
 mod keepalive;
 mod loss;
@@ -81,6 +82,9 @@ enum Command {
     /// The daemon's alerting in a storm of 10k DOWNs: one root cause and independent targets,
     /// to Alertmanager and a webhook, vs Prometheus alerting per target.
     AlertsLoad(alerts_load::Args),
+    /// The daemon's history: CPU of recording 10k probes/s (on vs off), bytes per target per
+    /// day after a simulated week (SQLite, PostgreSQL), uptime query time over 90 days.
+    HistoryLoad(history_load::Args),
     /// Writes BENCHMARKS.md from the logs of a scripts/bench run.
     Report(report::Args),
     /// Prints one RESULT line, for a figure a script derives from a log.
@@ -122,6 +126,7 @@ fn main() -> std::process::ExitCode {
         Command::ClusterSim(args) => cluster_sim::run(args),
         Command::ClusterLoad(args) => cluster_load::run(args),
         Command::AlertsLoad(args) => alerts_load::run(args),
+        Command::HistoryLoad(args) => history_load::run(args),
         Command::Report(args) => report::run(args),
         Command::Result(figure) => {
             support::result(&figure.scenario, &figure.metric, figure.value, &figure.unit);
@@ -171,6 +176,11 @@ mod tests {
             "cluster-load",
             "alerts-load --targets 1000 --storm-s 5",
             "alerts-load",
+            "history-load --targets 2000 --warmup-s 3 --window-s 5 --windows 2 --week-targets \
+             100 --week-targets-1s 10 --week-days 2 --queries 10",
+            "history-load",
+            "history-load --phases week,query --no-postgres",
+            "history-load --control --phases cpu",
             "loss --duration-s 20",
             "keepalive --duration-s 10",
             "churn --duration-s 150 --warmup-s 60",

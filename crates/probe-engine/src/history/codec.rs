@@ -2,10 +2,11 @@
 //!
 //! Hourly rows as plain columns cost about 45 bytes each in SQLite (row header, key, index),
 //! over a kilobyte per target per day: 40 GB a year for a 100k-target fleet. Most hours look
-//! like the one before (the same run count, no failures, the whole hour in one state), so a day
-//! is one row whose blob says, for each hour present, only what differs from the previous one,
-//! plus three one-byte latency quantiles. A quiet hour is 4 bytes, a day about 100: the whole
-//! row (key included) stays near 130 bytes a target a day, under 5 GB a year at 100k targets.
+//! like the one before (no failures, the whole hour in one state, often the same run count), so
+//! a day is one row whose blob says, for each hour present, only what differs from the previous
+//! one, plus three one-byte latency quantiles. A quiet hour is 4 to 7 bytes; measured over a
+//! simulated week a day's blob averages 142 bytes and its row 180 on disk, 6.6 GB a year at
+//! 100k targets.
 //!
 //! Format (version 1), all integers LEB128 varints unless said:
 //! - byte 0: the version, 1;

@@ -20,10 +20,11 @@ pub const DAY_MS: i64 = 24 * HOUR_MS;
 /// A day's blob to write: `(day, target, hours)`.
 pub type DayRow = (i64, TargetId, Vec<u8>);
 
-/// Every target's hour and day in progress.
+/// Every target's hour and day in progress, by id: looked up once per run, so with a fast
+/// hash (ids are the daemon's own config, not an attacker's keys).
 #[derive(Default)]
 pub struct Rollups {
-    targets: HashMap<TargetId, Live>,
+    targets: HashMap<TargetId, Live, foldhash::fast::RandomState>,
 }
 
 /// One target's.
@@ -182,11 +183,14 @@ impl Rollups {
     /// The target's live counts at `at_ms`, its hours closed up to there first.
     fn live(&mut self, id: &TargetId, at_ms: i64, finished: &mut Vec<DayRow>) -> &mut Live {
         let hour = at_ms.div_euclid(HOUR_MS);
-        let live = self
-            .targets
-            .entry(id.clone())
+        if !self.targets.contains_key(id) {
             // Every target starts in PROBING.
-            .or_insert_with(|| Live::new(hour, HealthState::Probing, at_ms));
+            self.targets
+                .insert(id.clone(), Live::new(hour, HealthState::Probing, at_ms));
+        }
+        let Some(live) = self.targets.get_mut(id) else {
+            unreachable!("inserted above")
+        };
         while live.hour < hour {
             finished.extend(live.roll(id));
         }
