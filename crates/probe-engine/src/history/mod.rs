@@ -70,6 +70,9 @@ const SLA_EVERY: Duration = Duration::from_secs(300);
 /// How long the SLA task lets transitions gather before it computes their targets' SLAs.
 const SLA_SETTLE: Duration = Duration::from_secs(1);
 
+/// How long it waits, at most, for them to be written (a failing database may never).
+const SLA_WRITTEN: Duration = Duration::from_secs(10);
+
 /// How often retention and the size cap are applied.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -209,6 +212,8 @@ struct Inner {
     started_ms: i64,
     /// Set once the writer is done.
     written: tokio::sync::watch::Sender<bool>,
+    /// Writes that succeeded: what waits for rows to be in the database watches it.
+    flushed: tokio::sync::watch::Sender<u64>,
 }
 
 /// What waits for the writer.
@@ -295,6 +300,7 @@ impl History {
                 shared,
                 started_ms: now_ms(),
                 written: tokio::sync::watch::Sender::new(false),
+                flushed: tokio::sync::watch::Sender::new(0),
             }),
         };
         let feed = engine.record_feed(FEED);
@@ -523,6 +529,8 @@ impl History {
         let mut records = Vec::with_capacity(1024);
         let mut counted_hour = now_ms().div_euclid(rollup::HOUR_MS);
         let mut second = tokio::time::Instant::now();
+        // Whether the last look found any group (until then, there may be).
+        let mut any_groups = true;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
@@ -557,8 +565,8 @@ impl History {
             // A group's health moves with its dependencies' transitions: looked at with them,
             // or a short outage would go unrecorded, and every second besides (a score drifts
             // with every result). Not at all while the graph has no groups.
-            if (moved || whole_second) && groups_ours() && (whole_second || !groups.is_empty()) {
-                self.sample_groups(&engine, &mut groups, now);
+            if (whole_second || (moved && any_groups)) && groups_ours() {
+                any_groups = self.sample_groups(&engine, &mut groups, now);
             }
         }
         // What came before the stop still counts.
@@ -617,6 +625,15 @@ impl History {
                     }
                     ids.sort_unstable();
                     ids.dedup();
+                    // Computed from the database: once the transitions are in it, two writes
+                    // after the settling (the first may have begun before they were queued).
+                    let mut flushed = self.inner.flushed.subscribe();
+                    let then = *flushed.borrow_and_update();
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        _ = flushed.wait_for(|f| *f >= then + 2) => {}
+                        () = tokio::time::sleep(SLA_WRITTEN) => {}
+                    }
                     ids
                 }
             };
@@ -701,13 +718,13 @@ impl History {
         }
     }
 
-    /// Records a transition for every group whose health changed.
+    /// Records a transition for every group whose health changed; whether there is any group.
     fn sample_groups(
         &self,
         engine: &Engine,
         known: &mut HashMap<TargetId, (HealthState, &'static str)>,
         now: i64,
-    ) {
+    ) -> bool {
         let min_score = self.inner.config.min_score;
         let groups: Vec<(TargetId, Option<f64>, bool)> = engine.with_graph(|g| {
             g.export()
@@ -745,6 +762,7 @@ impl History {
         if !rows.is_empty() {
             self.inner.pending.lock().transitions.extend(rows);
         }
+        !present.is_empty()
     }
 
     /// The writer: opens the database, then writes what is queued once a second.
@@ -861,6 +879,7 @@ impl History {
         let rows = batch.len();
         match store.write(&batch, now_ms()).await {
             Ok(()) => {
+                self.inner.flushed.send_modify(|f| *f += 1);
                 let mut status = self.inner.status.lock();
                 if status.state == "failing" {
                     tracing::info!("history writes succeed again");
