@@ -485,12 +485,11 @@ async fn the_page_stays_light_at_10k_targets() {
         body.len()
     );
     assert!(body.len() <= MAX_PAGE_BYTES, "{} bytes", body.len());
-    // The table's rows: a full page of them. (Now and then more than 100 rows have been seen
-    // here, cause not found yet: the check is for a full page until it is.)
-    let table = &body[body.find("<tbody>").unwrap()..body.find("</tbody>").unwrap()];
-    assert!(ids(table).len() >= 100, "{} rows", ids(table).len());
+    assert_eq!(ids(&body).len(), 100);
     assert!(body.contains("page 1 of 101"), "10 groups and 10k targets");
-    assert_eq!(count(&body, "DOWN"), 100);
+    // The 100 on a closed port at least: on a loaded machine a few of the 10k others may be
+    // DOWN for a moment too (their listener's backlog full), and the overview says so.
+    assert!(count(&body, "DOWN") >= 100, "{} DOWN", count(&body, "DOWN"));
     // The graph is not drawn whole; a group's part is.
     assert!(body.contains("too many to draw here"));
     let part = page(&daemon, "/status?group=group-3").await;
