@@ -2,25 +2,33 @@
 //!
 //! Hourly rows as plain columns cost about 45 bytes each in SQLite (row header, key, index),
 //! over a kilobyte per target per day: 40 GB a year for a 100k-target fleet. Most hours look
-//! like the one before (no failures, the whole hour in one state, often the same run count), so
-//! a day is one row whose blob says, for each hour present, only what differs from the previous
-//! one, plus three one-byte latency quantiles. A quiet hour is 4 to 7 bytes; measured over a
-//! simulated week a day's blob averages 142 bytes and its row 180 on disk, 6.6 GB a year at
-//! 100k targets.
+//! like the one before (no failures, the whole hour in one state, the same run count, latency
+//! quantiles a bucket or two away), so a day is one row whose blob says, for each hour present,
+//! how it differs from the previous one, in as few bits as each difference needs. A quiet hour
+//! takes about two bytes, most of them the p99's moves; see BENCHMARKS.md, "History", for what
+//! a simulated week measures.
 //!
-//! Format (version 1), all integers LEB128 varints unless said:
-//! - byte 0: the version, 1;
+//! Format (version 2):
+//! - byte 0: the version, 2;
 //! - bytes 1..4: which of the day's 24 hours are present (bit `h`, little-endian);
-//! - per present hour, in order: a flags byte, then the fields it announces:
-//!   - bit 0: `runs` follows (else the previous present hour's);
-//!   - bit 1: `failures` follows (else 0); bit 2: `degraded` follows (else 0);
-//!   - bit 3: three latency codes follow, p50, p90, p99 (else no latency);
-//!   - bit 4: the time in each state follows (else the previous present hour's): a mask byte
-//!     of the states with time (bit `i` for [`STATES`]`[i]`), then milliseconds for each.
+//! - then a stream of bits (least significant bit of each byte first), per present hour:
+//!   - `runs` as a signed difference from the previous present hour's;
+//!   - `failures`, then `degraded`, as values;
+//!   - when the hour has runs: its p50, p90 and p99 latency codes, each a signed difference
+//!     from the same code of the last hour that had runs (an hour without runs has none);
+//!   - one bit: the time in each state is the previous present hour's (1), or (0) a five-bit
+//!     mask of the states with time (bit `i` for [`STATES`]`[i]`), then milliseconds for each;
+//! - zero bits up to the end of the last byte.
 //!
-//! The first present hour compares with an hour of no runs and no time. A latency code `c` in
-//! `1..=255` stands for `1.08^(c-1)` microseconds (1 µs to about 5 minutes, within 4%), the same
-//! buckets the hour's quantiles are counted in.
+//! Values are order-0 exponential-Golomb codes (`v + 1` in binary, after as many zeros as it
+//! has bits less one: 0 is one bit, 1 and 2 are three); a signed difference `d` is coded as
+//! the value `2d` when `d >= 0`, else `-2d - 1`. The first present hour compares with an hour of
+//! no runs, no latency and no time. A latency code `c` in `1..=255` stands for `1.08^(c-1)`
+//! microseconds (1 µs to about 5 minutes, within 4%), the same buckets the hour's quantiles are
+//! counted in.
+//!
+//! Version 1, which byte-aligned every field (a quiet hour took 4 bytes), is still read: a
+//! database keeps the blobs it was given.
 
 use std::time::Duration;
 
@@ -46,12 +54,12 @@ pub fn state_index(state: HealthState) -> usize {
     }
 }
 
-const VERSION: u8 = 1;
-const RUNS: u8 = 1;
-const FAILURES: u8 = 1 << 1;
-const DEGRADED: u8 = 1 << 2;
-const LATENCY: u8 = 1 << 3;
-const TIMES: u8 = 1 << 4;
+const VERSION: u8 = 2;
+
+/// The low bits of a time in milliseconds written as they are ([`Bits::value_low`]): times
+/// are mostly large (a whole hour is 22 bits), and a plain exponential-Golomb code would spend
+/// almost twice their width on them.
+const MS_LOW_BITS: u32 = 12;
 
 /// The ratio between neighbouring latency buckets.
 const GROWTH: f64 = 1.08;
@@ -136,60 +144,40 @@ pub fn latency(code: u8) -> Option<Duration> {
 
 /// Packs a day.
 pub fn encode(day: &Day) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.push(VERSION);
+    let mut out = Bits::default();
+    out.bytes.push(VERSION);
     let present: u32 = day
         .iter()
         .enumerate()
         .filter(|(_, h)| h.is_some())
         .fold(0, |mask, (i, _)| mask | 1 << i);
-    out.extend_from_slice(&present.to_le_bytes()[..3]);
+    out.bytes.extend_from_slice(&present.to_le_bytes()[..3]);
+    out.used = 8;
     let mut previous = Hour::default();
+    let mut latency = [0u8; 3];
     for hour in day.iter().flatten() {
-        let mut flags = 0;
-        if hour.runs != previous.runs {
-            flags |= RUNS;
+        out.signed(i64::from(hour.runs) - i64::from(previous.runs));
+        out.value(u64::from(hour.failures));
+        out.value(u64::from(hour.degraded));
+        if hour.runs > 0 {
+            for (code, last) in hour.latency.iter().zip(&mut latency) {
+                out.signed(i64::from(*code) - i64::from(*last));
+                *last = *code;
+            }
         }
-        if hour.failures != 0 {
-            flags |= FAILURES;
-        }
-        if hour.degraded != 0 {
-            flags |= DEGRADED;
-        }
-        if hour.latency != [0; 3] {
-            flags |= LATENCY;
-        }
-        if hour.time_ms != previous.time_ms {
-            flags |= TIMES;
-        }
-        out.push(flags);
-        if flags & RUNS != 0 {
-            varint(&mut out, hour.runs);
-        }
-        if flags & FAILURES != 0 {
-            varint(&mut out, hour.failures);
-        }
-        if flags & DEGRADED != 0 {
-            varint(&mut out, hour.degraded);
-        }
-        if flags & LATENCY != 0 {
-            out.extend_from_slice(&hour.latency);
-        }
-        if flags & TIMES != 0 {
-            let mask = hour
-                .time_ms
-                .iter()
-                .enumerate()
-                .filter(|(_, ms)| **ms > 0)
-                .fold(0u8, |mask, (i, _)| mask | 1 << i);
-            out.push(mask);
+        let same = hour.time_ms == previous.time_ms;
+        out.bit(same);
+        if !same {
+            for ms in hour.time_ms {
+                out.bit(ms > 0);
+            }
             for ms in hour.time_ms.iter().filter(|ms| **ms > 0) {
-                varint(&mut out, *ms);
+                out.value_low(u64::from(*ms), MS_LOW_BITS);
             }
         }
         previous = *hour;
     }
-    out
+    out.bytes
 }
 
 /// Why a blob is not a day.
@@ -203,101 +191,275 @@ pub enum CodecError {
     Malformed,
 }
 
-/// Unpacks a day.
+/// Unpacks a day, of either version.
 ///
 /// # Errors
-/// [`CodecError`] for a blob this version did not write.
+/// [`CodecError`] for a blob no version wrote.
 pub fn decode(bytes: &[u8]) -> Result<Day, CodecError> {
+    let (version, present) = match bytes {
+        [version, a, b, c, ..] => (*version, u32::from_le_bytes([*a, *b, *c, 0])),
+        _ => return Err(CodecError::Malformed),
+    };
+    match version {
+        1 => v1::decode(&bytes[4..], present),
+        VERSION => decode_v2(&bytes[4..], present),
+        other => Err(CodecError::Version(other)),
+    }
+}
+
+fn decode_v2(bytes: &[u8], present: u32) -> Result<Day, CodecError> {
     let mut day: Day = [None; 24];
-    let mut input = Reader { bytes, at: 0 };
-    match input.byte()? {
-        VERSION => {}
-        other => return Err(CodecError::Version(other)),
-    }
-    let mut present = [0u8; 4];
-    for b in present.iter_mut().take(3) {
-        *b = input.byte()?;
-    }
-    let present = u32::from_le_bytes(present);
+    let mut input = BitReader { bytes, at: 0 };
     let mut previous = Hour::default();
+    let mut latency = [0u8; 3];
     for (h, slot) in day.iter_mut().enumerate() {
         if present & (1 << h) == 0 {
             continue;
         }
-        let flags = input.byte()?;
         let mut hour = Hour {
-            runs: previous.runs,
-            time_ms: previous.time_ms,
+            runs: input.signed_from(previous.runs)?,
+            failures: input.value_u32()?,
+            degraded: input.value_u32()?,
             ..Hour::default()
         };
-        if flags & RUNS != 0 {
-            hour.runs = input.varint()?;
-        }
-        if flags & FAILURES != 0 {
-            hour.failures = input.varint()?;
-        }
-        if flags & DEGRADED != 0 {
-            hour.degraded = input.varint()?;
-        }
-        if flags & LATENCY != 0 {
-            for q in &mut hour.latency {
-                *q = input.byte()?;
+        if hour.runs > 0 {
+            for (code, last) in hour.latency.iter_mut().zip(&mut latency) {
+                *code = input.signed_from(*last)?;
+                *last = *code;
             }
         }
-        if flags & TIMES != 0 {
-            let mask = input.byte()?;
-            for (i, ms) in hour.time_ms.iter_mut().enumerate() {
-                *ms = if mask & (1 << i) != 0 {
-                    input.varint()?
-                } else {
-                    0
-                };
+        hour.time_ms = if input.bit()? {
+            previous.time_ms
+        } else {
+            let mut mask = [false; 5];
+            for has in &mut mask {
+                *has = input.bit()?;
             }
-        }
+            let mut time_ms = [0; 5];
+            for (ms, has) in time_ms.iter_mut().zip(mask) {
+                if has {
+                    *ms = u32::try_from(input.value_low(MS_LOW_BITS)?)
+                        .map_err(|_| CodecError::Malformed)?;
+                }
+            }
+            time_ms
+        };
         *slot = Some(hour);
         previous = hour;
     }
-    if input.at != bytes.len() {
-        return Err(CodecError::Malformed);
-    }
+    input.finish()?;
     Ok(day)
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+/// A stream of bits being written, least significant first in each byte.
+#[derive(Default)]
+struct Bits {
+    bytes: Vec<u8>,
+    /// Bits used of the last byte (8 when it is full, or there is none).
+    used: u32,
 }
 
-struct Reader<'a> {
+impl Bits {
+    fn bit(&mut self, set: bool) {
+        if self.used == 8 || self.bytes.is_empty() {
+            self.bytes.push(0);
+            self.used = 0;
+        }
+        if set && let Some(last) = self.bytes.last_mut() {
+            *last |= 1 << self.used;
+        }
+        self.used += 1;
+    }
+
+    /// An exponential-Golomb code of `v`.
+    fn value(&mut self, v: u64) {
+        let x = u128::from(v) + 1;
+        let width = 128 - x.leading_zeros();
+        for _ in 1..width {
+            self.bit(false);
+        }
+        for i in (0..width).rev() {
+            self.bit(x >> i & 1 == 1);
+        }
+    }
+
+    /// `v`'s `low` lowest bits as they are, after an exponential-Golomb code of the rest.
+    fn value_low(&mut self, v: u64, low: u32) {
+        self.value(v >> low);
+        for i in (0..low).rev() {
+            self.bit(v >> i & 1 == 1);
+        }
+    }
+
+    fn signed(&mut self, d: i64) {
+        self.value(if d >= 0 {
+            d.unsigned_abs() * 2
+        } else {
+            d.unsigned_abs() * 2 - 1
+        });
+    }
+}
+
+/// A stream of bits being read, as [`Bits`] wrote it.
+struct BitReader<'a> {
     bytes: &'a [u8],
+    /// Bits read so far.
     at: usize,
 }
 
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, CodecError> {
-        let b = *self.bytes.get(self.at).ok_or(CodecError::Malformed)?;
+impl BitReader<'_> {
+    fn bit(&mut self) -> Result<bool, CodecError> {
+        let byte = self.bytes.get(self.at / 8).ok_or(CodecError::Malformed)?;
+        let set = byte >> (self.at % 8) & 1 == 1;
         self.at += 1;
-        Ok(b)
+        Ok(set)
     }
 
-    fn varint(&mut self) -> Result<u32, CodecError> {
-        let mut v: u64 = 0;
-        for shift in (0..35).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return u32::try_from(v).map_err(|_| CodecError::Malformed);
+    fn value(&mut self) -> Result<u64, CodecError> {
+        let mut zeros = 0;
+        while !self.bit()? {
+            zeros += 1;
+            if zeros > 64 {
+                return Err(CodecError::Malformed);
             }
         }
-        Err(CodecError::Malformed)
+        let mut x: u128 = 1;
+        for _ in 0..zeros {
+            x = x << 1 | u128::from(self.bit()?);
+        }
+        u64::try_from(x - 1).map_err(|_| CodecError::Malformed)
+    }
+
+    fn value_low(&mut self, low: u32) -> Result<u64, CodecError> {
+        let high = self.value()?;
+        if high.leading_zeros() < low {
+            return Err(CodecError::Malformed);
+        }
+        let mut v = high;
+        for _ in 0..low {
+            v = v << 1 | u64::from(self.bit()?);
+        }
+        Ok(v)
+    }
+
+    fn value_u32(&mut self) -> Result<u32, CodecError> {
+        u32::try_from(self.value()?).map_err(|_| CodecError::Malformed)
+    }
+
+    /// `base` moved by a signed difference, which must land within `T`.
+    fn signed_from<T: Into<i64> + TryFrom<i64>>(&mut self, base: T) -> Result<T, CodecError> {
+        let v = self.value()?;
+        let magnitude = i64::try_from(v.div_ceil(2)).map_err(|_| CodecError::Malformed)?;
+        let d = if v % 2 == 0 { magnitude } else { -magnitude };
+        T::try_from(base.into() + d).map_err(|_| CodecError::Malformed)
+    }
+
+    /// The rest of the last byte must be zeros, and no byte may follow it.
+    fn finish(mut self) -> Result<(), CodecError> {
+        while !self.at.is_multiple_of(8) {
+            if self.bit()? {
+                return Err(CodecError::Malformed);
+            }
+        }
+        if self.at / 8 == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(CodecError::Malformed)
+        }
+    }
+}
+
+/// Version 1: per present hour a flags byte, then the fields it announces, byte-aligned.
+mod v1 {
+    use super::{CodecError, Day, Hour};
+
+    const RUNS: u8 = 1;
+    const FAILURES: u8 = 1 << 1;
+    const DEGRADED: u8 = 1 << 2;
+    const LATENCY: u8 = 1 << 3;
+    const TIMES: u8 = 1 << 4;
+
+    /// The hours after the header: bit 0 `runs` follows (else the previous present hour's);
+    /// bits 1 and 2 `failures` and `degraded` follow (else 0); bit 3 the three latency codes
+    /// follow (else none); bit 4 the times follow (else the previous present hour's), as a
+    /// mask byte and milliseconds for each state in it. Integers are LEB128 varints.
+    pub(super) fn decode(bytes: &[u8], present: u32) -> Result<Day, CodecError> {
+        let mut day: Day = [None; 24];
+        let mut input = Reader { bytes, at: 0 };
+        let mut previous = Hour::default();
+        for (h, slot) in day.iter_mut().enumerate() {
+            if present & (1 << h) == 0 {
+                continue;
+            }
+            let flags = input.byte()?;
+            let mut hour = Hour {
+                runs: previous.runs,
+                time_ms: previous.time_ms,
+                ..Hour::default()
+            };
+            if flags & RUNS != 0 {
+                hour.runs = input.varint()?;
+            }
+            if flags & FAILURES != 0 {
+                hour.failures = input.varint()?;
+            }
+            if flags & DEGRADED != 0 {
+                hour.degraded = input.varint()?;
+            }
+            if flags & LATENCY != 0 {
+                for q in &mut hour.latency {
+                    *q = input.byte()?;
+                }
+            }
+            if flags & TIMES != 0 {
+                let mask = input.byte()?;
+                for (i, ms) in hour.time_ms.iter_mut().enumerate() {
+                    *ms = if mask & (1 << i) != 0 {
+                        input.varint()?
+                    } else {
+                        0
+                    };
+                }
+            }
+            *slot = Some(hour);
+            previous = hour;
+        }
+        if input.at != bytes.len() {
+            return Err(CodecError::Malformed);
+        }
+        Ok(day)
+    }
+
+    struct Reader<'a> {
+        bytes: &'a [u8],
+        at: usize,
+    }
+
+    impl Reader<'_> {
+        fn byte(&mut self) -> Result<u8, CodecError> {
+            let b = *self.bytes.get(self.at).ok_or(CodecError::Malformed)?;
+            self.at += 1;
+            Ok(b)
+        }
+
+        fn varint(&mut self) -> Result<u32, CodecError> {
+            let mut v: u64 = 0;
+            for shift in (0..35).step_by(7) {
+                let b = self.byte()?;
+                v |= u64::from(b & 0x7f) << shift;
+                if b & 0x80 == 0 {
+                    return u32::try_from(v).map_err(|_| CodecError::Malformed);
+                }
+            }
+            Err(CodecError::Malformed)
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn quiet(runs: u32) -> Hour {
@@ -310,15 +472,90 @@ mod tests {
     }
 
     #[test]
-    fn a_day_round_trips_and_quiet_hours_take_four_bytes() {
+    fn a_day_round_trips_and_a_quiet_hour_takes_seven_bits() {
         let mut day: Day = [None; 24];
         for slot in &mut day {
             *slot = Some(quiet(360));
         }
         let bytes = encode(&day);
         assert_eq!(decode(&bytes), Ok(day));
-        // Header 4, the first hour says its runs and times (1 + 2 + 3 + 1 + 4), 23 quiet ones.
-        assert_eq!(bytes.len(), 4 + 11 + 23 * 4);
+        // The first hour: runs +360 (19 bits), no failures and no degraded (1 + 1), codes
+        // 100, 40 and 60 from 0 (15 + 13 + 13), new times (1 + 5 + 19 + 12 for 3.6M ms). Then 23
+        // quiet hours: nothing moved, one bit for each of the seven fields.
+        let first = 19 + 2 + 15 + 13 + 13 + 1 + 5 + (19 + 12);
+        assert_eq!(bytes.len(), 4 + (first + 23 * 7usize).div_ceil(8));
+    }
+
+    #[test]
+    fn a_version_1_blob_is_still_read() {
+        // Written by version 1's encoder: hours 2, 3 and 4.
+        let v1 = [
+            1, 28, 0, 0, 25, 232, 2, 90, 100, 120, 2, 128, 221, 219, 1, 30, 2, 1, 91, 99, 140, 18,
+            224, 207, 213, 1, 160, 141, 6, 17, 0, 0,
+        ];
+        let mut day: Day = [None; 24];
+        day[2] = Some(Hour {
+            runs: 360,
+            latency: [90, 100, 120],
+            time_ms: [0, 3_600_000, 0, 0, 0],
+            ..Hour::default()
+        });
+        day[3] = Some(Hour {
+            runs: 360,
+            failures: 2,
+            degraded: 1,
+            latency: [91, 99, 140],
+            time_ms: [0, 3_500_000, 0, 0, 100_000],
+        });
+        day[4] = Some(Hour::default());
+        assert_eq!(decode(&v1), Ok(day));
+        // Written again, it is version 2 and shorter.
+        let v2 = encode(&day);
+        assert_eq!(v2[0], 2);
+        assert!(v2.len() < v1.len(), "{v2:?}");
+        assert_eq!(decode(&v2), Ok(day));
+    }
+
+    fn hour() -> impl Strategy<Value = Hour> {
+        (
+            0u32..5_000,
+            any::<u32>(),
+            any::<u32>(),
+            any::<[u8; 3]>(),
+            any::<[u32; 5]>(),
+            any::<[bool; 5]>(),
+        )
+            .prop_map(|(runs, failures, degraded, latency, times, zero)| Hour {
+                runs,
+                failures: failures % (runs + 1),
+                degraded: degraded % (runs + 1),
+                // An hour without runs has no latency.
+                latency: if runs == 0 { [0; 3] } else { latency },
+                time_ms: std::array::from_fn(|i| if zero[i] { 0 } else { times[i] }),
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_day_round_trips(hours in proptest::collection::vec(proptest::option::of(hour()), 24)) {
+            let mut day: Day = [None; 24];
+            for (slot, h) in day.iter_mut().zip(hours) {
+                *slot = h;
+            }
+            prop_assert_eq!(decode(&encode(&day)), Ok(day));
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = decode(&bytes);
+            let mut v2 = bytes;
+            if let Some(first) = v2.first_mut() {
+                *first = 2;
+            }
+            if let Ok(day) = decode(&v2) {
+                prop_assert_eq!(decode(&encode(&day)), Ok(day));
+            }
+        }
     }
 
     #[test]
@@ -348,6 +585,15 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err());
         }
+        // A byte past the end, or a bit set in the last byte's padding.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer), Err(CodecError::Malformed));
+        let mut padded = bytes;
+        if let Some(last) = padded.last_mut() {
+            *last |= 0x80;
+        }
+        assert_eq!(decode(&padded), Err(CodecError::Malformed));
     }
 
     #[test]
