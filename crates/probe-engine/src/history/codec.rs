@@ -180,14 +180,14 @@ pub fn encode(day: &Day) -> Vec<u8> {
     out.bytes
 }
 
-/// Why a blob is not a day.
+/// Why a blob is not a day (of rollups, or of transitions).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
     /// Written by a later version.
-    #[error("rollup format version {0} is unknown")]
+    #[error("history blob format version {0} is unknown")]
     Version(u8),
     /// Cut short, or a field out of range.
-    #[error("rollup blob is malformed")]
+    #[error("history blob is malformed")]
     Malformed,
 }
 
@@ -371,7 +371,7 @@ impl BitReader<'_> {
 
 /// Version 1: per present hour a flags byte, then the fields it announces, byte-aligned.
 mod v1 {
-    use super::{CodecError, Day, Hour};
+    use super::{ByteReader, CodecError, Day, Hour};
 
     const RUNS: u8 = 1;
     const FAILURES: u8 = 1 << 1;
@@ -385,7 +385,7 @@ mod v1 {
     /// mask byte and milliseconds for each state in it. Integers are LEB128 varints.
     pub(super) fn decode(bytes: &[u8], present: u32) -> Result<Day, CodecError> {
         let mut day: Day = [None; 24];
-        let mut input = Reader { bytes, at: 0 };
+        let mut input = ByteReader::new(bytes);
         let mut previous = Hour::default();
         for (h, slot) in day.iter_mut().enumerate() {
             if present & (1 << h) == 0 {
@@ -398,13 +398,13 @@ mod v1 {
                 ..Hour::default()
             };
             if flags & RUNS != 0 {
-                hour.runs = input.varint()?;
+                hour.runs = input.varint_u32()?;
             }
             if flags & FAILURES != 0 {
-                hour.failures = input.varint()?;
+                hour.failures = input.varint_u32()?;
             }
             if flags & DEGRADED != 0 {
-                hour.degraded = input.varint()?;
+                hour.degraded = input.varint_u32()?;
             }
             if flags & LATENCY != 0 {
                 for q in &mut hour.latency {
@@ -415,7 +415,7 @@ mod v1 {
                 let mask = input.byte()?;
                 for (i, ms) in hour.time_ms.iter_mut().enumerate() {
                     *ms = if mask & (1 << i) != 0 {
-                        input.varint()?
+                        input.varint_u32()?
                     } else {
                         0
                     };
@@ -424,36 +424,70 @@ mod v1 {
             *slot = Some(hour);
             previous = hour;
         }
-        if input.at != bytes.len() {
-            return Err(CodecError::Malformed);
-        }
+        input.finish()?;
         Ok(day)
     }
+}
 
-    struct Reader<'a> {
-        bytes: &'a [u8],
-        at: usize,
+/// Bytes being read: the byte-aligned formats' reader (version 1 rollups, [`events`]).
+///
+/// [`events`]: super::events
+pub(super) struct ByteReader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> ByteReader<'a> {
+    pub(super) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
     }
 
-    impl Reader<'_> {
-        fn byte(&mut self) -> Result<u8, CodecError> {
-            let b = *self.bytes.get(self.at).ok_or(CodecError::Malformed)?;
-            self.at += 1;
-            Ok(b)
-        }
+    /// Whether every byte has been read.
+    pub(super) fn is_done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
 
-        fn varint(&mut self) -> Result<u32, CodecError> {
-            let mut v: u64 = 0;
-            for shift in (0..35).step_by(7) {
-                let b = self.byte()?;
-                v |= u64::from(b & 0x7f) << shift;
-                if b & 0x80 == 0 {
-                    return u32::try_from(v).map_err(|_| CodecError::Malformed);
-                }
+    pub(super) fn byte(&mut self) -> Result<u8, CodecError> {
+        let b = *self.bytes.get(self.at).ok_or(CodecError::Malformed)?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    /// A LEB128 varint of at most 64 bits.
+    pub(super) fn varint(&mut self) -> Result<u64, CodecError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
             }
+        }
+        Err(CodecError::Malformed)
+    }
+
+    /// A varint that must fit 32 bits.
+    pub(super) fn varint_u32(&mut self) -> Result<u32, CodecError> {
+        u32::try_from(self.varint()?).map_err(|_| CodecError::Malformed)
+    }
+
+    /// Fails unless every byte has been read.
+    pub(super) fn finish(self) -> Result<(), CodecError> {
+        if self.is_done() {
+            Ok(())
+        } else {
             Err(CodecError::Malformed)
         }
     }
+}
+
+/// Appends `v` as a LEB128 varint.
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v & 0x7f) as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
 #[cfg(test)]

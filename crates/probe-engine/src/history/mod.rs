@@ -23,6 +23,7 @@
 //! [`Engine::record_feed`]: probe::engine::Engine::record_feed
 
 pub mod codec;
+pub mod events;
 pub mod rollup;
 pub mod store;
 pub mod uptime;

@@ -3,7 +3,7 @@
 //! stick to what both speak (`$n` parameters, `ON CONFLICT`); the schema is per backend
 //! (`migrations/`), since SQLite keeps rollups `WITHOUT ROWID` and PostgreSQL has no such thing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
@@ -15,9 +15,9 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
 
-use super::codec;
 use super::rollup::{DAY_MS, DayRow};
 use super::uptime::Change;
+use super::{codec, events};
 use probe::verdict::HealthState;
 
 static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -156,7 +156,26 @@ pub struct Store {
     /// This daemon's session row: its `seen_ms` moves with every write.
     session: i64,
     /// Target ids by name, as numbered in `targets`.
-    ids: Mutex<HashMap<String, i64>>,
+    targets: Mutex<HashMap<String, Numbered>>,
+    /// Text ids, as numbered in `texts`.
+    texts: Mutex<HashMap<String, Numbered>>,
+}
+
+/// A string's id in `targets` or `texts`, and the last day the row is known to say it is
+/// used (`texts.last_day`; a target's never expires).
+#[derive(Clone, Copy, Debug)]
+struct Numbered {
+    id: i64,
+    through_day: i64,
+}
+
+/// The tables that number strings once, so that the big ones repeat a small integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Numbering {
+    /// Target and group names.
+    Targets,
+    /// Causes, reasons and details of transitions.
+    Texts,
 }
 
 /// What opening found, besides the store.
@@ -209,15 +228,74 @@ impl Store {
         .fetch_one(&pool)
         .await?
         .try_get::<i64, _>(0)?;
-        Ok(Opened {
-            store: Self {
-                pool,
-                backend,
-                session,
-                ids: Mutex::default(),
-            },
-            moved_aside,
-        })
+        let store = Self {
+            pool,
+            backend,
+            session,
+            targets: Mutex::default(),
+            texts: Mutex::default(),
+        };
+        store.convert_rows().await?;
+        Ok(Opened { store, moved_aside })
+    }
+
+    /// Moves the transitions an older daemon kept as rows (`transitions_v1`) into packed
+    /// days, once, and drops their table.
+    async fn convert_rows(&self) -> Result<(), StoreError> {
+        match self.convert_rows_once().await {
+            // Another member of the cluster converted them first.
+            Err(_) if !self.has_rows_table().await? => Ok(()),
+            done => done,
+        }
+    }
+
+    async fn has_rows_table(&self) -> Result<bool, StoreError> {
+        let sql = match self.backend {
+            Backend::Sqlite(_) => {
+                "SELECT COUNT(*) FROM sqlite_master \
+                 WHERE type = 'table' AND name = 'transitions_v1'"
+            }
+            Backend::Postgres(_) => {
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = 'transitions_v1'"
+            }
+        };
+        let n: i64 = sqlx::query(sql).fetch_one(&self.pool).await?.try_get(0)?;
+        Ok(n > 0)
+    }
+
+    async fn convert_rows_once(&self) -> Result<(), StoreError> {
+        if !self.has_rows_table().await? {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        if matches!(self.backend, Backend::Postgres(_)) {
+            // Members starting together: the first converts, the others wait, then find the
+            // table gone.
+            sqlx::query("LOCK TABLE transitions_v1 IN EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let rows = sqlx::query(
+            "SELECT t.name, x.at_ms, x.from_state, x.to_state, x.cause, x.reason, x.detail \
+             FROM transitions_v1 x JOIN targets t ON t.id = x.target ORDER BY x.at_ms",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(transition_row)
+        .collect::<Result<Vec<_>, _>>()?;
+        let names = rows.iter().map(|t| (t.target.as_str(), 0)).collect();
+        let (ids, fresh) = self.number(&mut tx, Numbering::Targets, names).await?;
+        let id = |name: &str| ids.get(name).copied().unwrap_or_default();
+        let fresh_texts = self.append_changes(&mut tx, &id, &rows).await?;
+        sqlx::query("DROP TABLE transitions_v1")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.targets.lock().extend(fresh);
+        self.texts.lock().extend(fresh_texts);
+        Ok(())
     }
 
     /// Opens a SQLite file, checks that it is sound and migrates it.
@@ -290,30 +368,16 @@ impl Store {
             .iter()
             .map(|t| t.target.as_str())
             .chain(batch.days.iter().map(|(_, t, _)| t.as_str()))
-            .chain(batch.actions.iter().map(|a| a.target.as_str()));
+            .chain(batch.actions.iter().map(|a| a.target.as_str()))
+            .map(|name| (name, 0))
+            .collect();
         let mut tx = self.pool.begin().await?;
         // Numbered in the same transaction: a failed write leaves no half-numbered names.
-        let (ids, fresh) = self.ids_of(&mut tx, names).await?;
+        let (ids, fresh) = self.number(&mut tx, Numbering::Targets, names).await?;
         let id = |name: &str| ids.get(name).copied().unwrap_or_default();
-        for chunk in batch.transitions.chunks(ROWS_PER_STATEMENT) {
-            let sql = format!(
-                "INSERT INTO transitions (target, at_ms, from_state, to_state, cause, reason, \
-                 detail) VALUES {}",
-                placeholders(chunk.len(), 7)
-            );
-            let mut q = sqlx::query(&sql);
-            for t in chunk {
-                q = q
-                    .bind(id(&t.target))
-                    .bind(t.at_ms)
-                    .bind(t.from.as_str())
-                    .bind(t.to.as_str())
-                    .bind(t.cause.as_str())
-                    .bind(t.reason.as_deref())
-                    .bind(t.detail.as_deref());
-            }
-            q.execute(&mut *tx).await?;
-        }
+        let fresh_texts = self
+            .append_changes(&mut tx, &id, &batch.transitions)
+            .await?;
         for chunk in batch.days.chunks(ROWS_PER_STATEMENT) {
             let keyed: Vec<(i64, i64, &[u8])> = chunk
                 .iter()
@@ -353,7 +417,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        self.ids.lock().extend(fresh);
+        self.targets.lock().extend(fresh);
+        self.texts.lock().extend(fresh_texts);
         Ok(())
     }
 
@@ -396,55 +461,147 @@ impl Store {
             .collect())
     }
 
-    /// The ids of `names`, numbering the new ones in `conn`'s transaction: all of them, and
-    /// those the cache did not have, to add to it once the transaction is committed.
-    async fn ids_of<'a>(
+    /// Appends `transitions` to their targets' days (`events`), numbering their texts: the
+    /// texts numbered, to cache once the transaction is committed.
+    async fn append_changes(
         &self,
         conn: &mut AnyConnection,
-        names: impl Iterator<Item = &'a str>,
-    ) -> Result<(HashMap<String, i64>, Vec<(String, i64)>), StoreError> {
-        let mut wanted: Vec<&str> = names.collect();
-        wanted.sort_unstable();
-        wanted.dedup();
-        let mut found = HashMap::with_capacity(wanted.len());
+        id: &impl Fn(&str) -> i64,
+        transitions: &[TransitionRow],
+    ) -> Result<Vec<(String, Numbered)>, StoreError> {
+        if transitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let used = transitions
+            .iter()
+            .flat_map(|t| {
+                let day = t.at_ms.div_euclid(DAY_MS);
+                [
+                    Some(t.cause.as_str()),
+                    t.reason.as_deref(),
+                    t.detail.as_deref(),
+                ]
+                .into_iter()
+                .flatten()
+                .map(move |text| (text, day))
+            })
+            .collect();
+        let (texts, fresh) = self.number(conn, Numbering::Texts, used).await?;
+        let text = |s: &str| texts.get(s).and_then(|id| u64::try_from(*id).ok());
+        // By target and day, in the order written: one appended row each.
+        let mut rows: BTreeMap<(i64, i64), Vec<u8>> = BTreeMap::new();
+        for t in transitions {
+            // Rows are made from states' names; one that is not is no transition to keep.
+            let (Some(from), Some(to)) = (parse_state(&t.from), parse_state(&t.to)) else {
+                continue;
+            };
+            let day = t.at_ms.div_euclid(DAY_MS);
+            let packed = events::Packed {
+                ms_of_day: u32::try_from(t.at_ms - day * DAY_MS).unwrap_or_default(),
+                from,
+                to,
+                cause: text(&t.cause).unwrap_or_default(),
+                reason: t.reason.as_deref().and_then(text),
+                detail: t.detail.as_deref().and_then(text),
+            };
+            events::encode_into(rows.entry((id(&t.target), day)).or_default(), &packed);
+        }
+        let rows: Vec<_> = rows.into_iter().collect();
+        // Appended in the database, without reading the row first: see `events`.
+        let appended = match self.backend {
+            Backend::Sqlite(_) => "CAST(changes.events || excluded.events AS BLOB)",
+            Backend::Postgres(_) => "changes.events || excluded.events",
+        };
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "INSERT INTO changes (target, day, events) VALUES {} \
+                 ON CONFLICT (target, day) DO UPDATE SET events = {appended}",
+                placeholders(chunk.len(), 3)
+            );
+            let mut q = sqlx::query(&sql);
+            for ((target, day), events) in chunk {
+                q = q.bind(*target).bind(*day).bind(events.as_slice());
+            }
+            q.execute(&mut *conn).await?;
+        }
+        Ok(fresh)
+    }
+
+    /// The ids of `wanted` strings (each with the day it is used on) in `table`, numbering
+    /// the new ones in `conn`'s transaction: all of them, and those the cache did not have
+    /// (or had for an earlier day), to add to it once the transaction is committed.
+    async fn number(
+        &self,
+        conn: &mut AnyConnection,
+        table: Numbering,
+        wanted: Vec<(&str, i64)>,
+    ) -> Result<(HashMap<String, i64>, Vec<(String, Numbered)>), StoreError> {
+        let mut days: HashMap<&str, i64> = HashMap::new();
+        for (s, day) in wanted {
+            let last = days.entry(s).or_insert(day);
+            *last = (*last).max(day);
+        }
+        let mut found = HashMap::with_capacity(days.len());
         let mut missing = Vec::new();
-        let mut new = Vec::new();
         {
-            let known = self.ids.lock();
-            for name in wanted {
-                match known.get(name) {
-                    Some(id) => {
-                        found.insert(name.to_owned(), *id);
+            let known = match table {
+                Numbering::Targets => self.targets.lock(),
+                Numbering::Texts => self.texts.lock(),
+            };
+            for (s, day) in days {
+                match known.get(s) {
+                    Some(n) if n.through_day >= day => {
+                        found.insert(s.to_owned(), n.id);
                     }
-                    None => missing.push(name),
+                    _ => missing.push((s, day)),
                 }
             }
         }
+        missing.sort_unstable();
+        let mut fresh = Vec::new();
         for chunk in missing.chunks(ROWS_PER_STATEMENT) {
-            let sql = format!(
-                "INSERT INTO targets (name) VALUES {} ON CONFLICT (name) DO NOTHING",
-                placeholders(chunk.len(), 1)
-            );
+            let sql = match table {
+                Numbering::Targets => format!(
+                    "INSERT INTO targets (name) VALUES {} ON CONFLICT (name) DO NOTHING",
+                    placeholders(chunk.len(), 1)
+                ),
+                // The later day of the two: members' clocks and batches need not agree.
+                Numbering::Texts => format!(
+                    "INSERT INTO texts (text, last_day) VALUES {} ON CONFLICT (text) DO UPDATE \
+                     SET last_day = CASE WHEN excluded.last_day > texts.last_day \
+                     THEN excluded.last_day ELSE texts.last_day END",
+                    placeholders(chunk.len(), 2)
+                ),
+            };
             let mut q = sqlx::query(&sql);
-            for name in chunk {
-                q = q.bind(*name);
+            for (s, day) in chunk {
+                q = q.bind(*s);
+                if table == Numbering::Texts {
+                    q = q.bind(*day);
+                }
             }
             q.execute(&mut *conn).await?;
-            let sql = format!(
-                "SELECT name, id FROM targets WHERE name IN ({})",
-                numbered(1, chunk.len())
-            );
+            let sql = match table {
+                Numbering::Targets => "SELECT name, id FROM targets WHERE name IN",
+                Numbering::Texts => "SELECT text, id FROM texts WHERE text IN",
+            };
+            let sql = format!("{sql} ({})", numbered(1, chunk.len()));
             let mut q = sqlx::query(&sql);
-            for name in chunk {
-                q = q.bind(*name);
+            for (s, _) in chunk {
+                q = q.bind(*s);
             }
+            let through: HashMap<&str, i64> = chunk.iter().copied().collect();
             for row in q.fetch_all(&mut *conn).await? {
-                let (name, id): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
-                new.push((name.clone(), id));
-                found.insert(name, id);
+                let (s, id): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
+                let through_day = match table {
+                    Numbering::Targets => i64::MAX,
+                    Numbering::Texts => through.get(s.as_str()).copied().unwrap_or_default(),
+                };
+                fresh.push((s.clone(), Numbered { id, through_day }));
+                found.insert(s, id);
             }
         }
-        Ok((found, new))
+        Ok((found, fresh))
     }
 
     /// Today's rollups of every target, for the counting to resume from.
@@ -482,23 +639,109 @@ impl Store {
         until_ms: i64,
         limit: i64,
     ) -> Result<Vec<TransitionRow>, StoreError> {
+        let limit = usize::try_from(limit).unwrap_or(0);
         // Two texts rather than `$n IS NULL OR ...`, which would keep SQLite off the index.
         let whose = if target.is_some() {
-            "t.name = $4 AND"
+            "t.name = $3 AND"
         } else {
             ""
         };
+        // Parameters bind in order: the days, then the name.
+        let days = |sql, first: i64, last: i64| {
+            let q = sqlx::query(sql).bind(first).bind(last);
+            match target {
+                Some(name) => q.bind(name),
+                None => q,
+            }
+        };
+        // The days there are, so that an open-ended span walks only those.
         let sql = format!(
-            "SELECT t.name, x.at_ms, x.from_state, x.to_state, x.cause, x.reason, x.detail \
-             FROM transitions x JOIN targets t ON t.id = x.target \
-             WHERE {whose} x.at_ms >= $1 AND x.at_ms < $2 ORDER BY x.at_ms DESC LIMIT $3"
+            "SELECT MIN(c.day), MAX(c.day) FROM changes c JOIN targets t ON t.id = c.target \
+             WHERE {whose} c.day >= $1 AND c.day <= $2"
         );
-        let mut q = sqlx::query(&sql).bind(since_ms).bind(until_ms).bind(limit);
-        if let Some(target) = target {
-            q = q.bind(target);
+        let last_day = until_ms.saturating_sub(1).div_euclid(DAY_MS);
+        let span = days(&sql, since_ms.div_euclid(DAY_MS), last_day)
+            .fetch_one(&self.pool)
+            .await?;
+        let (Some(first), Some(mut top)): (Option<i64>, Option<i64>) =
+            (span.try_get(0)?, span.try_get(1)?)
+        else {
+            return Ok(Vec::new());
+        };
+        // Newest days first, a day of the fleet's (a month of one target's) at a time, until
+        // `limit` are found.
+        let step = if target.is_some() { 30 } else { 1 };
+        let sql = format!(
+            "SELECT t.name, c.day, c.events FROM changes c JOIN targets t ON t.id = c.target \
+             WHERE {whose} c.day >= $1 AND c.day <= $2"
+        );
+        let mut found: Vec<(String, i64, events::Packed)> = Vec::new();
+        while top >= first && found.len() < limit {
+            let bottom = (top - step + 1).max(first);
+            let rows = days(&sql, bottom, top).fetch_all(&self.pool).await?;
+            let mut window = Vec::new();
+            for row in rows {
+                let (name, day): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
+                for e in unpack(&row.try_get::<Vec<u8>, _>(2)?) {
+                    let at = day * DAY_MS + i64::from(e.ms_of_day);
+                    if (since_ms..until_ms).contains(&at) {
+                        window.push((name.clone(), at, e));
+                    }
+                }
+            }
+            // Newest first; of one millisecond, the one written last.
+            window.reverse();
+            window.sort_by_key(|(_, at, _)| std::cmp::Reverse(*at));
+            found.extend(window);
+            top = bottom - 1;
         }
-        let rows = q.fetch_all(&self.pool).await?;
-        rows.iter().map(transition_row).collect()
+        found.truncate(limit);
+        let ids: Vec<u64> = found
+            .iter()
+            .flat_map(|(_, _, e)| [Some(e.cause), e.reason, e.detail])
+            .flatten()
+            .collect();
+        let texts = self.texts_of(ids).await?;
+        let text = |id: Option<u64>| id.and_then(|id| texts.get(&id).cloned());
+        Ok(found
+            .into_iter()
+            .map(|(target, at_ms, e)| TransitionRow {
+                target,
+                at_ms,
+                from: e.from.as_str().to_owned(),
+                to: e.to.as_str().to_owned(),
+                // A text another member's shorter retention dropped reads as none.
+                cause: text(Some(e.cause)).unwrap_or_default(),
+                reason: text(e.reason),
+                detail: text(e.detail),
+            })
+            .collect())
+    }
+
+    /// The texts of `ids`, by id.
+    async fn texts_of(&self, ids: Vec<u64>) -> Result<HashMap<u64, String>, StoreError> {
+        let mut ids: Vec<i64> = ids
+            .into_iter()
+            .filter_map(|id| i64::try_from(id).ok())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT id, text FROM texts WHERE id IN ({})",
+                numbered(1, chunk.len())
+            );
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            for row in q.fetch_all(&self.pool).await? {
+                let id: i64 = row.try_get(0)?;
+                out.insert(u64::try_from(id).unwrap_or_default(), row.try_get(1)?);
+            }
+        }
+        Ok(out)
     }
 
     /// A target's operator actions in `[since_ms, until_ms)`, newest first.
@@ -586,31 +829,54 @@ impl Store {
         from_ms: i64,
         until_ms: i64,
     ) -> Result<(HashMap<String, Vec<Change>>, Vec<(i64, i64)>), StoreError> {
-        let mut changes: HashMap<String, Vec<Change>> = HashMap::new();
+        let mut packed: HashMap<String, Vec<(i64, events::Packed)>> = HashMap::new();
+        let (first_day, last_day) = (
+            from_ms.div_euclid(DAY_MS),
+            until_ms.saturating_sub(1).div_euclid(DAY_MS),
+        );
         for names in targets.chunks(100) {
             let list = numbered(3, names.len());
+            // The window's days, and the last day before it with any: its last transition
+            // says the state the window starts in.
             let sql = format!(
-                "SELECT t.name, x.at_ms, x.to_state, x.cause FROM transitions x \
-                 JOIN targets t ON t.id = x.target \
-                 WHERE t.name IN ({list}) AND x.at_ms < $2 AND x.at_ms >= COALESCE(( \
-                     SELECT MAX(y.at_ms) FROM transitions y \
-                     WHERE y.target = x.target AND y.at_ms <= $1), $1) \
-                 ORDER BY t.name, x.at_ms"
+                "SELECT t.name, c.day, c.events FROM changes c \
+                 JOIN targets t ON t.id = c.target \
+                 WHERE t.name IN ({list}) AND c.day <= $2 AND c.day >= COALESCE(( \
+                     SELECT MAX(d.day) FROM changes d \
+                     WHERE d.target = c.target AND d.day < $1), $1)"
             );
-            let mut q = sqlx::query(&sql).bind(from_ms).bind(until_ms);
+            let mut q = sqlx::query(&sql).bind(first_day).bind(last_day);
             for name in names {
                 q = q.bind(*name);
             }
             for row in q.fetch_all(&self.pool).await? {
-                let name: String = row.try_get(0)?;
-                let to: String = row.try_get(2)?;
-                let cause: String = row.try_get(3)?;
-                let Some(to) = parse_state(&to) else { continue };
-                changes.entry(name).or_default().push(Change {
-                    at_ms: row.try_get(1)?,
-                    to,
-                    flapping: cause == "flapping",
-                });
+                let (name, day): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
+                let mine = packed.entry(name).or_default();
+                for e in unpack(&row.try_get::<Vec<u8>, _>(2)?) {
+                    mine.push((day * DAY_MS + i64::from(e.ms_of_day), e));
+                }
+            }
+        }
+        let flapping = self.text_id("flapping").await?;
+        let mut changes: HashMap<String, Vec<Change>> = HashMap::with_capacity(packed.len());
+        for (name, mut events) in packed {
+            events.sort_by_key(|(at, _)| *at);
+            // From the last at or before the window's start.
+            let start = events
+                .iter()
+                .rposition(|(at, _)| *at <= from_ms)
+                .unwrap_or(0);
+            let kept: Vec<Change> = events[start..]
+                .iter()
+                .take_while(|(at, _)| *at < until_ms)
+                .map(|(at, e)| Change {
+                    at_ms: *at,
+                    to: e.to,
+                    flapping: Some(e.cause) == flapping,
+                })
+                .collect();
+            if !kept.is_empty() {
+                changes.insert(name, kept);
             }
         }
         let sessions = sqlx::query(
@@ -624,6 +890,18 @@ impl Store {
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect::<Result<Vec<(i64, i64)>, sqlx::Error>>()?;
         Ok((changes, sessions))
+    }
+
+    /// The id of a text, when it has one.
+    async fn text_id(&self, text: &str) -> Result<Option<u64>, StoreError> {
+        let row = sqlx::query("SELECT id FROM texts WHERE text = $1")
+            .bind(text)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(row) => u64::try_from(row.try_get::<i64, _>(0)?).ok(),
+            None => None,
+        })
     }
 
     /// The bytes the history takes: SQLite's used pages (tables and indexes), PostgreSQL's live
@@ -642,7 +920,8 @@ impl Store {
             Backend::Postgres(_) => {
                 "SELECT CAST( \
                  (SELECT COALESCE(SUM(pg_column_size(r.*)), 0) FROM rollups r) + \
-                 (SELECT COALESCE(SUM(pg_column_size(x.*)), 0) FROM transitions x) + \
+                 (SELECT COALESCE(SUM(pg_column_size(c.*)), 0) FROM changes c) + \
+                 (SELECT COALESCE(SUM(pg_column_size(x.*)), 0) FROM texts x) + \
                  (SELECT COALESCE(SUM(pg_column_size(a.*)), 0) FROM actions a) + \
                  (SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM targets t) AS BIGINT)"
             }
@@ -672,7 +951,7 @@ impl Store {
             // The oldest day anything is kept for goes, whole.
             let oldest: Option<i64> = sqlx::query(
                 "SELECT MIN(d) FROM (SELECT MIN(day) AS d FROM rollups \
-                 UNION ALL SELECT MIN(at_ms) / 86400000 FROM transitions \
+                 UNION ALL SELECT MIN(day) FROM changes \
                  UNION ALL SELECT MIN(at_ms) / 86400000 FROM actions) AS o",
             )
             .fetch_one(&self.pool)
@@ -698,7 +977,11 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let mut gone = 0;
         for (sql, bound) in [
-            ("DELETE FROM transitions WHERE at_ms < $1", before_ms),
+            // A day's transitions go with the day: kept up to a day longer than asked.
+            (
+                "DELETE FROM changes WHERE day < $1",
+                before_ms.div_euclid(DAY_MS),
+            ),
             ("DELETE FROM actions WHERE at_ms < $1", before_ms),
             ("DELETE FROM rollups WHERE day < $1", before_day),
         ] {
@@ -708,12 +991,19 @@ impl Store {
                 .await?
                 .rows_affected();
         }
+        // Texts no transition kept names any more (not counted: they are part of those).
+        sqlx::query("DELETE FROM texts WHERE last_day < $1")
+            .bind(before_ms.div_euclid(DAY_MS))
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM sessions WHERE seen_ms < $1 AND id <> $2")
             .bind(before_ms)
             .bind(self.session)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        let before_day = before_ms.div_euclid(DAY_MS);
+        self.texts.lock().retain(|_, n| n.through_day >= before_day);
         Ok(gone)
     }
 
@@ -736,6 +1026,12 @@ async fn migrate(
     conn: &mut AnyConnection,
 ) -> Result<(), sqlx::migrate::MigrateError> {
     migrator.run_direct(conn).await
+}
+
+/// A row's transitions; a row that is not a day of them is skipped, not an error: the rest
+/// of the history still reads.
+fn unpack(bytes: &[u8]) -> Vec<events::Packed> {
+    events::decode(bytes).unwrap_or_default()
 }
 
 fn transition_row(row: &AnyRow) -> Result<TransitionRow, StoreError> {
@@ -794,7 +1090,112 @@ fn move_aside(path: &Path, now_ms: i64) -> std::io::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
+
+    /// 2026-01-01T00:00:00Z.
+    const T0: i64 = 1_767_225_600_000;
+
+    /// A database as the first schema left it, transitions as rows: opening it packs them
+    /// (texts and all), drops their table, and reads them back as before.
+    async fn rows_are_packed_when_opened(backend: Backend, url: &str) {
+        sqlx::any::install_default_drivers();
+        let all = match backend {
+            Backend::Sqlite(_) => &SQLITE,
+            Backend::Postgres(_) => &POSTGRES,
+        };
+        let first = Migrator {
+            migrations: Cow::Owned(all.migrations[..1].to_vec()),
+            ignore_missing: false,
+            locking: true,
+            no_tx: false,
+        };
+        let mut conn = AnyConnection::connect(url).await.unwrap();
+        migrate(&first, &mut conn).await.unwrap();
+        conn.execute(
+            "INSERT INTO targets (name) VALUES ('db'), ('web'); \
+             INSERT INTO transitions (target, at_ms, from_state, to_state, cause, reason, detail) \
+             VALUES (1, 1767225600000, 'PROBING', 'UP', 'results', NULL, NULL), \
+                    (1, 1767229200000, 'UP', 'DOWN', 'results', 'timeout', 'no answer'), \
+                    (2, 1767315600500, 'UP', 'DOWN', 'flapping', NULL, NULL)",
+        )
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+
+        let store = Store::open(backend.clone(), "a", T0 + 2 * DAY_MS)
+            .await
+            .unwrap()
+            .store;
+        assert!(!store.has_rows_table().await.unwrap());
+        let back = store
+            .transitions(None, T0, T0 + 2 * DAY_MS, 10)
+            .await
+            .unwrap();
+        let row =
+            |target: &str, at_ms, from: &str, to: &str, cause: &str, why: Option<(&str, &str)>| {
+                TransitionRow {
+                    target: target.to_owned(),
+                    at_ms,
+                    from: from.to_owned(),
+                    to: to.to_owned(),
+                    cause: cause.to_owned(),
+                    reason: why.map(|(r, _)| r.to_owned()),
+                    detail: why.map(|(_, d)| d.to_owned()),
+                }
+            };
+        assert_eq!(
+            back,
+            vec![
+                row(
+                    "web",
+                    T0 + DAY_MS + 3_600_000 + 500,
+                    "UP",
+                    "DOWN",
+                    "flapping",
+                    None
+                ),
+                row(
+                    "db",
+                    T0 + 3_600_000,
+                    "UP",
+                    "DOWN",
+                    "results",
+                    Some(("timeout", "no answer"))
+                ),
+                row("db", T0, "PROBING", "UP", "results", None),
+            ]
+        );
+        store.close().await;
+        // Opened again: nothing to convert, nothing doubled.
+        let store = Store::open(backend, "a", T0 + 2 * DAY_MS)
+            .await
+            .unwrap()
+            .store;
+        let again = store
+            .transitions(None, T0, T0 + 2 * DAY_MS, 10)
+            .await
+            .unwrap();
+        assert_eq!(again, back);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_rows_are_packed_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.db");
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        rows_are_packed_when_opened(Backend::Sqlite(path), &url).await;
+    }
+
+    #[tokio::test]
+    async fn postgres_rows_are_packed_when_opened() {
+        let Some(pg) = crate::testing::postgres_or_skip() else {
+            return;
+        };
+        rows_are_packed_when_opened(Backend::Postgres(pg.url()), &pg.url()).await;
+    }
 
     #[test]
     fn a_url_shows_without_its_password() {
