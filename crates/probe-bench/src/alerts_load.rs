@@ -111,7 +111,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{self, ChildGuard, Daemon, Starting, TICKS_PER_SEC, lock};
+use crate::support::{self, ChildGuard, Daemon, Starting, TICKS_PER_SEC, lock, series_sum};
 
 /// The scenario names of the `RESULT` lines.
 const ROOT_SCENARIO: &str = "alerts_root";
@@ -129,7 +129,7 @@ const ROOT_POLL: Duration = Duration::from_millis(15);
 const COUNT_POLL: Duration = Duration::from_millis(200);
 /// How often the webhook's records are looked at.
 const HOOK_POLL: Duration = Duration::from_millis(50);
-/// How often readiness and settling are polled.
+/// How often settling is polled.
 const SETTLE_POLL: Duration = Duration::from_millis(250);
 /// How long the independent phase waits for every alert at each receiver.
 const DELIVERY_PATIENCE: Duration = Duration::from_secs(120);
@@ -146,16 +146,12 @@ enum Phase {
 
 /// Flags of `probe-bench alerts-load`.
 #[derive(clap::Args)]
+#[command(mut_arg("targets", |a| {
+    a.help("Targets going DOWN at once: the root's dependents, or the independent ones")
+}))]
 pub struct Args {
-    /// Targets going DOWN at once: the root's dependents, or the independent ones.
-    #[arg(long, default_value_t = 10_000)]
-    targets: usize,
-    /// Every target's interval, in ms.
-    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
-    interval: Duration,
-    /// Loopback listeners the targets are spread over, on 127.0.0.2 and up (1 to 250).
-    #[arg(long, default_value_t = 16)]
-    listeners: usize,
+    #[command(flatten)]
+    fleet: support::FleetArgs,
     /// The phases to run.
     #[arg(long, value_delimiter = ',', default_value = "root,independent,idle")]
     phases: Vec<Phase>,
@@ -182,13 +178,13 @@ pub struct Args {
 impl Args {
     /// The bounds clap's types do not say.
     fn validate(&self) -> anyhow::Result<()> {
-        ensure!(self.targets >= 1, "--targets must be at least 1");
+        ensure!(self.fleet.targets >= 1, "--targets must be at least 1");
         ensure!(
-            (1..=250).contains(&self.listeners),
+            (1..=250).contains(&self.fleet.listeners),
             "--listeners must be within 1..=250"
         );
         ensure!(
-            self.interval >= Duration::from_millis(100),
+            self.fleet.interval >= Duration::from_millis(100),
             "--interval-ms must be at least 100"
         );
         ensure!(!self.storm.is_zero(), "--storm-s must be more than 0");
@@ -237,10 +233,10 @@ async fn measure(args: Args, binary: PathBuf) -> anyhow::Result<()> {
         "alerts-load: daemon {}, {} targets every {} ms over {} listeners on 127.0.0.2-{}, \
          windows of {:.0} s; peer: {}",
         harness.binary.display(),
-        harness.args.targets,
-        harness.args.interval.as_millis(),
-        harness.args.listeners,
-        harness.args.listeners + 1,
+        harness.args.fleet.targets,
+        harness.args.fleet.interval.as_millis(),
+        harness.args.fleet.listeners,
+        harness.args.fleet.listeners + 1,
         harness.args.storm.as_secs_f64(),
         harness.prometheus.as_ref().map_or_else(
             || format!(
@@ -276,7 +272,7 @@ impl Harness {
     /// with `root`), and waits until every target is UP and Alertmanager holds nothing.
     async fn stage(&self, name: &str, root: bool, resend: Duration) -> anyhow::Result<Stage> {
         let a = &self.args;
-        let listeners = Listeners::open(a.listeners, name).await?;
+        let listeners = Listeners::open(a.fleet.listeners, name).await?;
         let am = start_alertmanager().await?;
         let hook = Hook::start().await?;
         let dir = self.dir.path().join(name);
@@ -307,10 +303,12 @@ impl Harness {
         )?
         .listening(a.up_timeout)
         .await?;
-        wait_ready(&self.http, &mut daemon, started + a.up_timeout).await?;
+        daemon
+            .wait_ready(&self.http, started + a.up_timeout)
+            .await?;
         println!(
             "{name}: {} targets UP {:.1} s after the start",
-            a.targets + usize::from(root),
+            a.fleet.targets + usize::from(root),
             started.elapsed().as_secs_f64()
         );
         let held = am_held(&self.http, &am.url()).await?;
@@ -332,7 +330,7 @@ impl Harness {
         println!(
             "root: `{ROOT}` and {} dependents (critical) going DOWN at once; goal: 1 notification \
              to each receiver, Alertmanager within 1 s of the root's DOWN",
-            a.targets
+            a.fleet.targets
         );
         let mut stage = self
             .stage("root", true, Duration::from_secs(a.resend))
@@ -374,7 +372,7 @@ impl Harness {
         let deadline = t0.at + a.storm;
         let am_url = stage.am.url();
         let peer_url = peer.as_ref().map(|p| p.am.url());
-        let peer_all = a.targets as f64 + 1.0;
+        let peer_all = a.fleet.targets as f64 + 1.0;
         let (root_seen, peer_seen, counts, cpu) = tokio::join!(
             first_listed(&self.http, &am_url, "ProbeDown", deadline),
             async {
@@ -551,7 +549,7 @@ impl Harness {
         let a = &self.args;
         println!(
             "independent: {} targets without dependencies going DOWN at once: one alert each",
-            a.targets
+            a.fleet.targets
         );
         let mut stage = self
             .stage("independent", false, Duration::from_secs(a.resend))
@@ -571,7 +569,7 @@ impl Harness {
         );
         let window = t0.at + a.storm;
         let patience = t0.at + a.storm.max(DELIVERY_PATIENCE);
-        let all = a.targets as f64;
+        let all = a.fleet.targets as f64;
         let (am_all, hook_all, cpu_end) = tokio::join!(
             async {
                 let mut tick = tokio::time::interval(COUNT_POLL);
@@ -593,7 +591,7 @@ impl Harness {
                 loop {
                     tick.tick().await;
                     let firing = firing_targets(&stage.hook.posts());
-                    if firing.len() >= a.targets || Instant::now() >= patience {
+                    if firing.len() >= a.fleet.targets || Instant::now() >= patience {
                         return firing;
                     }
                 }
@@ -619,13 +617,13 @@ impl Harness {
             .max();
         let to_last_down = last_down.map_or(f64::NAN, |at| signed_ms(at, t0.wall));
         let last_down_to_hook = match (last_down, hook_all.last()) {
-            (Some(down), Some(&at)) if hook_all.len() >= a.targets => {
+            (Some(down), Some(&at)) if hook_all.len() >= a.fleet.targets => {
                 signed_ms(t0.wall_of(at), down)
             }
             _ => f64::NAN,
         };
         let (first, last) = (posts.first().map(|p| p.at), hook_all.last().copied());
-        let complete = hook_all.len() >= a.targets;
+        let complete = hook_all.len() >= a.fleet.targets;
         let cpu_s = cpu_end.saturating_sub(cpu_t0) as f64 / TICKS_PER_SEC;
         let to_am = am_all.map_or(f64::NAN, |at| ms(at - t0.at));
         let to_first = first.map_or(f64::NAN, |at| ms(at - t0.at));
@@ -650,7 +648,7 @@ impl Harness {
              {rate_quiet:.0} probes/s)",
             after.am_failed - before.am_failed,
             hook_all.len(),
-            a.targets,
+            a.fleet.targets,
             posts.len(),
             after.outbox,
             a.storm.as_secs_f64(),
@@ -685,7 +683,7 @@ impl Harness {
         println!(
             "idle: {} targets UP, nothing firing, resend {} s: the quiet window starts after it \
              is due",
-            a.targets,
+            a.fleet.targets,
             IDLE_RESEND.as_secs()
         );
         let mut stage = self.stage("idle", false, IDLE_RESEND).await?;
@@ -741,7 +739,7 @@ impl Harness {
         let am = start_alertmanager().await?;
         let started = Instant::now();
         let mut prometheus = Prometheus::start(binary, stage.daemon.api, am.addr())?;
-        let want = self.args.targets as f64 + 1.0;
+        let want = self.args.fleet.targets as f64 + 1.0;
         let deadline = started + self.args.up_timeout;
         loop {
             if let Some(status) = prometheus.child.0.try_wait()? {
@@ -813,18 +811,20 @@ fn write_config(
         resend.as_secs()
     );
     std::fs::write(dir.join("sections.yaml"), sections)?;
-    let interval = a.interval.as_millis();
-    let timeout = (a.interval / 2).min(Duration::from_secs(1)).as_millis();
+    let interval = a.fleet.interval.as_millis();
+    let timeout = (a.fleet.interval / 2)
+        .min(Duration::from_secs(1))
+        .as_millis();
     let defaults = format!(
         "defaults: {{interval: {interval}ms, timeout: {timeout}ms, rise: 1, fall: 1, flap: \
          false}}\ntargets:\n"
     );
-    let mut ids: Vec<String> = Vec::with_capacity(a.targets + 1);
+    let mut ids: Vec<String> = Vec::with_capacity(a.fleet.targets + 1);
     if root {
         ids.push(ROOT.to_owned());
-        ids.extend((0..a.targets).map(|i| format!("dep-{i:05}")));
+        ids.extend((0..a.fleet.targets).map(|i| format!("dep-{i:05}")));
     } else {
-        ids.extend((0..a.targets).map(|i| format!("t-{i:05}")));
+        ids.extend((0..a.fleet.targets).map(|i| format!("t-{i:05}")));
     }
     for (file, chunk) in ids.chunks(TARGETS_PER_FILE).enumerate() {
         let mut yaml = defaults.clone();
@@ -1214,46 +1214,6 @@ async fn get_text(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
         .with_context(|| format!("reading GET {url}"))
 }
 
-/// The sum of every sample of the series `name`, whatever their labels, in a Prometheus text
-/// exposition; 0 without any.
-fn series_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        // From +0: an empty f64 sum is -0, which prints as `-0`.
-        .fold(0.0, |sum, v| sum + v)
-}
-
-/// Waits until `/readyz` answers 200: without a readiness policy every target is UP.
-async fn wait_ready(
-    http: &reqwest::Client,
-    daemon: &mut Daemon,
-    deadline: Instant,
-) -> anyhow::Result<()> {
-    loop {
-        daemon.check_alive()?;
-        let ready = http
-            .get(format!("http://{}/readyz", daemon.api))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK);
-        if ready {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "the daemon was not ready in time; its log:\n{}",
-                daemon.log_tail()
-            );
-        }
-        // Readiness has no push channel: poll.
-        tokio::time::sleep(SETTLE_POLL).await;
-    }
-}
-
 /// Prometheus on a free loopback port, scraping the daemon and alerting to an Alertmanager;
 /// killed when dropped.
 struct Prometheus {
@@ -1368,18 +1328,6 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn series_are_summed_over_their_labels_only() {
-        let text = "# TYPE alertmanager_alerts gauge\n\
-                    alertmanager_alerts{state=\"active\"} 7\n\
-                    alertmanager_alerts{state=\"suppressed\"} 2\n\
-                    alertmanager_alerts_received_total{status=\"firing\",version=\"v2\"} 10\n\
-                    alertmanager_alerts_invalid_total{version=\"v2\"} 1\n";
-        assert_eq!(series_sum(text, "alertmanager_alerts"), 9.0);
-        assert_eq!(series_sum(text, "alertmanager_alerts_received_total"), 10.0);
-        assert_eq!(series_sum(text, "probe_alert_outbox_size"), 0.0);
-    }
 
     #[test]
     fn each_targets_first_firing_counts_once() {

@@ -52,15 +52,8 @@ const TARGETS_PER_FILE: usize = 20_000;
 /// Flags of `probe-bench api-load`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// TCP connect targets of the daemon.
-    #[arg(long, default_value_t = 10_000)]
-    targets: usize,
-    /// Each target's interval, in ms.
-    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
-    interval: Duration,
-    /// Loopback listeners the targets are spread over, on 127.0.0.2 and up (1 to 250).
-    #[arg(long, default_value_t = 16)]
-    listeners: usize,
+    #[command(flatten)]
+    fleet: support::FleetArgs,
     /// Each wrk run's duration, in whole seconds (wrk's `-d`).
     #[arg(long = "duration-s", value_name = "S", default_value_t = 10)]
     duration: u64,
@@ -87,9 +80,9 @@ pub struct Args {
 impl Args {
     /// The bounds clap's types do not say.
     fn validate(&self) -> anyhow::Result<()> {
-        if self.targets == 0
-            || self.listeners == 0
-            || self.listeners > 250
+        if self.fleet.targets == 0
+            || self.fleet.listeners == 0
+            || self.fleet.listeners > 250
             || self.duration == 0
             || self.wrk_threads == 0
             || self.connections < self.wrk_threads
@@ -100,7 +93,7 @@ impl Args {
                  --connections at least --wrk-threads, --paths not empty"
             );
         }
-        if self.interval < Duration::from_millis(10) {
+        if self.fleet.interval < Duration::from_millis(10) {
             bail!("--interval-ms must be at least 10");
         }
         Ok(())
@@ -112,11 +105,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
     let daemon = support::daemon_binary(args.daemon.as_deref())?;
     let accepted = Arc::new(AtomicU64::new(0));
-    let listeners = start_listeners(args.listeners, &accepted)?;
+    let listeners = start_listeners(args.fleet.listeners, &accepted)?;
     let dir = tempfile::tempdir()?;
     let config_dir = dir.path().join("config");
     std::fs::create_dir(&config_dir)?;
-    let timeout = (args.interval / 2).min(Duration::from_secs(1));
+    let timeout = (args.fleet.interval / 2).min(Duration::from_secs(1));
     // `rise: 1`: a target is UP after its first run, so the daemon is ready one interval after
     // it starts instead of two; what is measured starts after that.
     // Files of at most 20k targets: one YAML document is kept under the parser's budget of
@@ -124,13 +117,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let defaults = format!(
         "defaults:\n  interval: {}ms\n  timeout: {}ms\n  jitter: 0.1\n  fast_interval: {}ms\n  \
          rise: 1\ntargets:\n",
-        args.interval.as_millis(),
+        args.fleet.interval.as_millis(),
         timeout.as_millis(),
-        args.interval.as_millis()
+        args.fleet.interval.as_millis()
     );
-    for (file, first) in (0..args.targets).step_by(TARGETS_PER_FILE).enumerate() {
+    for (file, first) in (0..args.fleet.targets)
+        .step_by(TARGETS_PER_FILE)
+        .enumerate()
+    {
         let mut yaml = defaults.clone();
-        for i in first..(first + TARGETS_PER_FILE).min(args.targets) {
+        for i in first..(first + TARGETS_PER_FILE).min(args.fleet.targets) {
             writeln!(
                 yaml,
                 "  - id: t-{i:06}\n    tcp:\n      address: \"{}\"",
@@ -163,9 +159,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "api_load: daemon {} (pid {pid}) on {api}: {} TCP targets every {} ms ({:.0} probes/s) \
          over {} listeners on 127.0.0.2-{}; wrk -t{} -c{} -d{}s --latency",
         daemon.display(),
-        args.targets,
-        args.interval.as_millis(),
-        args.targets as f64 / args.interval.as_secs_f64(),
+        args.fleet.targets,
+        args.fleet.interval.as_millis(),
+        args.fleet.targets as f64 / args.fleet.interval.as_secs_f64(),
         listeners.len(),
         listeners.len() + 1,
         args.wrk_threads,
@@ -197,7 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     // One interval more, so that the start-up (every target's first run and its PROBING -> UP
     // transition, all within the first interval) is over before anything is measured.
-    std::thread::sleep(args.interval);
+    std::thread::sleep(args.fleet.interval);
     support::result("api", "ready_after", up_after.as_secs_f64(), "s");
 
     for path in args.paths.iter().filter(|p| !p.is_empty()) {
@@ -243,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             wrk.non_2xx,
             wrk.socket_errors,
             cpu / wall,
-            args.targets as f64 / args.interval.as_secs_f64(),
+            args.fleet.targets as f64 / args.fleet.interval.as_secs_f64(),
             rss / (1024 * 1024)
         );
         let name = path.trim_start_matches('/').replace('/', "_");

@@ -80,7 +80,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::support::{self, Daemon, Starting, TICKS_PER_SEC, lock};
+use crate::support::{self, Daemon, Starting, TICKS_PER_SEC, lock, series_sum};
 
 /// The scenario name of the `RESULT` lines.
 const SCENARIO: &str = "cluster-load";
@@ -1045,19 +1045,6 @@ async fn read_counters(http: &reqwest::Client, daemon: &Daemon) -> anyhow::Resul
     })
 }
 
-/// The sum of every sample of the series `name`, whatever their labels, in a Prometheus text
-/// exposition; 0 without any.
-fn series_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        // From +0: an empty f64 sum is -0, which prints as `-0`.
-        .fold(0.0, |sum, v| sum + v)
-}
-
 impl Counters {
     fn zero() -> Self {
         Self {
@@ -1154,26 +1141,7 @@ async fn wait_ready(
     deadline: Instant,
 ) -> anyhow::Result<()> {
     for d in daemons.iter_mut() {
-        loop {
-            d.check_alive()?;
-            let ready = http
-                .get(format!("http://{}/readyz", d.api))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == reqwest::StatusCode::OK);
-            if ready {
-                break;
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} was not ready in time; its log:\n{}",
-                    d.name,
-                    d.log_tail()
-                );
-            }
-            // Readiness has no push channel: poll.
-            tokio::time::sleep(SETTLE_POLL).await;
-        }
+        d.wait_ready(http, deadline).await?;
     }
     Ok(())
 }
@@ -1243,19 +1211,6 @@ fn mib(bytes: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn series_are_summed_over_their_labels_only() {
-        let text = "# TYPE probe_fleet_duration_seconds histogram\n\
-                    probe_fleet_duration_seconds_bucket{kind=\"tcp\",le=\"0.1\"} 7\n\
-                    probe_fleet_duration_seconds_count{kind=\"tcp\"} 10\n\
-                    probe_fleet_duration_seconds_count{kind=\"http\"} 5\n\
-                    probe_fleet_duration_seconds_count_other 100\n\
-                    probe_cluster_state_writes_total 3\n";
-        assert_eq!(series_sum(text, "probe_fleet_duration_seconds_count"), 15.0);
-        assert_eq!(series_sum(text, "probe_cluster_state_writes_total"), 3.0);
-        assert_eq!(series_sum(text, "probe_state_transitions_total"), 0.0);
-    }
 
     #[test]
     fn events_are_read_whole_and_in_order() {

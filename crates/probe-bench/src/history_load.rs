@@ -90,7 +90,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use probe::target::TargetId;
 use probe::verdict::{HealthState, Quality};
 use probe_engine::history::ActionRow;
@@ -105,7 +105,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{self, Daemon, Starting, TICKS_PER_SEC};
+use crate::support::{self, Daemon, Starting, TICKS_PER_SEC, series_sum};
 
 /// The scenario of the CPU figures.
 const CPU_SCENARIO: &str = "history_cpu";
@@ -116,8 +116,6 @@ const CONTROL_SCENARIO: &str = "history_cpu_control";
 const QUERY_SCENARIO: &str = "history_query";
 /// Targets per config file: one YAML document stays well under the parser's budget of nodes.
 const TARGETS_PER_FILE: usize = 5_000;
-/// How often readiness is polled.
-const SETTLE_POLL: Duration = Duration::from_millis(250);
 /// The fixture clock's start: 2026-01-01T00:00:00Z, a midnight (UTC days are the rollups').
 const T0: i64 = 1_767_225_600_000;
 /// Isolated failures a simulated target has a day: fewer than `fall` in a row, no transition.
@@ -144,19 +142,19 @@ enum Phase {
 
 /// Flags of `probe-bench history-load`.
 #[derive(clap::Args)]
+#[command(
+    mut_arg("targets", |a| a.help("Targets each daemon probes (cpu), the toggled ones among them")),
+    mut_arg("interval", |a| a.help("Every target's interval (cpu), in ms")),
+    mut_arg("listeners", |a| {
+        a.help("Loopback listeners the steady targets are spread over, on 127.0.0.2 and up (1 to 250)")
+    }),
+)]
 pub struct Args {
     /// The phases to run.
     #[arg(long, value_delimiter = ',', default_value = "cpu,week,query")]
     phases: Vec<Phase>,
-    /// Targets each daemon probes (cpu), the toggled ones among them.
-    #[arg(long, default_value_t = 10_000)]
-    targets: usize,
-    /// Every target's interval (cpu), in ms.
-    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = support::millis)]
-    interval: Duration,
-    /// Loopback listeners the steady targets are spread over, on 127.0.0.2 and up (1 to 250).
-    #[arg(long, default_value_t = 16)]
-    listeners: usize,
+    #[command(flatten)]
+    fleet: support::FleetArgs,
     /// Targets on the listener that is closed and opened again every `--toggle-s` (cpu).
     #[arg(long, default_value_t = 100)]
     toggled: usize,
@@ -220,15 +218,15 @@ impl Args {
     fn validate(&self) -> anyhow::Result<()> {
         ensure!(!self.phases.is_empty(), "--phases must name a phase");
         ensure!(
-            self.targets > self.toggled,
+            self.fleet.targets > self.toggled,
             "--targets must be more than --toggled"
         );
         ensure!(
-            (1..=250).contains(&self.listeners),
+            (1..=250).contains(&self.fleet.listeners),
             "--listeners must be within 1..=250"
         );
         ensure!(
-            self.interval >= Duration::from_millis(100),
+            self.fleet.interval >= Duration::from_millis(100),
             "--interval-ms must be at least 100"
         );
         ensure!(!self.toggle.is_zero(), "--toggle-s must be more than 0");
@@ -327,7 +325,7 @@ async fn cpu(a: &Args, binary: &Path, dir: &Path) -> anyhow::Result<()> {
         .no_proxy()
         .build()
         .context("building an HTTP client")?;
-    let steady = (0..a.listeners)
+    let steady = (0..a.fleet.listeners)
         .map(|i| {
             let last = u8::try_from(i + 2).context("too many listeners")?;
             support::accept_and_drop([127, 0, 0, last], format!("listen-{i}"))
@@ -342,11 +340,11 @@ async fn cpu(a: &Args, binary: &Path, dir: &Path) -> anyhow::Result<()> {
         } else {
             "history on (SQLite under --state-dir) and history: false"
         },
-        a.targets,
-        a.interval.as_millis(),
+        a.fleet.targets,
+        a.fleet.interval.as_millis(),
         a.toggled,
         a.toggle.as_secs_f64(),
-        a.listeners,
+        a.fleet.listeners,
         a.windows,
         a.window.as_secs_f64(),
         a.warmup.as_secs_f64()
@@ -377,7 +375,7 @@ async fn cpu(a: &Args, binary: &Path, dir: &Path) -> anyhow::Result<()> {
     let mut arms = Vec::new();
     for (daemon, state) in starting {
         let mut daemon = daemon.listening(a.up_timeout).await?;
-        wait_ready(&http, &mut daemon, started + a.up_timeout).await?;
+        daemon.wait_ready(&http, started + a.up_timeout).await?;
         arms.push(Arm { daemon, state });
     }
     println!(
@@ -526,7 +524,7 @@ async fn cpu(a: &Args, binary: &Path, dir: &Path) -> anyhow::Result<()> {
             steady_id(0),
             db.display(),
             db_bytes / 1e6,
-            db_bytes / a.targets as f64,
+            db_bytes / a.fleet.targets as f64,
             wal_bytes / 1e6
         );
         ensure!(
@@ -609,15 +607,17 @@ fn write_config(
         sections.push_str("history: false\n");
     }
     std::fs::write(dir.join("sections.yaml"), sections)?;
-    let interval = a.interval.as_millis();
-    let timeout = (a.interval / 2).min(Duration::from_secs(1)).as_millis();
+    let interval = a.fleet.interval.as_millis();
+    let timeout = (a.fleet.interval / 2)
+        .min(Duration::from_secs(1))
+        .as_millis();
     let defaults = format!(
         "defaults: {{interval: {interval}ms, timeout: {timeout}ms, rise: 1, fall: 1, flap: \
          false}}\ntargets:\n"
     );
     let targets: Vec<(String, SocketAddr)> = (0..a.toggled)
         .map(|i| (toggled_id(i), toggle))
-        .chain((0..a.targets - a.toggled).map(|i| (steady_id(i), steady[i % steady.len()])))
+        .chain((0..a.fleet.targets - a.toggled).map(|i| (steady_id(i), steady[i % steady.len()])))
         .collect();
     for (file, chunk) in targets.chunks(TARGETS_PER_FILE).enumerate() {
         let mut yaml = defaults.clone();
@@ -733,34 +733,6 @@ async fn read_probes(http: &reqwest::Client, api: SocketAddr) -> anyhow::Result<
     })
 }
 
-/// Waits until `/readyz` answers 200: without a readiness policy, every target is UP.
-async fn wait_ready(
-    http: &reqwest::Client,
-    daemon: &mut Daemon,
-    deadline: Instant,
-) -> anyhow::Result<()> {
-    loop {
-        daemon.check_alive()?;
-        let ready = http
-            .get(format!("http://{}/readyz", daemon.api))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK);
-        if ready {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "{} was not ready in time; its log:\n{}",
-                daemon.name,
-                daemon.log_tail()
-            );
-        }
-        // Readiness has no push channel: poll.
-        tokio::time::sleep(SETTLE_POLL).await;
-    }
-}
-
 async fn get_text(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
     http.get(url)
         .send()
@@ -775,19 +747,6 @@ async fn get_text(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
 async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
     let text = get_text(http, url).await?;
     serde_json::from_str(&text).with_context(|| format!("GET {url}: not JSON"))
-}
-
-/// The sum of every sample of the series `name`, whatever their labels, in a Prometheus text
-/// exposition; 0 without any.
-fn series_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        // From +0: an empty f64 sum is -0, which prints as `-0`.
-        .fold(0.0, |sum, v| sum + v)
 }
 
 // --- Phase 2: a simulated week --------------------------------------------------------------

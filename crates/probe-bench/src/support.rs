@@ -133,6 +133,24 @@ pub fn millis(value: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_millis(ms))
 }
 
+/// The fleet flags of the harnesses that run a daemon over loopback listeners (`api-load`,
+/// `alerts-load`, `history-load`): TCP targets, their interval and the listeners they are
+/// spread over. Declared once, flattened into each harness's flags, so that the three keep the
+/// same names, defaults and parsing; a harness whose targets mean more (some going DOWN, some
+/// toggled) rewords their help with `mut_arg`.
+#[derive(clap::Args)]
+pub struct FleetArgs {
+    /// TCP connect targets of the daemon.
+    #[arg(long, default_value_t = 10_000)]
+    pub targets: usize,
+    /// Each target's interval, in ms.
+    #[arg(long = "interval-ms", value_name = "MS", default_value = "1000", value_parser = millis)]
+    pub interval: std::time::Duration,
+    /// Loopback listeners the targets are spread over, on 127.0.0.2 and up (1 to 250).
+    #[arg(long, default_value_t = 16)]
+    pub listeners: usize,
+}
+
 /// `path` if it names a file, else the first `PATH` entry holding it, then `/usr/sbin` (where
 /// Debian puts haproxy, outside a user's `PATH`): the peers are found as a shell would, or not
 /// at all.
@@ -198,6 +216,19 @@ pub fn accept_and_count(
         })
         .context("spawning a listener thread")?;
     Ok(addr)
+}
+
+/// The sum of every sample of the series `name`, whatever their labels, in a Prometheus text
+/// exposition; 0 without any. A series whose name only starts with `name` is not counted.
+pub fn series_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        // From +0: an empty f64 sum is -0, which prints as `-0`.
+        .fold(0.0, |sum, v| sum + v)
 }
 
 /// Counts histogram records: one `probe_fleet_duration_seconds` record per probe run.
@@ -571,6 +602,9 @@ impl Counts {
 /// Log lines of a harness's daemon kept, for its errors.
 pub const LOG_TAIL: usize = 20;
 
+/// How often [`Daemon::wait_ready`] asks `/readyz`: readiness has no push channel.
+const READY_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A daemon binary started by a harness, not yet listening.
 pub struct Starting {
     name: String,
@@ -678,6 +712,35 @@ impl Daemon {
         }
         Ok(())
     }
+
+    /// Waits until `/readyz` answers 200 (without a readiness policy: until every target is
+    /// UP), failing with the end of its log when the daemon exits first or is not ready by
+    /// `deadline`.
+    pub async fn wait_ready(
+        &mut self,
+        http: &reqwest::Client,
+        deadline: tokio::time::Instant,
+    ) -> anyhow::Result<()> {
+        loop {
+            self.check_alive()?;
+            let ready = http
+                .get(format!("http://{}/readyz", self.api))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == reqwest::StatusCode::OK);
+            if ready {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "{} was not ready in time; its log:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
 }
 
 /// Reads a daemon's log lines until it exits: sends the address of its `listening` line, keeps
@@ -753,5 +816,25 @@ mod tests {
         let stopped = serde_json::json!({"message": "stopped"});
         assert_eq!(listening_addr(&stopped), None);
         assert_eq!(listening_addr(&serde_json::Value::Null), None);
+    }
+
+    #[test]
+    fn series_are_summed_over_their_labels_only() {
+        let text = "# TYPE probe_fleet_duration_seconds histogram\n\
+                    probe_fleet_duration_seconds_bucket{kind=\"tcp\",le=\"0.1\"} 7\n\
+                    probe_fleet_duration_seconds_count{kind=\"tcp\"} 10\n\
+                    probe_fleet_duration_seconds_count{kind=\"http\"} 5\n\
+                    probe_fleet_duration_seconds_count_other 100\n\
+                    probe_cluster_state_writes_total 3\n";
+        assert_eq!(series_sum(text, "probe_fleet_duration_seconds_count"), 15.0);
+        assert_eq!(series_sum(text, "probe_cluster_state_writes_total"), 3.0);
+        assert_eq!(series_sum(text, "probe_state_transitions_total"), 0.0);
+        let text = "# TYPE alertmanager_alerts gauge\n\
+                    alertmanager_alerts{state=\"active\"} 7\n\
+                    alertmanager_alerts{state=\"suppressed\"} 2\n\
+                    alertmanager_alerts_received_total{status=\"firing\",version=\"v2\"} 10\n\
+                    alertmanager_alerts_invalid_total{version=\"v2\"} 1\n";
+        assert_eq!(series_sum(text, "alertmanager_alerts"), 9.0);
+        assert_eq!(series_sum(text, "alertmanager_alerts_received_total"), 10.0);
     }
 }

@@ -17,7 +17,7 @@ use reqwest::Method;
 use serde_json::Value;
 use support::prom::Metrics;
 use support::views::{self, ApiError, EventStream, Explain, Graph, Health};
-use support::{Daemon, WAIT, closed_port, promtool_check};
+use support::{Daemon, WAIT, badge_texts, closed_port, promtool_check};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -1309,16 +1309,6 @@ async fn an_etcd_source_that_cannot_start_shows_every_field_of_the_readme() {
         (check.status.as_str(), check.component_type.as_str()),
         ("warn", "datastore")
     );
-}
-
-/// The texts of an SVG badge, after checking that it is one (well-formed, an `svg` root).
-fn badge_texts(body: &str) -> Vec<String> {
-    let doc = roxmltree::Document::parse(body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    doc.descendants()
-        .filter(|n| n.has_tag_name("text"))
-        .filter_map(|n| n.text().map(str::to_owned))
-        .collect()
 }
 
 #[tokio::test]

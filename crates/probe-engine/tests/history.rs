@@ -16,7 +16,7 @@ use probe_engine::history::codec::{self, Day, Hour};
 use probe_engine::history::rollup::DAY_MS;
 use probe_engine::history::store::{Backend, Batch, Store, TransitionRow};
 use probe_engine::history::uptime;
-use probe_engine::testing::{Postgres, PostgresError, skipped_outside_ci};
+use probe_engine::testing::postgres_or_skip;
 use serde_json::Value;
 use support::{Daemon, closed_port};
 
@@ -24,17 +24,6 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// 2026-01-01T00:00:00Z: the fixture clock's start.
 const T0: i64 = 1_767_225_600_000;
-
-fn postgres_or_skip() -> Option<Postgres> {
-    match Postgres::start() {
-        Ok(pg) => Some(pg),
-        Err(PostgresError::Skip(why)) => {
-            skipped_outside_ci(&why);
-            None
-        }
-        Err(e) => panic!("postgres: {e}"),
-    }
-}
 
 fn transition(target: &str, at_ms: i64, from: HealthState, to: HealthState) -> TransitionRow {
     TransitionRow {
@@ -860,6 +849,8 @@ async fn a_reload_that_changes_the_history_section_says_it_waits_for_a_restart()
         &["--state-dir", state.to_str().unwrap()],
     );
     daemon.wait_states(&[("api", "UP")]).await;
+    let running = |t: &Value| t["history"]["state"] == "ok";
+    wait_json(&daemon, "/v1/topology", "shows the history open", running).await;
     config(dir.path(), api.addr, "history:\n  max_size: 1GiB\n");
     daemon.signal("-HUP");
     daemon.wait_log(

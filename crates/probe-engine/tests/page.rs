@@ -13,7 +13,7 @@ use fantoccini::Locator;
 use probe_engine::testing::{Browser, BrowserError, skipped_outside_ci};
 use reqwest::Method;
 use reqwest::header::{self, HeaderMap};
-use support::{Daemon, WAIT, closed_port};
+use support::{Daemon, WAIT, badge_texts, closed_port};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -57,6 +57,27 @@ fn small(dir: &Path, up: SocketAddr, more: &str) {
             "defaults: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1}}\ntargets:\n  - id: up\n    tcp: {{address: \"{up}\"}}\n  - id: down\n    tcp: {{address: \"{down}\"}}\n  - id: web\n    kind: group\n    depends_on: [{{target: up, critical: true}}, {{target: down}}]\n{more}"
         ),
     );
+}
+
+/// A daemon on [`small`]'s targets, and the directory of its config (removed after the daemon
+/// has stopped: fields drop in order).
+struct SmallDaemon {
+    daemon: Daemon,
+    _config: tempfile::TempDir,
+}
+
+/// Starts a daemon on [`small`]'s targets alone and waits until `up` is UP and `down` DOWN.
+async fn small_daemon() -> SmallDaemon {
+    // Dropping the handle detaches the task: `up` keeps accepting until the test ends.
+    let (up, _) = accepting().await;
+    let config = tempfile::tempdir().unwrap();
+    small(config.path(), up, "");
+    let daemon = Daemon::start(config.path());
+    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+    SmallDaemon {
+        daemon,
+        _config: config,
+    }
 }
 
 /// An answer of the page's routes.
@@ -142,14 +163,11 @@ async fn settled(daemon: &Daemon, within: Duration) {
 
 #[tokio::test]
 async fn the_page_says_each_state_in_words_and_colour() {
-    let (up, _server) = accepting().await;
-    let dir = tempfile::tempdir().unwrap();
-    small(dir.path(), up, "");
-    let daemon = Daemon::start(dir.path());
-    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+    let running = small_daemon().await;
+    let daemon = &running.daemon;
     let reference = regex::Regex::new(r#"(?:src|href)="([^"]*)""#).unwrap();
     for path in ["/", "/status"] {
-        let answer = fetch(&daemon, path, &[]).await;
+        let answer = fetch(daemon, path, &[]).await;
         assert_eq!(answer.status, 200, "{path}");
         assert_eq!(
             answer.header(header::CONTENT_TYPE),
@@ -186,7 +204,7 @@ async fn the_page_says_each_state_in_words_and_colour() {
         }
     }
     // Its assets are embedded, and the stylesheet's state colours are the drawings'.
-    let css = fetch(&daemon, "/status/assets/page.css", &[]).await;
+    let css = fetch(daemon, "/status/assets/page.css", &[]).await;
     assert_eq!(
         (css.status, css.header(header::CONTENT_TYPE)),
         (200, "text/css; charset=utf-8")
@@ -194,7 +212,7 @@ async fn the_page_says_each_state_in_words_and_colour() {
     assert!(css.body.contains("--DOWN:#c62828"), "{}", css.body);
     assert!(css.body.contains("prefers-color-scheme: dark"));
     assert!(!css.body.contains("@import") && !css.body.contains("url("));
-    let js = fetch(&daemon, "/status/assets/page.js", &[]).await;
+    let js = fetch(daemon, "/status/assets/page.js", &[]).await;
     assert_eq!(js.status, 200);
     assert!(js.body.contains("EventSource('/status/events')"));
     assert!(
@@ -203,7 +221,7 @@ async fn the_page_says_each_state_in_words_and_colour() {
         js.body.len()
     );
     // The explanation of a node, for the side panel.
-    let explained = fetch(&daemon, "/status/explain/web", &[]).await;
+    let explained = fetch(daemon, "/status/explain/web", &[]).await;
     assert_eq!(explained.status, 200);
     assert!(
         explained.body.contains("<th scope=\"row\">up</th>"),
@@ -211,10 +229,7 @@ async fn the_page_says_each_state_in_words_and_colour() {
         explained.body
     );
     assert!(explained.body.contains("critical"), "{}", explained.body);
-    assert_eq!(
-        fetch(&daemon, "/status/explain/nope", &[]).await.status,
-        404
-    );
+    assert_eq!(fetch(daemon, "/status/explain/nope", &[]).await.status, 404);
 }
 
 #[tokio::test]
@@ -499,16 +514,6 @@ async fn the_page_stays_light_at_10k_targets() {
     assert!(last.len() <= MAX_PAGE_BYTES);
 }
 
-/// The texts of an SVG badge, after checking that it is one (well-formed, an `svg` root).
-fn badge_texts(body: &str) -> Vec<String> {
-    let doc = roxmltree::Document::parse(body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    doc.descendants()
-        .filter(|n| n.has_tag_name("text"))
-        .filter_map(|n| n.text().map(str::to_owned))
-        .collect()
-}
-
 #[tokio::test]
 async fn the_uptime_badge_says_the_share_over_its_window() {
     let (up, _server) = accepting().await;
@@ -610,6 +615,15 @@ async fn browser(javascript: bool) -> Option<Browser> {
     }
 }
 
+/// A browser (scripts on or off) on the status page of a [`small_daemon`], or `None` (the test
+/// says it is skipped) where there is no browser.
+async fn browser_on_small_page(javascript: bool) -> Option<(Browser, SmallDaemon)> {
+    let browser = browser(javascript).await?;
+    let running = small_daemon().await;
+    browser.goto(&running.daemon.url("/status")).await.unwrap();
+    Some((browser, running))
+}
+
 /// Polls the text of `selector` until `want` holds for it, up to `deadline`.
 async fn wait_text(
     browser: &Browser,
@@ -704,15 +718,9 @@ async fn in_a_browser_a_row_follows_its_target_live() {
 
 #[tokio::test]
 async fn in_a_browser_a_node_clicked_is_explained() {
-    let Some(browser) = browser(true).await else {
+    let Some((browser, _running)) = browser_on_small_page(true).await else {
         return;
     };
-    let (up, _server) = accepting().await;
-    let dir = tempfile::tempdir().unwrap();
-    small(dir.path(), up, "");
-    let daemon = Daemon::start(dir.path());
-    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
-    browser.goto(&daemon.url("/status")).await.unwrap();
     browser
         .client()
         .find(Locator::Css(r#"svg g.node[data-id="web"]"#))
@@ -741,15 +749,9 @@ async fn in_a_browser_a_node_clicked_is_explained() {
 
 #[tokio::test]
 async fn in_a_browser_without_scripts_the_page_is_whole() {
-    let Some(browser) = browser(false).await else {
+    let Some((browser, _running)) = browser_on_small_page(false).await else {
         return;
     };
-    let (up, _server) = accepting().await;
-    let dir = tempfile::tempdir().unwrap();
-    small(dir.path(), up, "");
-    let daemon = Daemon::start(dir.path());
-    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
-    browser.goto(&daemon.url("/status")).await.unwrap();
     assert_eq!(
         browser.text(r#"tr[data-id="up"] .state"#).await.unwrap(),
         "UP"

@@ -14,7 +14,8 @@
 //! `CI`, where the suite must run in full, a skip fails the test instead).
 //!
 //! [`Postgres`] is a real PostgreSQL server of its own (a fresh cluster in a temporary directory,
-//! on a free loopback port, run as the `postgres` user under root) for the history store's tests.
+//! on a free loopback port, run as the `postgres` user under root) for the history store's tests;
+//! [`postgres_or_skip`] starts one or makes the test say it was skipped.
 //!
 //! [`Browser`] is a real headless Chromium driven over WebDriver through ChromeDriver, for the
 //! status page's tests: what a browser shows of a page, with scripts on or off, its first paint
@@ -54,7 +55,7 @@ pub use browser::{Browser, BrowserError};
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
 pub use nginx::{KeepAlive, Nginx, NginxError};
-pub use postgres::{Postgres, PostgresError};
+pub use postgres::{Postgres, PostgresError, postgres_or_skip};
 pub use skip::{skipped, skipped_outside_ci};
 
 /// `name` on `PATH`, or in `/usr/sbin` and `/sbin`, which a user's `PATH` may lack.

@@ -134,6 +134,23 @@ impl Postgres {
     }
 }
 
+/// A started server for a test, or `None` when this machine cannot run one: the test says
+/// `SKIPPED: <why>` ([`skipped_outside_ci`](crate::testing::skipped_outside_ci)) and returns,
+/// rather than passing without having run.
+///
+/// # Panics
+/// When the server did not start, and under `CI` when this machine cannot run it.
+pub fn postgres_or_skip() -> Option<Postgres> {
+    match Postgres::start() {
+        Ok(postgres) => Some(postgres),
+        Err(PostgresError::Skip(why)) => {
+            crate::testing::skipped_outside_ci(&why);
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         stop(&mut self.child);
@@ -401,20 +418,7 @@ mod tests {
 
     use sqlx::Connection as _;
 
-    use super::{Postgres, PostgresError};
-
-    /// A started server, or `None` (said as `SKIPPED`, or failed under `CI`) when this machine
-    /// has no PostgreSQL.
-    fn postgres_or_skip() -> Option<Postgres> {
-        match Postgres::start() {
-            Ok(postgres) => Some(postgres),
-            Err(PostgresError::Skip(why)) => {
-                crate::testing::skipped_outside_ci(&format!("the PostgreSQL fixture: {why}"));
-                None
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
+    use super::postgres_or_skip;
 
     #[tokio::test]
     async fn a_started_server_answers_queries_as_the_url_says_and_is_gone_when_dropped() {

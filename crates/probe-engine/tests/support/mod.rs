@@ -591,3 +591,13 @@ pub fn position(messages: &[String], message: &str) -> usize {
         .position(|m| m == message)
         .unwrap_or_else(|| panic!("no log line {message:?} in {messages:#?}"))
 }
+
+/// The texts of an SVG badge, after checking that it is one (well-formed, an `svg` root).
+pub fn badge_texts(body: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(str::to_owned))
+        .collect()
+}
