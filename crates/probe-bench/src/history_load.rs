@@ -60,15 +60,15 @@
 //!    clock stops a millisecond before the last midnight, where the last day is written by a
 //!    snapshot, as the daemon's every-minute snapshot would have it. Figures:
 //!    `sqlite_bytes_per_target_day` ([`Store::size`]: used pages),
-//!    `sqlite_file_bytes_per_target_day` (the database file once the store is closed and the
-//!    `sqlite3` shell, when there is one, has checkpointed its journal into it; `wal_bytes`,
-//!    what journal is left), `blob_bytes_per_target_day` (the rollup blobs alone),
+//!    `sqlite_file_bytes_per_target_day` (the database file once the store is closed, which
+//!    takes the journal back into it; `wal_bytes`, what journal is left; then, printed, each table's and index's share of the file from
+//!    SQLite's `dbstat`), `blob_bytes_per_target_day` (the rollup blobs alone),
 //!    `transitions_per_target_day`, `gb_per_year_100k` (the file's figure for 100k targets over
 //!    365 days), `sim_s` (how long the week took). The same rows go to a throw-away PostgreSQL
 //!    (`probe_engine::testing::Postgres`, the history tests' fixture; `--no-postgres`, or a
 //!    machine without it, leaves it out, and says so): `pg_bytes_per_target_day` ([`Store::size`]:
-//!    the live rows) and `pg_disk_bytes_per_target_day` (`pg_total_relation_size` of the five
-//!    tables, indexes included, through `psql`).
+//!    the live rows) and `pg_disk_bytes_per_target_day` (`pg_total_relation_size` of every
+//!    table of the schema, indexes included, through `psql`).
 //! 3. **Uptime queries** (`query`, scenario `history_query`): a SQLite store seeded on the
 //!    fixture clock with `--query-days` days of `--transitions-per-day` transitions a day
 //!    (alternately DOWN and UP at random times) for each of `--query-targets` targets, and the
@@ -957,13 +957,6 @@ async fn simulate(a: &Args, case: &Week, sinks: &mut [Sink]) -> anyhow::Result<(
         let per = size / target_days;
         match (&sink.file, &sink.pg) {
             (Some(file), _) => {
-                // The store's close does not always fold the journal back into the file (it
-                // holds the newest pages until SQLite checkpoints it, every 1000 pages, and is
-                // reused at about 4 MB whatever the fleet): the sqlite3 shell, when there is
-                // one, checkpoints it so that the file alone is the history.
-                if let Err(e) = checkpoint(file) {
-                    println!("week {}: the journal stays: {e:#}", case.scenario);
-                }
                 let wal = PathBuf::from(format!("{}-wal", file.display()));
                 let db = std::fs::metadata(file).map_or(0, |m| m.len()) as f64;
                 let journal = std::fs::metadata(&wal).map_or(0, |m| m.len()) as f64;
@@ -972,11 +965,33 @@ async fn simulate(a: &Args, case: &Week, sinks: &mut [Sink]) -> anyhow::Result<(
                 println!(
                     "week {} sqlite: {per:.0} bytes a target a day in used pages, {on_disk:.0} in \
                      the file ({:.2} MB; its journal {:.2} MB besides): {year:.2} GB a year for \
-                     100k targets (the codec's design note: ~130 bytes, 4.7 GB)",
+                     100k targets",
                     case.scenario,
                     db / 1e6,
                     journal / 1e6
                 );
+                match sqlite_breakdown(file) {
+                    Ok(lines) => {
+                        for line in lines.lines() {
+                            let mut f = line.split('|');
+                            let (Some(name), Some(bytes), Some(unused)) = (
+                                f.next(),
+                                f.next().and_then(|b| b.parse::<f64>().ok()),
+                                f.next().and_then(|b| b.parse::<f64>().ok()),
+                            ) else {
+                                continue;
+                            };
+                            println!(
+                                "week {}: {name} {:.1} bytes a target a day ({:.0}% of its pages \
+                                 unused)",
+                                case.scenario,
+                                bytes / target_days,
+                                100.0 * unused / bytes.max(1.0)
+                            );
+                        }
+                    }
+                    Err(e) => println!("week {}: no breakdown per table: {e:#}", case.scenario),
+                }
                 result(&case.scenario, "wal_bytes", journal, "bytes");
                 result(&case.scenario, "sqlite_bytes_per_target_day", per, "bytes");
                 result(
@@ -1018,13 +1033,23 @@ async fn simulate(a: &Args, case: &Week, sinks: &mut [Sink]) -> anyhow::Result<(
     Ok(())
 }
 
-/// Folds a closed SQLite file's journal into it and removes it, with the `sqlite3` shell:
-/// `PRAGMA wal_checkpoint(TRUNCATE)`, then its close as the last connection.
-fn checkpoint(file: &Path) -> anyhow::Result<()> {
+/// Where a SQLite file's bytes are, per table and index (SQLite's `dbstat`): each one's pages
+/// and the part of them left unused, largest first, as `name pages unused` lines.
+fn sqlite_breakdown(file: &Path) -> anyhow::Result<String> {
+    sqlite3(
+        file,
+        "SELECT name, SUM(pgsize), SUM(unused) FROM dbstat GROUP BY name ORDER BY 2 DESC;",
+    )
+}
+
+/// What the `sqlite3` shell prints for `sql` on `file`, waiting up to 5 s for a lock (the
+/// store's last connection may still be closing on its worker thread).
+fn sqlite3(file: &Path, sql: &str) -> anyhow::Result<String> {
     let shell = support::which("sqlite3").context("no sqlite3 shell")?;
     let out = std::process::Command::new(shell)
+        .args(["-cmd", ".timeout 5000"])
         .arg(file)
-        .arg("PRAGMA wal_checkpoint(TRUNCATE);")
+        .arg(sql)
         .output()
         .context("running sqlite3")?;
     ensure!(
@@ -1032,20 +1057,20 @@ fn checkpoint(file: &Path) -> anyhow::Result<()> {
         "sqlite3: {}",
         String::from_utf8_lossy(&out.stderr).trim()
     );
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The bytes the history's five tables take in PostgreSQL, indexes and TOAST included
-/// (`pg_total_relation_size`), through `psql`: the store reads live rows only, which leaves
-/// out the pages, tuple headers and indexes a disk holds.
+/// The bytes the history's tables take in PostgreSQL (every table of the `public` schema, its
+/// indexes and TOAST included: `pg_total_relation_size`), through `psql`: the store reads live
+/// rows only, which leaves out the pages, tuple headers and indexes a disk holds.
 fn pg_disk_bytes(pg: &Postgres) -> anyhow::Result<u64> {
     let psql = support::which("psql").context("no psql")?;
     let out = std::process::Command::new(psql)
         .arg(pg.url())
         .args([
             "-Atc",
-            "SELECT SUM(pg_total_relation_size(t::regclass)) FROM (VALUES ('transitions'), \
-             ('rollups'), ('actions'), ('targets'), ('sessions')) AS v(t)",
+            "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n \
+             ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'",
         ])
         .output()
         .context("running psql")?;

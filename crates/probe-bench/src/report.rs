@@ -152,6 +152,13 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
         "<= 1 s",
     ),
     (
+        "history_cpu",
+        "share_all_pct",
+        Op::AtMost,
+        3.0,
+        "<= 3% of the probing CPU at 10k probes/s",
+    ),
+    (
         "scale-1m",
         "lag_steady_p99",
         Op::AtMost,

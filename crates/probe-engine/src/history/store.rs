@@ -353,8 +353,18 @@ impl Store {
         &self.backend
     }
 
-    /// Closes the pool.
+    /// Closes the pool. A SQLite file first takes its journal back
+    /// (`wal_checkpoint(TRUNCATE)`), so that a stopped daemon leaves the history in one file,
+    /// whole, for `sqlite3` and for copies; a checkpoint that fails (a reader holding the file)
+    /// leaves the journal, which the next open replays.
     pub async fn close(&self) {
+        if matches!(self.backend, Backend::Sqlite(_))
+            && let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await
+        {
+            tracing::debug!(error = %e, "the history's journal stays beside it");
+        }
         self.pool.close().await;
     }
 
@@ -1186,7 +1196,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("history.db");
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        rows_are_packed_when_opened(Backend::Sqlite(path), &url).await;
+        rows_are_packed_when_opened(Backend::Sqlite(path.clone()), &url).await;
+        // Closed, the file holds everything: its journal was taken back into it.
+        let wal = path.with_file_name("history.db-wal");
+        assert_eq!(std::fs::metadata(&wal).map_or(0, |m| m.len()), 0, "{wal:?}");
     }
 
     #[tokio::test]
