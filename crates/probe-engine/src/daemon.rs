@@ -380,6 +380,10 @@ impl Daemon {
             alerts,
             history: self.history.clone(),
             ui: self.ui.clone(),
+            page_rows: self
+                .ui
+                .as_ref()
+                .map(|_| api::Rows::start(self.engine.clone(), self.cancel.clone())),
         });
         let grpc = match self.grpc.lock().take() {
             Some(listener) => {

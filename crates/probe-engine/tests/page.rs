@@ -650,7 +650,7 @@ async fn in_a_browser_a_row_follows_its_target_live() {
     let Some(browser) = browser(true).await else {
         return;
     };
-    let (up, _server) = accepting().await;
+    let (up, up_server) = accepting().await;
     let (flip, flip_server) = accepting().await;
     let dir = tempfile::tempdir().unwrap();
     small(
@@ -710,6 +710,38 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         .await
         .unwrap();
     assert_eq!(mark, true, "the page was not reloaded");
+
+    // A group has no transitions of its own: its row follows its dependencies' scores. `up` is
+    // `web`'s critical dependency; once it is DOWN, so is `web`, and `up`'s score falls.
+    assert_ne!(
+        browser.text(r#"tr[data-id="web"] .state"#).await.unwrap(),
+        "DOWN"
+    );
+    let up_score = browser.text(r#"tr[data-id="up"] .score"#).await.unwrap();
+    up_server.abort();
+    daemon.wait_states(&[("up", "DOWN")]).await;
+    let seen = Instant::now();
+    wait_text(
+        &browser,
+        r#"tr[data-id="web"] .state"#,
+        seen + Duration::from_secs(2),
+        |t| t == "DOWN",
+    )
+    .await;
+    eprintln!(
+        "the group's row changed {:?} after the API did",
+        seen.elapsed()
+    );
+    wait_text(
+        &browser,
+        r#"tr[data-id="up"] .score"#,
+        seen + Duration::from_secs(2),
+        |t| t != up_score,
+    )
+    .await;
+    // The overview counts targets: a group's change leaves it be.
+    assert_eq!(browser.text("#count-DOWN").await.unwrap(), "3");
+    assert_eq!(browser.text("#count-UP").await.unwrap(), "0");
     browser
         .screenshot(screenshot_path("row_follows_its_target_live"))
         .await

@@ -12,6 +12,7 @@ use axum::response::sse::{self, KeepAlive, Sse};
 use futures_util::Stream;
 use probe::engine::Event;
 use serde_json::json;
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::auth::Readable;
@@ -23,33 +24,50 @@ pub(super) async fn events(
     State(state): State<Arc<ApiState>>,
     _: Readable,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
-    stream(&state)
+    stream(&state, None)
 }
 
 /// The engine's state changes as an SSE stream, until the daemon stops: `/v1/events`' answer,
-/// and the status page's (`/status/events`), which only differs in who may read it.
+/// and the status page's (`/status/events`), which also has the rows' other changes (`rows`:
+/// each look's as one `nodes` event) and differs in who may read it.
 pub(super) fn stream(
     state: &ApiState,
+    rows: Option<broadcast::Receiver<Arc<str>>>,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>> + use<>> {
     let receiver = state.engine.subscribe();
     let shutdown = state.shutdown.clone();
     let stream = futures_util::stream::unfold(
-        (receiver, shutdown),
-        |(mut receiver, shutdown)| async move {
+        (receiver, rows, shutdown),
+        |(mut receiver, mut rows, shutdown)| async move {
             let event = tokio::select! {
                 () = shutdown.cancelled() => return None,
                 next = receiver.recv() => match next {
                     Ok(event) => transition_event(&event),
-                    Err(RecvError::Lagged(missed)) => sse::Event::default()
-                        .event("lagged")
-                        .data(json!({ "missed": missed }).to_string()),
+                    Err(RecvError::Lagged(missed)) => lagged(missed),
+                    Err(RecvError::Closed) => return None,
+                },
+                Some(next) = async {
+                    match rows.as_mut() {
+                        Some(rows) => Some(rows.recv().await),
+                        None => None,
+                    }
+                } => match next {
+                    Ok(nodes) => sse::Event::default().event("nodes").data(nodes.as_ref()),
+                    Err(RecvError::Lagged(missed)) => lagged(missed),
                     Err(RecvError::Closed) => return None,
                 },
             };
-            Some((Ok(event), (receiver, shutdown)))
+            Some((Ok(event), (receiver, rows, shutdown)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// Told to a subscriber too slow for its stream: how many events it missed.
+fn lagged(missed: u64) -> sse::Event {
+    sse::Event::default()
+        .event("lagged")
+        .data(json!({ "missed": missed }).to_string())
 }
 
 fn transition_event(e: &Event) -> sse::Event {

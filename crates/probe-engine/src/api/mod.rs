@@ -69,6 +69,7 @@ use axum::routing::get;
 use probe::gate::GateLayer;
 
 pub(crate) use auth::UNTOKENED_BEYOND_LOOPBACK;
+pub(crate) use page::Rows;
 use shared::error;
 pub use shared::{ApiState, Ui};
 pub use tokens::{Credentials, Role, TokenError, TokenSources, Tokens};

@@ -47,6 +47,8 @@ pub struct ApiState {
     pub history: Option<crate::history::History>,
     /// The status page; `None` with `--ui false`.
     pub ui: Option<Ui>,
+    /// The page's rows' changes besides transitions, while the page is on.
+    pub(crate) page_rows: Option<super::Rows>,
 }
 
 /// The status page's settings.

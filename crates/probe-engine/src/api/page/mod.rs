@@ -4,13 +4,13 @@
 //! |---|---|
 //! | `GET /`, `GET /status` | the page: the overview, recent incidents, the groups and targets (filtered by `?state`, `?group`, `?q`, 100 a `?page`), the dependency graph |
 //! | `GET /status/explain/{id}` | why a node scores what it does, as an HTML fragment for the page's side panel |
-//! | `GET /status/events` | the state changes, as `GET /v1/events` streams them, for the page's live updates |
+//! | `GET /status/events` | the state changes, as `GET /v1/events` streams them, and the rows' other changes (groups' states, scores: [`live`]), for the page's live updates |
 //! | `GET /status/assets/page.css`, `GET /status/assets/page.js` | its stylesheet and script, embedded in the binary |
 //!
 //! Not mounted with `--ui false`. The page is rendered on the server from the same snapshot the
 //! JSON API answers from (never a probe on request), so it is complete with JavaScript off: the
 //! filter is a GET form and paging is links. The script only adds to it: live updates of the
-//! rows' states and the overview's counts from the event stream, and the explanation of a
+//! rows' states and scores and the overview's counts from the event stream, and the explanation of a
 //! node of the graph clicked. Nothing is fetched from elsewhere (no CDN, no web font), which
 //! the Content-Security-Policy every answer carries enforces: `'self'` only, not even inline
 //! scripts or styles.
@@ -27,6 +27,7 @@
 mod access;
 mod charts;
 mod incidents;
+mod live;
 mod model;
 mod render;
 
@@ -45,6 +46,7 @@ use super::draw;
 use super::shared::{ApiError, ApiState, blocking, parse_id};
 use crate::history::codec::STATES;
 use access::Viewer;
+pub(crate) use live::Rows;
 use model::{Filter, PageQuery, Snapshot};
 
 /// Rows on one page.
@@ -154,7 +156,8 @@ async fn explain(
 
 /// `GET /status/events`: the engine's state changes, as `/v1/events` streams them.
 async fn events(State(state): State<Arc<ApiState>>, viewer: Viewer) -> (Viewer, Response) {
-    (viewer, super::events::stream(&state).into_response())
+    let rows = state.page_rows.as_ref().map(Rows::subscribe);
+    (viewer, super::events::stream(&state, rows).into_response())
 }
 
 /// `GET /status/assets/page.css`: the stylesheet, headed by the state colours the SVG

@@ -296,7 +296,11 @@ fn one_row(out: &mut String, row: &Row, recorded: &Recorded) {
             " <span class=\"flap\" title=\"flapping: held in PROBING until it settles\">⚑ flapping</span>",
         );
     }
-    let _ = write!(out, "</td><td class=\"num\">{}</td>", score(row.score));
+    let _ = write!(
+        out,
+        "</td><td class=\"num score\">{}</td>",
+        score(row.score)
+    );
     match recorded {
         Recorded::Kept(record) => {
             for window in &record.uptimes {
@@ -451,7 +455,7 @@ pub(super) fn explanation(explanation: &Explanation, causes: &Causes) -> String 
     out
 }
 
-fn score(score: Option<f64>) -> String {
+pub(super) fn score(score: Option<f64>) -> String {
     score.map_or_else(|| "–".to_owned(), |s| format!("{s:.2}"))
 }
 

@@ -1,6 +1,7 @@
 // The status page's script: what it adds to a page that is complete without it.
 // - Live updates: each `transition` of /status/events sets its row's state (words, colour,
-//   data-state) and moves the overview's counts, without a reload.
+//   data-state) and moves the overview's counts, without a reload; each `nodes` event sets
+//   the scores that moved, and the states of groups (which have no transitions).
 // - Explanations: selecting a node of the graph (or a row's name) shows why it scores what it
 //   does in the side panel, from /status/explain/{id}.
 // Same origin only (the page's Content-Security-Policy allows nothing else); every value from
@@ -16,16 +17,21 @@
     if (n) n.textContent = String(Number(n.textContent) + by);
   };
 
+  const rowOf = (id) => document.querySelector('tr[data-id="' + CSS.escape(id) + '"]');
+
+  const setState = (row, state) => {
+    row.dataset.state = state;
+    row.querySelector('.state b').textContent = state;
+  };
+
   const onTransition = (event) => {
     const t = JSON.parse(event.data);
     count(t.from, -1);
     count(t.to, 1);
-    const row = document.querySelector('tr[data-id="' + CSS.escape(t.target) + '"]');
+    const row = rowOf(t.target);
     if (!row) return;
-    row.dataset.state = t.to;
-    const cell = row.querySelector('.state');
-    cell.querySelector('b').textContent = t.to;
-    cell.title = 'since ' + t.at;
+    setState(row, t.to);
+    row.querySelector('.state').title = 'since ' + t.at;
     const reason = row.querySelector('.reason');
     if (reason && t.detail) {
       reason.textContent = t.detail;
@@ -33,10 +39,21 @@
     }
   };
 
+  const onNodes = (event) => {
+    for (const n of JSON.parse(event.data)) {
+      const row = rowOf(n.id);
+      if (!row) continue;
+      if (n.state) setState(row, n.state);
+      const score = row.querySelector('.score');
+      if (score) score.textContent = n.score;
+    }
+  };
+
   const source = new EventSource('/status/events');
   source.addEventListener('open', () => { live.textContent = '· live'; });
   source.addEventListener('error', () => { live.textContent = '· reconnecting'; });
   source.addEventListener('transition', onTransition);
+  source.addEventListener('nodes', onNodes);
   source.addEventListener('lagged', () => {
     live.textContent = '· missed updates: reload for the latest';
   });
