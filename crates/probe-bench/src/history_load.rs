@@ -1196,7 +1196,7 @@ fn step(
             (quality, Duration::from_secs_f64(us / 1e6))
         }
     };
-    queue.days(rollups.run(&t.id, at, quality, latency));
+    queue.days(rollups.runs(&t.id, [(at, quality, latency)]));
     // A first verdict (at the start, or back from maintenance): this run settles it.
     if t.state == HealthState::Probing {
         let settled = Planned {

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use probe::engine::{Engine, EngineConfig, TargetSpec, Topology, TopologyError};
+use probe::engine::{
+    Engine, EngineConfig, RUNS_HELD_FOR, Record, TargetSpec, Topology, TopologyError,
+};
 use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
@@ -253,6 +255,59 @@ async fn pool_grows_with_the_backlog() {
         "all ran at once"
     );
     assert!(engine.scheduler().workers() >= 10);
+    cancel.cancel();
+    engine.stopped().await;
+}
+
+/// The records waiting in `feed`: each `Runs`' run count, and the transitions (as 0).
+fn waiting(feed: &mut mpsc::Receiver<Record>) -> Vec<usize> {
+    std::iter::from_fn(|| feed.try_recv().ok())
+        .map(|record| match record {
+            Record::Runs(batch) => {
+                assert_eq!(batch.target, id("db"));
+                assert!(batch.runs.is_sorted_by_key(|r| r.at), "oldest first");
+                batch.runs.len()
+            }
+            Record::Transition(_) => 0,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_reach_the_record_feed_together_and_none_is_left_behind() {
+    let (engine, cancel) = start(8);
+    let mut feed = engine.record_feed(1024);
+    // 1 ms a run: after run n+1 starts, run n is recorded.
+    let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
+    let interval = Duration::from_secs(1);
+    let spec = target("db", probe, interval, 0.0, 1, 1);
+    engine.apply(vec![spec]).unwrap();
+    for _ in 0..5 {
+        starts.recv().await.unwrap();
+    }
+    // Four runs: the first made the target UP, and came before its transition; the others
+    // are held.
+    assert_eq!(waiting(&mut feed), [1, 0]);
+    // The run 10 s after the second hands the eleven over.
+    let held_runs = (RUNS_HELD_FOR.as_secs() / interval.as_secs()) as usize + 1;
+    for _ in 5..=held_runs + 1 {
+        starts.recv().await.unwrap();
+    }
+    assert_eq!(waiting(&mut feed), [held_runs]);
+    // What is held goes when the embedder asks...
+    for _ in 0..3 {
+        starts.recv().await.unwrap();
+    }
+    engine.flush_runs();
+    assert_eq!(waiting(&mut feed), [3]);
+    engine.flush_runs();
+    assert!(waiting(&mut feed).is_empty(), "nothing twice");
+    // ... and when the target leaves the engine.
+    for _ in 0..2 {
+        starts.recv().await.unwrap();
+    }
+    engine.apply(Vec::new()).unwrap();
+    assert_eq!(waiting(&mut feed), [2]);
     cancel.cancel();
     engine.stopped().await;
 }

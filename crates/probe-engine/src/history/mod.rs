@@ -2,8 +2,9 @@
 //! back as uptime, SLA and incidents.
 //!
 //! The engine hands every transition and run to [`History`] through its record feed
-//! ([`Engine::record_feed`]), never waiting: probing does not slow down for the database. Two
-//! tasks do the rest:
+//! ([`Engine::record_feed`]), never waiting: probing does not slow down for the database. A
+//! target hands its runs over in batches (at most 10 s of them), and the counter has every
+//! target hand over what it holds before an hour closes and at a stop. Two tasks do the rest:
 //! - the *counter* takes the records as they come, counts each target's hour in memory
 //!   (`rollup`) and queues transitions, finished days and actions for the writer; it never
 //!   waits on the database either;
@@ -11,7 +12,7 @@
 //!   keeps its rows for the next second, counted and shown in [`HistoryStatus`] (so in
 //!   `/v1/topology` and `/health`); past [`PENDING_LIMIT`] rows the oldest go, counted. Every
 //!   minute it also writes each target's day so far, so that a crash loses a minute of
-//!   rollups at most, and every hour it applies retention and the size cap.
+//!   rollups at most (and the runs targets held, 10 s at most), and every hour it applies retention and the size cap.
 //!
 //! Groups have no runs: the counter samples their health every second (not DOWN, no critical
 //! dependency down, a score of at least the readiness `min_score`) and records a transition
@@ -537,14 +538,7 @@ impl History {
                 () = cancel.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let mut moved = false;
-            while let Ok(record) = feed.try_recv() {
-                records.push(record);
-                if records.len() == records.capacity() {
-                    moved |= self.take(&mut records);
-                }
-            }
-            moved |= self.take(&mut records);
+            let moved = self.drain(&mut feed, &mut records);
             let now = now_ms();
             let whole_second = second.elapsed() >= WRITE_EVERY;
             if whole_second {
@@ -554,6 +548,9 @@ impl History {
                 let hour = now.div_euclid(rollup::HOUR_MS);
                 if hour != counted_hour {
                     counted_hour = hour;
+                    // The hour's last runs, still held by their targets, before it closes.
+                    engine.flush_runs();
+                    self.drain(&mut feed, &mut records);
                     let gone = self.not_counted(&engine);
                     let finished = self
                         .inner
@@ -570,12 +567,23 @@ impl History {
                 any_groups = self.sample_groups(&engine, &mut groups, now);
             }
         }
-        // What came before the stop still counts.
+        // What came before the stop still counts, the runs targets hold too.
+        engine.flush_runs();
+        self.drain(&mut feed, &mut records);
+        let _ = counted.send(true);
+    }
+
+    /// Counts what the feed holds, a handful of records at a time; whether a transition was
+    /// among them.
+    fn drain(&self, feed: &mut mpsc::Receiver<Record>, records: &mut Vec<Record>) -> bool {
+        let mut moved = false;
         while let Ok(record) = feed.try_recv() {
             records.push(record);
+            if records.len() == records.capacity() {
+                moved |= self.take(records);
+            }
         }
-        self.take(&mut records);
-        let _ = counted.send(true);
+        moved | self.take(records)
     }
 
     /// Gives the graph every probed target's uptime over `window` as its SLA: all of them every
@@ -678,13 +686,9 @@ impl History {
             let mut rollups = self.inner.rollups.lock();
             for record in records.drain(..) {
                 match record {
-                    Record::Run(run) => {
-                        finished.extend(rollups.run(
-                            &run.target,
-                            ms(run.at),
-                            run.quality,
-                            run.latency,
-                        ));
+                    Record::Runs(batch) => {
+                        let runs = batch.runs.iter().map(|r| (ms(r.at), r.quality, r.latency));
+                        finished.extend(rollups.runs(&batch.target, runs));
                     }
                     // In a shared database, a verdict adopted from its owner is the owner's to
                     // write and to count.

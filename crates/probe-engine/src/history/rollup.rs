@@ -87,6 +87,29 @@ impl Live {
         day
     }
 
+    /// Closes its hours up to `at_ms`'s, adding the days finished to `finished`.
+    fn close_to(&mut self, id: &TargetId, at_ms: i64, finished: &mut Vec<DayRow>) {
+        let hour = at_ms.div_euclid(HOUR_MS);
+        while self.hour < hour {
+            finished.extend(self.roll(id));
+        }
+    }
+
+    /// Counts one run in the hour.
+    fn count(&mut self, quality: Quality, latency: Duration) {
+        self.runs += 1;
+        match quality {
+            Quality::Good => {}
+            Quality::Degraded => self.degraded += 1,
+            Quality::Failed => self.failures += 1,
+        }
+        let code = codec::code(latency);
+        match self.sketch.binary_search_by_key(&code, |(c, _)| *c) {
+            Ok(i) => self.sketch[i].1 += 1,
+            Err(i) => self.sketch.insert(i, (code, 1)),
+        }
+    }
+
     /// Closes the hour at its end and starts the next; the finished day, when this closed its
     /// last hour.
     fn roll(&mut self, id: &TargetId) -> Option<DayRow> {
@@ -145,26 +168,22 @@ impl Rollups {
         self.targets.insert(id, live);
     }
 
-    /// Counts a run.
-    pub fn run(
+    /// Counts a target's runs, `(at_ms, quality, latency)` oldest first: the target is looked
+    /// up once for them all.
+    pub fn runs(
         &mut self,
         id: &TargetId,
-        at_ms: i64,
-        quality: Quality,
-        latency: Duration,
+        runs: impl IntoIterator<Item = (i64, Quality, Duration)>,
     ) -> Vec<DayRow> {
         let mut finished = Vec::new();
-        let live = self.live(id, at_ms, &mut finished);
-        live.runs += 1;
-        match quality {
-            Quality::Good => {}
-            Quality::Degraded => live.degraded += 1,
-            Quality::Failed => live.failures += 1,
-        }
-        let code = codec::code(latency);
-        match live.sketch.binary_search_by_key(&code, |(c, _)| *c) {
-            Ok(i) => live.sketch[i].1 += 1,
-            Err(i) => live.sketch.insert(i, (code, 1)),
+        let mut runs = runs.into_iter().peekable();
+        let Some(&(first_ms, ..)) = runs.peek() else {
+            return finished;
+        };
+        let live = self.live(id, first_ms, &mut finished);
+        for (at_ms, quality, latency) in runs {
+            live.close_to(id, at_ms, &mut finished);
+            live.count(quality, latency);
         }
         finished
     }
@@ -182,18 +201,16 @@ impl Rollups {
 
     /// The target's live counts at `at_ms`, its hours closed up to there first.
     fn live(&mut self, id: &TargetId, at_ms: i64, finished: &mut Vec<DayRow>) -> &mut Live {
-        let hour = at_ms.div_euclid(HOUR_MS);
         if !self.targets.contains_key(id) {
             // Every target starts in PROBING.
+            let hour = at_ms.div_euclid(HOUR_MS);
             self.targets
                 .insert(id.clone(), Live::new(hour, HealthState::Probing, at_ms));
         }
         let Some(live) = self.targets.get_mut(id) else {
             unreachable!("inserted above")
         };
-        while live.hour < hour {
-            finished.extend(live.roll(id));
-        }
+        live.close_to(id, at_ms, finished);
         live
     }
 
@@ -264,7 +281,10 @@ mod tests {
             } else {
                 Quality::Good
             };
-            assert!(r.run(&t, start + i * 10_000, quality, latency).is_empty());
+            assert!(
+                r.runs(&t, [(start + i * 10_000, quality, latency)])
+                    .is_empty()
+            );
         }
         let _ = r.transition(&t, start + 30 * 60_000, HealthState::Down);
         let finished = r.close(start + HOUR_MS + 1, |_| true);
@@ -293,15 +313,16 @@ mod tests {
         let start = 3 * DAY_MS + 5 * HOUR_MS;
         let mut before = Rollups::default();
         let _ = before.transition(&t, start, HealthState::Up);
-        let _ = before.run(&t, start + 1_000, Quality::Good, Duration::from_millis(1));
+        let _ = before.runs(
+            &t,
+            [(start + 1_000, Quality::Good, Duration::from_millis(1))],
+        );
         let saved = before.snapshot(start + 600_000, |_| true);
         let mut after = Rollups::default();
         after.resume(t.clone(), 3, &saved[0].2, start + 900_000);
-        let _ = after.run(
+        let _ = after.runs(
             &t,
-            start + 901_000,
-            Quality::Degraded,
-            Duration::from_millis(1),
+            [(start + 901_000, Quality::Degraded, Duration::from_millis(1))],
         );
         let finished = after.close(start + DAY_MS, |_| true);
         let hour = decode(&finished[0].2).unwrap_or([None; 24])[5].unwrap_or_default();
@@ -313,10 +334,28 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_across_an_hour_counts_each_run_in_its_own() {
+        let mut r = Rollups::default();
+        let t = id("web");
+        let start = 2 * DAY_MS + 4 * HOUR_MS - 2_000;
+        let ms = Duration::from_millis(1);
+        let batch = [
+            (start, Quality::Good, ms),
+            (start + 1_000, Quality::Failed, ms),
+            (start + 3_000, Quality::Degraded, ms),
+        ];
+        assert!(r.runs(&t, batch).is_empty());
+        let day = r.today(&t, start + 4_000).unwrap_or([None; 24]);
+        let (before, after) = (day[3].unwrap_or_default(), day[4].unwrap_or_default());
+        assert_eq!((before.runs, before.failures, before.degraded), (2, 1, 0));
+        assert_eq!((after.runs, after.failures, after.degraded), (1, 0, 1));
+    }
+
+    #[test]
     fn gone_targets_are_forgotten_once_their_hour_is_closed() {
         let mut r = Rollups::default();
-        let _ = r.run(&id("a"), 0, Quality::Good, Duration::from_millis(1));
-        let _ = r.run(&id("b"), 0, Quality::Good, Duration::from_millis(1));
+        let _ = r.runs(&id("a"), [(0, Quality::Good, Duration::from_millis(1))]);
+        let _ = r.runs(&id("b"), [(0, Quality::Good, Duration::from_millis(1))]);
         let _ = r.close(HOUR_MS, |t| t.as_str() == "a");
         assert_eq!(r.snapshot(HOUR_MS, |_| true).len(), 1);
     }

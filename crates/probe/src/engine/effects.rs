@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
-use super::view::{Event, Readiness, Record, Run, Vote};
+use super::view::{Event, Readiness, Record, Run, Runs, Vote};
 use crate::graph::{Graph, GraphConfig, NodeSpec, ReadinessPolicy};
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
@@ -224,6 +224,11 @@ pub(crate) struct Effects {
 }
 
 impl Effects {
+    /// Whether a transition is booked.
+    pub fn moves(&self) -> bool {
+        !self.transitions.is_empty()
+    }
+
     /// Books transition `t`, the target's `count`-th, after which it is in `state` (ejected or
     /// not).
     pub fn transition(&mut self, t: Transition, detail: Option<String>, count: u64, ejected: bool) {
@@ -286,6 +291,8 @@ pub(crate) struct Hub {
     /// Where transitions and runs go for an embedder's history, once it asked
     /// ([`Hub::record_feed`]).
     feed: ArcSwapOption<mpsc::Sender<Record>>,
+    /// Whether there is a feed: read at every run, which keeps its runs only then.
+    feeding: AtomicBool,
     /// The graph's result window, and a count of the applies that may have changed any node's
     /// window: a target that has sent this many identical results in a row since the last one
     /// knows its window is full of them, and that one more changes nothing ([`Hub::window`]).
@@ -311,6 +318,7 @@ impl Hub {
             events: broadcast::channel(EVENT_BACKLOG).0,
             votes: broadcast::channel(EVENT_BACKLOG).0,
             feed: ArcSwapOption::empty(),
+            feeding: AtomicBool::new(false),
             window: AtomicUsize::new(GraphConfig::default().window()),
             epoch: AtomicU32::new(0),
         }
@@ -343,7 +351,13 @@ impl Hub {
     pub fn record_feed(&self, capacity: usize) -> mpsc::Receiver<Record> {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         self.feed.store(Some(Arc::new(sender)));
+        self.feeding.store(true, Ordering::Release);
         receiver
+    }
+
+    /// Whether an embedder takes records: targets keep their runs for it only then.
+    pub fn feeding(&self) -> bool {
+        self.feeding.load(Ordering::Acquire)
     }
 
     /// Hands a record to the history feed, if there is one, without waiting: a full feed loses
@@ -357,9 +371,14 @@ impl Hub {
         }
     }
 
-    /// A run's result, for the history feed.
-    pub fn feed_run(&self, run: impl FnOnce() -> Run) {
-        self.feed(|| Record::Run(run()));
+    /// A target's runs, for the history feed.
+    pub fn feed_runs(&self, target: &TargetId, runs: Vec<Run>) {
+        self.feed(|| {
+            Record::Runs(Runs {
+                target: target.clone(),
+                runs,
+            })
+        });
     }
 
     /// A stream of this member's votes from now on.

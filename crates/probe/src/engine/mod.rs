@@ -54,8 +54,8 @@ pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 pub use spec::TargetSpec;
 pub use topology::{Topology, TopologyError};
 pub use view::{
-    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, Record, Run,
-    TargetStatus, Vote,
+    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH,
+    Readiness, Record, Run, Runs, TargetStatus, Vote,
 };
 
 use crate::graph::Graph;
@@ -564,13 +564,22 @@ impl Engine {
         self.inner.hub().subscribe()
     }
 
-    /// A feed of every transition and every run that counts as a target's result, from now on,
-    /// for an embedder that keeps history. Unlike [`Engine::subscribe`], nothing is missed
+    /// A feed of every transition and every run that counts as a target's result (a target's
+    /// runs in batches: [`Runs`]), from now on, for an embedder that keeps history. Unlike [`Engine::subscribe`], nothing is missed
     /// while the receiver keeps up; one that falls `capacity` records behind loses the newest,
     /// counted in `probe_record_feed_dropped_total`, since probing never waits for it. One feed
     /// per engine: a second call replaces the first.
     pub fn record_feed(&self, capacity: usize) -> tokio::sync::mpsc::Receiver<Record> {
         self.inner.hub().record_feed(capacity)
+    }
+
+    /// Has every target hand the runs it holds to the record feed now (see [`Runs`]): what an
+    /// embedder calls before it closes an hour or takes a snapshot of its counts, and before
+    /// its last drain at a stop, so that no run is counted late or lost.
+    pub fn flush_runs(&self) {
+        for target in self.inner.targets.load().values() {
+            target.flush_runs();
+        }
     }
 
     /// The engine's local health multiplier (0 when it keeps time); `None` without self-health

@@ -18,7 +18,9 @@ use super::cluster::{Placed, Published, Replication, Role};
 use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
 use super::resources::Resources;
-use super::view::{MaintenanceInfo, MaintenanceSource, Run, TargetStatus};
+use super::view::{
+    MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH, Run, TargetStatus,
+};
 use crate::cluster::MemberId;
 use crate::outcome::{
     CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, TlsFacts, Verdict,
@@ -195,6 +197,47 @@ struct Status {
     /// Its standing in a cluster; `None` outside one (it decides alone). Boxed: 80 bytes that an
     /// engine outside a cluster does not need.
     placed: Option<Box<Placed>>,
+    /// The runs it holds for the record feed; `None` until there is a feed.
+    held: Option<Box<HeldRuns>>,
+}
+
+/// A target's runs not yet handed to the record feed (see [`Runs`](super::view::Runs)).
+struct HeldRuns {
+    runs: Vec<Run>,
+    /// When the first of them was held.
+    since: Instant,
+}
+
+/// Holds `run` for the record feed; the runs to hand over, once they are [`RUNS_PER_BATCH`]
+/// or the first is [`RUNS_HELD_FOR`] old (or the target moved: see `Target::record`). What is handed over leaves nothing held, so two
+/// handovers of one target cannot pass each other on their way to the feed: the next needs
+/// that many runs or that long again.
+fn hold(
+    held: &mut Option<Box<HeldRuns>>,
+    run: Run,
+    now: Instant,
+    expected: usize,
+) -> Option<Vec<Run>> {
+    let held = held.get_or_insert_with(|| {
+        Box::new(HeldRuns {
+            runs: Vec::new(),
+            since: now,
+        })
+    });
+    if held.runs.is_empty() {
+        held.runs.reserve_exact(expected);
+        held.since = now;
+    }
+    held.runs.push(run);
+    (held.runs.len() >= RUNS_PER_BATCH || now.duration_since(held.since) >= RUNS_HELD_FOR)
+        .then(|| std::mem::take(&mut held.runs))
+}
+
+/// The runs held, taken (none when there are none).
+fn take_held(held: &mut Option<Box<HeldRuns>>) -> Option<Vec<Run>> {
+    held.as_mut()
+        .filter(|h| !h.runs.is_empty())
+        .map(|h| std::mem::take(&mut h.runs))
 }
 
 impl Status {
@@ -244,6 +287,7 @@ impl Target {
                 exhausted: 0,
                 version: 0,
                 placed: None,
+                held: None,
             }),
             seat: Seat::new(id, probe, policy.circuit_breaker.map(CircuitBreaker::new)),
             ctx,
@@ -253,6 +297,17 @@ impl Target {
 
     pub fn id(&self) -> &TargetId {
         &self.seat.id
+    }
+
+    /// The runs a batch of its holds at its interval: room for them is made once a batch.
+    fn runs_per_batch(&self) -> usize {
+        let interval = self
+            .policy
+            .schedule
+            .interval()
+            .max(Duration::from_millis(1));
+        let within = RUNS_HELD_FOR.as_millis() / interval.as_millis() + 1;
+        usize::try_from(within).map_or(RUNS_PER_BATCH, |n| n.min(RUNS_PER_BATCH))
     }
 
     /// Books transition `t` (if any) in `effects`, unless the target was retired.
@@ -335,7 +390,27 @@ impl Target {
 
     /// Marks the target as gone: its late results move nothing any more.
     pub fn retire(&self) {
-        self.status.lock().retired = true;
+        let held = {
+            let mut status = self.status.lock();
+            status.retired = true;
+            take_held(&mut status.held)
+        };
+        self.hand_over(held);
+    }
+
+    /// Hands the runs it holds to the record feed now ([`Engine::flush_runs`]).
+    ///
+    /// [`Engine::flush_runs`]: super::Engine::flush_runs
+    pub fn flush_runs(&self) {
+        let held = take_held(&mut self.status.lock().held);
+        self.hand_over(held);
+    }
+
+    /// Hands `runs` to the record feed; called without the status lock.
+    fn hand_over(&self, runs: Option<Vec<Run>>) {
+        if let Some(runs) = runs {
+            self.ctx.hub.feed_runs(&self.seat.id, runs);
+        }
     }
 
     /// Holds the target DOWN while a pool has it out, and lets it go once none does.
@@ -507,7 +582,7 @@ impl Target {
         let outcome = Outcome::new(wall, latency, &result.verdict);
         let (window, epoch) = self.ctx.hub.window();
         let mut effects = Effects::default();
-        let (step, probes) = {
+        let (step, handed) = {
             let mut status = self.status.lock();
             status.version = status.version.wrapping_add(1);
             status.exhausted = 0;
@@ -556,18 +631,29 @@ impl Target {
                 .and_then(|p| p.vote.as_ref())
                 .unwrap_or(&status.machine);
             let step = machine.next_delay(&self.policy.schedule, &status.window, &mut rand::rng());
-            (step, role.probes())
+            let handed = if !deferred && role.probes() && self.ctx.hub.feeding() {
+                let run = Run {
+                    at: wall,
+                    quality: Quality::from(&result.verdict),
+                    latency,
+                };
+                let held = hold(&mut status.held, run, now, self.runs_per_batch());
+                // With a transition, the runs that led to it: the history's hours then agree
+                // with its transitions at once (and a steady target's batches stay long).
+                held.or_else(|| {
+                    effects
+                        .moves()
+                        .then(|| take_held(&mut status.held))
+                        .flatten()
+                })
+            } else {
+                None
+            };
+            (step, handed)
         };
         self.count(&result, outcome.ok(), latency, deferred);
+        self.hand_over(handed);
         self.apply(effects);
-        if !deferred && probes {
-            self.ctx.hub.feed_run(|| Run {
-                target: self.seat.id.clone(),
-                at: wall,
-                quality: Quality::from(&result.verdict),
-                latency,
-            });
-        }
         step
     }
 
