@@ -296,10 +296,7 @@ impl Store {
         sqlx::query("DROP TABLE transitions_v1")
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        self.targets.lock().extend(fresh);
-        self.texts.lock().extend(fresh_texts);
-        Ok(())
+        self.commit(tx, fresh, fresh_texts).await
     }
 
     /// Opens a SQLite file, checks that it is sound and migrates it.
@@ -430,9 +427,20 @@ impl Store {
             .bind(self.session)
             .execute(&mut *tx)
             .await?;
+        self.commit(tx, fresh, fresh_texts).await
+    }
+
+    /// Commits `tx`, then remembers the targets and texts it numbered: a number is cached only
+    /// once it is in the database.
+    async fn commit(
+        &self,
+        tx: sqlx::Transaction<'_, sqlx::Any>,
+        targets: Vec<(String, Numbered)>,
+        texts: Vec<(String, Numbered)>,
+    ) -> Result<(), StoreError> {
         tx.commit().await?;
-        self.targets.lock().extend(fresh);
-        self.texts.lock().extend(fresh_texts);
+        self.targets.lock().extend(targets);
+        self.texts.lock().extend(texts);
         Ok(())
     }
 
