@@ -470,7 +470,7 @@ fn rss(daemon: &Daemon) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churned_targets_leave_no_series_and_memory_stays_bounded() {
-    const ROUNDS: usize = 5;
+    const ROUNDS: usize = 8;
     const PER_ROUND: usize = 300;
     let etcd = TestEtcd::start().await.unwrap();
     let mut client = etcd.client().await.unwrap();
@@ -534,12 +534,16 @@ async fn churned_targets_leave_no_series_and_memory_stays_bounded() {
         );
         rss_after.push(rss(&daemon));
     }
-    // The first round warms the allocator up; after it, rounds give their memory back (a series
-    // leak kept about 1.7 MB per round of 300).
+    // The first round warms the allocator up; after it, rounds give their memory back. A series
+    // leak kept about 1.7 MB per round of 300; what the allocator keeps creeps up by about 0.25
+    // MB a round, in steps of up to 1 MB either way (seen over 14 rounds, and 2.8 MB over three
+    // while the rest of the suite ran): over six rounds, 600 KiB a round on average tells them
+    // apart.
     let growth = rss_after[ROUNDS - 1].saturating_sub(rss_after[1]);
+    let allowed = (ROUNDS - 2) as u64 * 600 * 1024;
     println!("RSS after each round: {rss_after:?}; growth after warm-up {growth} B");
     assert!(
-        growth < 2 * 1024 * 1024,
+        growth < allowed,
         "RSS grew by {growth} B over {} rounds after warm-up: {rss_after:?}",
         ROUNDS - 2
     );
