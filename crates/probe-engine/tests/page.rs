@@ -739,6 +739,24 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         |t| t != up_score,
     )
     .await;
+    // The drawn graph follows too: the group's node says DOWN, in red.
+    let node = r#"svg g.node[data-id="web"]"#;
+    wait_text(
+        &browser,
+        &format!("{node} text:nth-of-type(2)"),
+        seen + Duration::from_secs(2),
+        |t| t == "DOWN",
+    )
+    .await;
+    let fill = browser
+        .client()
+        .execute(
+            "return document.querySelector(arguments[0] + ' rect').getAttribute('fill');",
+            vec![serde_json::json!(node)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fill, "#c62828");
     // The overview counts targets: a group's change leaves it be.
     assert_eq!(browser.text("#count-DOWN").await.unwrap(), "3");
     assert_eq!(browser.text("#count-UP").await.unwrap(), "0");

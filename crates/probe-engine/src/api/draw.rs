@@ -224,7 +224,8 @@ pub(super) fn graph(export: &Export) -> String {
 }
 
 /// A node's words and colour.
-fn label(node: &NodeStatus) -> (String, &'static str) {
+/// A node's words and colour in the drawing.
+pub(super) fn label(node: &NodeStatus) -> (String, &'static str) {
     match node.state {
         Some(state) => {
             let score = node

@@ -1,6 +1,7 @@
-//! What the page's rows show that the engine's transitions do not carry: a group's state, which
-//! follows its dependencies' scores and has no transition of its own in the engine, and every
-//! node's score as the page shows it (two decimals).
+//! What the page shows that the engine's transitions do not carry: a group's state, which
+//! follows its dependencies' scores and has no transition of its own in the engine, every
+//! node's score as the rows show it (two decimals), and each node's words and colour in the
+//! drawn graph.
 //!
 //! One task looks at the graph every [`EVERY`] while at least one page listens (nothing is
 //! looked at otherwise), and sends every listening page what changed since its last look, in
@@ -19,6 +20,7 @@ use serde_json::json;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::draw;
 use super::model::node_state;
 use super::render::score;
 
@@ -34,12 +36,13 @@ pub(crate) struct Rows {
     sender: broadcast::Sender<Arc<str>>,
 }
 
-/// A row as the page shows it: a group's state (a target's comes with its transitions) and
-/// the score's text.
+/// A node as the page shows it: a group's state (a target's comes with its transitions), the
+/// score's text, and its words and colour in the graph.
 #[derive(PartialEq)]
 struct Shown {
     state: Option<HealthState>,
     score: String,
+    label: (String, &'static str),
 }
 
 impl Rows {
@@ -75,7 +78,15 @@ async fn look(engine: Engine, sender: broadcast::Sender<Arc<str>>, cancel: Cance
                 .map(|n| {
                     let state = (n.kind == NodeKind::Group).then(|| node_state(&n));
                     let score = score(n.score);
-                    (n.id, Shown { state, score })
+                    let label = draw::label(&n);
+                    (
+                        n.id,
+                        Shown {
+                            state,
+                            score,
+                            label,
+                        },
+                    )
                 })
                 .collect()
         });
@@ -99,6 +110,8 @@ fn changes(before: &HashMap<TargetId, Shown>, now: &HashMap<TargetId, Shown>) ->
                 "id": id.as_str(),
                 "state": row.state.map(HealthState::as_str),
                 "score": row.score,
+                "label": row.label.0,
+                "colour": row.label.1,
             })
         })
         .collect();
@@ -117,6 +130,7 @@ mod tests {
         Shown {
             state,
             score: score.to_owned(),
+            label: (score.to_owned(), draw::GREEN),
         }
     }
 
@@ -146,9 +160,9 @@ mod tests {
         assert_eq!(
             serde_json::Value::from(sent),
             json!([
-                {"id": "db", "state": null, "score": "0.50"},
-                {"id": "new", "state": null, "score": "–"},
-                {"id": "web", "state": "DOWN", "score": "0.40"},
+                {"id": "db", "state": null, "score": "0.50", "label": "0.50", "colour": "#2e7d32"},
+                {"id": "new", "state": null, "score": "–", "label": "–", "colour": "#2e7d32"},
+                {"id": "web", "state": "DOWN", "score": "0.40", "label": "0.40", "colour": "#2e7d32"},
             ])
         );
     }

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /`, `GET /status` | the page: the overview, recent incidents, the groups and targets (filtered by `?state`, `?group`, `?q`, 100 a `?page`), the dependency graph |
 //! | `GET /status/explain/{id}` | why a node scores what it does, as an HTML fragment for the page's side panel |
-//! | `GET /status/events` | the state changes, as `GET /v1/events` streams them, and the rows' other changes (groups' states, scores: [`live`]), for the page's live updates |
+//! | `GET /status/events` | the state changes, as `GET /v1/events` streams them, and the rows' and the graph's other changes (groups' states, scores, node labels: [`live`]), for the page's live updates |
 //! | `GET /status/assets/page.css`, `GET /status/assets/page.js` | its stylesheet and script, embedded in the binary |
 //!
 //! Not mounted with `--ui false`. The page is rendered on the server from the same snapshot the

@@ -1,7 +1,8 @@
 // The status page's script: what it adds to a page that is complete without it.
 // - Live updates: each `transition` of /status/events sets its row's state (words, colour,
 //   data-state) and moves the overview's counts, without a reload; each `nodes` event sets
-//   the scores that moved, and the states of groups (which have no transitions).
+//   the scores that moved, the states of groups (which have no transitions), and the words
+//   and colour of the graph's nodes.
 // - Explanations: selecting a node of the graph (or a row's name) shows why it scores what it
 //   does in the side panel, from /status/explain/{id}.
 // Same origin only (the page's Content-Security-Policy allows nothing else); every value from
@@ -42,10 +43,17 @@
   const onNodes = (event) => {
     for (const n of JSON.parse(event.data)) {
       const row = rowOf(n.id);
-      if (!row) continue;
-      if (n.state) setState(row, n.state);
-      const score = row.querySelector('.score');
-      if (score) score.textContent = n.score;
+      if (row) {
+        if (n.state) setState(row, n.state);
+        const score = row.querySelector('.score');
+        if (score) score.textContent = n.score;
+      }
+      const node = document.querySelector('svg g.node[data-id="' + CSS.escape(n.id) + '"]');
+      if (node) {
+        node.querySelector('rect').setAttribute('fill', n.colour);
+        const words = node.querySelectorAll('text')[1];
+        if (words) words.textContent = n.label;
+      }
     }
   };
 
