@@ -533,7 +533,15 @@ async fn history_survives_a_restart_and_the_time_between_is_unknown() {
             .sum()
     };
     let results = |h: &Value| h["results"].as_array().unwrap().len() as u64;
-    let stopped_runs = runs(&json(&second, "/v1/targets/api/history").await);
+    // Waited for: the history may still be opening (503).
+    let opened = wait_json(
+        &second,
+        "/v1/targets/api/history",
+        "the history open",
+        |_| true,
+    )
+    .await;
+    let stopped_runs = runs(&opened);
     let history = wait_json(&second, "/v1/targets/api/history", "recorded both", |h| {
         moves(h).len() >= 2 && runs(h) > stopped_runs.max(results(h))
     })
