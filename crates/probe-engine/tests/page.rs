@@ -624,6 +624,32 @@ async fn browser_on_small_page(javascript: bool) -> Option<(Browser, SmallDaemon
     Some((browser, running))
 }
 
+/// Takes `target` down (its listener's task aborted) and, once the API says so, waits at most
+/// 2 s more for `row`'s state on the page to say DOWN by itself; when the API said it.
+async fn shows_down(
+    browser: &Browser,
+    daemon: &Daemon,
+    listener: JoinHandle<()>,
+    target: &str,
+    row: &str,
+) -> Instant {
+    listener.abort();
+    daemon.wait_states(&[(target, "DOWN")]).await;
+    let seen = Instant::now();
+    wait_text(
+        browser,
+        &format!(r#"tr[data-id="{row}"] .state"#),
+        seen + Duration::from_secs(2),
+        |t| t == "DOWN",
+    )
+    .await;
+    eprintln!(
+        "the row of {row} changed {:?} after the API did",
+        seen.elapsed()
+    );
+    seen
+}
+
 /// Polls the text of `selector` until `want` holds for it, up to `deadline`.
 async fn wait_text(
     browser: &Browser,
@@ -681,18 +707,7 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         .await
         .unwrap();
 
-    flip_server.abort();
-    daemon.wait_states(&[("flip", "DOWN")]).await;
-    // The API says DOWN: the row must say so within 2 s, by itself.
-    let seen = Instant::now();
-    wait_text(
-        &browser,
-        r#"tr[data-id="flip"] .state"#,
-        seen + Duration::from_secs(2),
-        |t| t == "DOWN",
-    )
-    .await;
-    eprintln!("the row changed {:?} after the API did", seen.elapsed());
+    shows_down(&browser, &daemon, flip_server, "flip", "flip").await;
     let row_state = browser
         .client()
         .execute(
@@ -718,20 +733,7 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         "DOWN"
     );
     let up_score = browser.text(r#"tr[data-id="up"] .score"#).await.unwrap();
-    up_server.abort();
-    daemon.wait_states(&[("up", "DOWN")]).await;
-    let seen = Instant::now();
-    wait_text(
-        &browser,
-        r#"tr[data-id="web"] .state"#,
-        seen + Duration::from_secs(2),
-        |t| t == "DOWN",
-    )
-    .await;
-    eprintln!(
-        "the group's row changed {:?} after the API did",
-        seen.elapsed()
-    );
+    let seen = shows_down(&browser, &daemon, up_server, "up", "web").await;
     wait_text(
         &browser,
         r#"tr[data-id="up"] .score"#,

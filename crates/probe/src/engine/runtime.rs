@@ -209,14 +209,15 @@ struct HeldRuns {
 }
 
 /// Holds `run` for the record feed; the runs to hand over, once they are [`RUNS_PER_BATCH`]
-/// or the first is [`RUNS_HELD_FOR`] old (or the target moved: see `Target::record`). What is handed over leaves nothing held, so two
-/// handovers of one target cannot pass each other on their way to the feed: the next needs
-/// that many runs or that long again.
+/// or the first is [`RUNS_HELD_FOR`] old (or the target moved: see `Target::record`). Room
+/// for `expected` runs is made when a batch starts, the only time it is asked. What is handed
+/// over leaves nothing held, so two handovers of one target cannot pass each other on their
+/// way to the feed: the next needs that many runs or that long again.
 fn hold(
     held: &mut Option<Box<HeldRuns>>,
     run: Run,
     now: Instant,
-    expected: usize,
+    expected: impl FnOnce() -> usize,
 ) -> Option<Vec<Run>> {
     let held = held.get_or_insert_with(|| {
         Box::new(HeldRuns {
@@ -225,7 +226,7 @@ fn hold(
         })
     });
     if held.runs.is_empty() {
-        held.runs.reserve_exact(expected);
+        held.runs.reserve_exact(expected());
         held.since = now;
     }
     held.runs.push(run);
@@ -637,7 +638,7 @@ impl Target {
                     quality: Quality::from(&result.verdict),
                     latency,
                 };
-                let held = hold(&mut status.held, run, now, self.runs_per_batch());
+                let held = hold(&mut status.held, run, now, || self.runs_per_batch());
                 // With a transition, the runs that led to it: the history's hours then agree
                 // with its transitions at once (and a steady target's batches stay long).
                 held.or_else(|| {
