@@ -731,17 +731,16 @@ impl History {
         now: i64,
     ) -> bool {
         let min_score = self.inner.config.min_score;
-        let groups: Vec<(TargetId, Option<f64>, bool)> = engine.with_graph(|g| {
-            g.export()
-                .nodes
-                .into_iter()
-                .filter(|n| n.kind == probe::graph::NodeKind::Group)
-                .map(|n| (n.id, n.score, n.dependency_down))
-                .collect()
-        });
+        let groups = engine.with_graph(probe::graph::Graph::groups);
         let mut rows = Vec::new();
         let mut present = std::collections::HashSet::with_capacity(groups.len());
-        for (id, score, dependency_down) in groups {
+        for probe::graph::NodeStatus {
+            id,
+            score,
+            dependency_down,
+            ..
+        } in groups
+        {
             let (state, cause) = match score {
                 None => (HealthState::Probing, "unknown"),
                 Some(_) if dependency_down => (HealthState::Down, "dependency_down"),

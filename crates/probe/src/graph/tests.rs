@@ -590,6 +590,7 @@ fn export_and_dot() {
             state: None,
         }
     );
+    assert_eq!(g.groups(), [export.nodes[2].clone()]);
     assert_eq!(
         export.edges,
         [
