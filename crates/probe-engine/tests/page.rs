@@ -347,6 +347,7 @@ async fn a_ui_token_closes_every_page_route() {
         "/",
         "/status",
         "/status/explain/up",
+        "/status/incidents",
         "/status/assets/page.css",
         "/status/assets/page.js",
         "/status/events",
@@ -684,11 +685,15 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         up,
         &format!("  - id: flip\n    tcp: {{address: \"{flip}\"}}\n"),
     );
-    let daemon = Daemon::start(dir.path());
+    // With a history: the incidents come from it.
+    let state = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start_with(dir.path(), &["--state-dir", state.path().to_str().unwrap()]);
     daemon
         .wait_states(&[("up", "UP"), ("down", "DOWN"), ("flip", "UP")])
         .await;
     browser.goto(&daemon.url("/status")).await.unwrap();
+    let incidents = browser.text("#incidents").await.unwrap();
+    assert!(!incidents.contains("flip"), "{incidents}");
     assert_eq!(
         browser.text(r#"tr[data-id="up"] .state"#).await.unwrap(),
         "UP"
@@ -725,6 +730,11 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         .await
         .unwrap();
     assert_eq!(mark, true, "the page was not reloaded");
+    // Once the history has written the transition, the incidents name it too.
+    wait_text(&browser, "#incidents", Instant::now() + WAIT, |t| {
+        t.contains("DOWN flip from")
+    })
+    .await;
 
     // A group has no transitions of its own: its row follows its dependencies' scores. `up` is
     // `web`'s critical dependency; once it is DOWN, so is `web`, and `up`'s score falls.
@@ -762,6 +772,19 @@ async fn in_a_browser_a_row_follows_its_target_live() {
     // The overview counts targets: a group's change leaves it be.
     assert_eq!(browser.text("#count-DOWN").await.unwrap(), "3");
     assert_eq!(browser.text("#count-UP").await.unwrap(), "0");
+    // `up` is the root cause of the group's fall: one incident, the group among what it
+    // impacted.
+    let incidents = wait_text(&browser, "#incidents", Instant::now() + WAIT, |t| {
+        t.contains("DOWN up from") && t.contains("impacted web")
+    })
+    .await;
+    assert!(incidents.contains("DOWN flip from"), "{incidents}");
+    let mark = browser
+        .client()
+        .execute("return window.notReloaded === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(mark, true, "the page was not reloaded");
     browser
         .screenshot(screenshot_path("row_follows_its_target_live"))
         .await

@@ -12,8 +12,8 @@ use axum::response::sse::{self, KeepAlive, Sse};
 use futures_util::Stream;
 use probe::engine::Event;
 use serde_json::json;
-use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 
 use super::auth::Readable;
 use super::shared::ApiState;
@@ -24,21 +24,32 @@ pub(super) async fn events(
     State(state): State<Arc<ApiState>>,
     _: Readable,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>>> {
-    stream(&state, None)
+    stream(&state, PageFeeds::default())
+}
+
+/// What the status page's stream has besides the engine's state changes.
+#[derive(Default)]
+pub(super) struct PageFeeds {
+    /// The rows' other changes, each look's as one `nodes` event.
+    pub(super) rows: Option<broadcast::Receiver<Arc<str>>>,
+    /// The transitions written to the history: an `incidents` event (with how many so far)
+    /// once newer ones can be read.
+    pub(super) written: Option<watch::Receiver<u64>>,
 }
 
 /// The engine's state changes as an SSE stream, until the daemon stops: `/v1/events`' answer,
-/// and the status page's (`/status/events`), which also has the rows' other changes (`rows`:
-/// each look's as one `nodes` event) and differs in who may read it.
+/// and the status page's (`/status/events`), which also has its [`PageFeeds`] and differs in
+/// who may read it.
 pub(super) fn stream(
     state: &ApiState,
-    rows: Option<broadcast::Receiver<Arc<str>>>,
+    page: PageFeeds,
 ) -> Sse<impl Stream<Item = Result<sse::Event, Infallible>> + use<>> {
     let receiver = state.engine.subscribe();
     let shutdown = state.shutdown.clone();
+    let PageFeeds { rows, written } = page;
     let stream = futures_util::stream::unfold(
-        (receiver, rows, shutdown),
-        |(mut receiver, mut rows, shutdown)| async move {
+        (receiver, rows, written, shutdown),
+        |(mut receiver, mut rows, mut written, shutdown)| async move {
             let event = tokio::select! {
                 () = shutdown.cancelled() => return None,
                 next = receiver.recv() => match next {
@@ -56,8 +67,14 @@ pub(super) fn stream(
                     Err(RecvError::Lagged(missed)) => lagged(missed),
                     Err(RecvError::Closed) => return None,
                 },
+                // A history that stopped writing (its sender gone) just sends no more.
+                Some(count) = async {
+                    let written = written.as_mut()?;
+                    written.changed().await.ok()?;
+                    Some(*written.borrow_and_update())
+                } => sse::Event::default().event("incidents").data(count.to_string()),
             };
-            Some((Ok(event), (receiver, rows, shutdown)))
+            Some((Ok(event), (receiver, rows, written, shutdown)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())

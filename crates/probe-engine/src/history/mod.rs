@@ -216,6 +216,8 @@ struct Inner {
     written: tokio::sync::watch::Sender<bool>,
     /// Writes that succeeded: what waits for rows to be in the database watches it.
     flushed: tokio::sync::watch::Sender<u64>,
+    /// Transitions written so far (see [`History::transitions_written`]).
+    transitions_written: tokio::sync::watch::Sender<u64>,
 }
 
 /// What waits for the writer.
@@ -303,6 +305,7 @@ impl History {
                 started_ms: now_ms(),
                 written: tokio::sync::watch::Sender::new(false),
                 flushed: tokio::sync::watch::Sender::new(0),
+                transitions_written: tokio::sync::watch::Sender::new(0),
             }),
         };
         let feed = engine.record_feed(FEED);
@@ -496,6 +499,13 @@ impl History {
             .await?)
     }
 
+    /// How many transitions have been written so far: it moves once they are in the database,
+    /// at most once a second, so that what shows them (the status page's incidents) reads them
+    /// again then, and not before they can be read.
+    pub fn transitions_written(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.transitions_written.subscribe()
+    }
+
     fn count_dropped(&self, dropped: u64) {
         if dropped > 0 {
             metrics::counter!("probe_history_dropped_total", "reason" => "queue_full")
@@ -606,9 +616,7 @@ impl History {
             let ids: Vec<TargetId> = tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = every.tick() => engine.with_graph(|g| {
-                    g.export()
-                        .nodes
-                        .into_iter()
+                    g.nodes()
                         .filter(|n| n.kind == probe::graph::NodeKind::Probed)
                         .map(|n| n.id)
                         .collect()
@@ -731,7 +739,7 @@ impl History {
         now: i64,
     ) -> bool {
         let min_score = self.inner.config.min_score;
-        let groups = engine.with_graph(probe::graph::Graph::groups);
+        let groups: Vec<_> = engine.with_graph(|g| g.groups().collect());
         let mut rows = Vec::new();
         let mut present = std::collections::HashSet::with_capacity(groups.len());
         for probe::graph::NodeStatus {
@@ -884,6 +892,12 @@ impl History {
         match store.write(&batch, now_ms()).await {
             Ok(()) => {
                 self.inner.flushed.send_modify(|f| *f += 1);
+                if !batch.transitions.is_empty() {
+                    let written = batch.transitions.len() as u64;
+                    self.inner
+                        .transitions_written
+                        .send_modify(|n| *n += written);
+                }
                 let mut status = self.inner.status.lock();
                 if status.state == "failing" {
                     tracing::info!("history writes succeed again");

@@ -111,13 +111,18 @@ impl Graph {
         })
     }
 
-    /// The group nodes' statuses, in no order: what a watcher of groups reads every second,
-    /// without copying (and sorting) every probed node as [`Graph::export`] does.
-    pub fn groups(&self) -> Vec<NodeStatus> {
+    /// Every node's status, in no order and without the edges: what a watcher that looks every
+    /// second copies out, cheaper than a sorted [`Graph::export`] while the engine's lock is
+    /// held for it.
+    pub fn nodes(&self) -> impl Iterator<Item = NodeStatus> + '_ {
+        (0..self.topo.len()).map(|i| self.node_status(i))
+    }
+
+    /// The group nodes' statuses, in no order, without copying the probed nodes'.
+    pub fn groups(&self) -> impl Iterator<Item = NodeStatus> + '_ {
         (0..self.topo.len())
             .filter(|&i| self.topo.kinds[i] == NodeKind::Group)
             .map(|i| self.node_status(i))
-            .collect()
     }
 
     /// Every node and edge, sorted for a stable API output.

@@ -590,7 +590,10 @@ fn export_and_dot() {
             state: None,
         }
     );
-    assert_eq!(g.groups(), [export.nodes[2].clone()]);
+    assert_eq!(g.groups().collect::<Vec<_>>(), [export.nodes[2].clone()]);
+    let mut nodes: Vec<NodeStatus> = g.nodes().collect();
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(nodes, export.nodes);
     assert_eq!(
         export.edges,
         [

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use probe::engine::Engine;
-use probe::graph::NodeKind;
+use probe::graph::{NodeKind, NodeStatus};
 use probe::target::TargetId;
 use probe::verdict::HealthState;
 use serde_json::json;
@@ -71,25 +71,24 @@ async fn look(engine: Engine, sender: broadcast::Sender<Arc<str>>, cancel: Cance
         if sender.receiver_count() == 0 {
             continue;
         }
-        let now: HashMap<TargetId, Shown> = engine.with_graph(|g| {
-            g.export()
-                .nodes
-                .into_iter()
-                .map(|n| {
-                    let state = (n.kind == NodeKind::Group).then(|| node_state(&n));
-                    let score = score(n.score);
-                    let label = draw::label(&n);
-                    (
-                        n.id,
-                        Shown {
-                            state,
-                            score,
-                            label,
-                        },
-                    )
-                })
-                .collect()
-        });
+        // Copied out under the engine's lock; the labels are made after it is let go.
+        let nodes: Vec<NodeStatus> = engine.with_graph(|g| g.nodes().collect());
+        let now: HashMap<TargetId, Shown> = nodes
+            .into_iter()
+            .map(|n| {
+                let state = (n.kind == NodeKind::Group).then(|| node_state(&n));
+                let score = score(n.score);
+                let label = draw::label(&n);
+                (
+                    n.id,
+                    Shown {
+                        state,
+                        score,
+                        label,
+                    },
+                )
+            })
+            .collect();
         if let Some(before) = &shown
             && let Some(changes) = changes(before, &now)
         {

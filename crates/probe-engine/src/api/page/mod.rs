@@ -4,14 +4,15 @@
 //! |---|---|
 //! | `GET /`, `GET /status` | the page: the overview, recent incidents, the groups and targets (filtered by `?state`, `?group`, `?q`, 100 a `?page`), the dependency graph |
 //! | `GET /status/explain/{id}` | why a node scores what it does, as an HTML fragment for the page's side panel |
-//! | `GET /status/events` | the state changes, as `GET /v1/events` streams them, and the rows' and the graph's other changes (groups' states, scores, node labels: [`live`]), for the page's live updates |
+//! | `GET /status/incidents` | the recent incidents alone, as an HTML fragment for the page to put in place of its own |
+//! | `GET /status/events` | the state changes, as `GET /v1/events` streams them, the rows' and the graph's other changes (groups' states, scores, node labels: [`live`]), and an `incidents` event once the history has written newer transitions, for the page's live updates |
 //! | `GET /status/assets/page.css`, `GET /status/assets/page.js` | its stylesheet and script, embedded in the binary |
 //!
 //! Not mounted with `--ui false`. The page is rendered on the server from the same snapshot the
 //! JSON API answers from (never a probe on request), so it is complete with JavaScript off: the
 //! filter is a GET form and paging is links. The script only adds to it: live updates of the
-//! rows' states and scores and the overview's counts from the event stream, and the explanation of a
-//! node of the graph clicked. Nothing is fetched from elsewhere (no CDN, no web font), which
+//! rows' states and scores, the overview's counts and the incidents from the event stream, and
+//! the explanation of a node of the graph clicked. Nothing is fetched from elsewhere (no CDN, no web font), which
 //! the Content-Security-Policy every answer carries enforces: `'self'` only, not even inline
 //! scripts or styles.
 //!
@@ -71,6 +72,7 @@ pub(super) fn routes(ui: bool) -> Router<Arc<ApiState>> {
         .route("/", get(page))
         .route("/status", get(page))
         .route("/status/explain/{id}", get(explain))
+        .route("/status/incidents", get(recent_incidents))
         .route("/status/events", get(events))
         .route("/status/assets/page.css", get(stylesheet))
         .route("/status/assets/page.js", get(script))
@@ -154,10 +156,50 @@ async fn explain(
     ))
 }
 
-/// `GET /status/events`: the engine's state changes, as `/v1/events` streams them.
+/// `GET /status/incidents`: the incidents section, from the graph as it is and the history's
+/// transitions of the last day, as the page shows it.
+async fn recent_incidents(
+    State(state): State<Arc<ApiState>>,
+    viewer: Viewer,
+) -> Result<(Viewer, Response), ApiError> {
+    let Some(history) = &state.history else {
+        return Ok((viewer, html_answer(render::incidents_section(None))));
+    };
+    let since = crate::history::now_ms() - model::INCIDENTS_MS;
+    let recent = tokio::time::timeout(
+        HISTORY_TIMEOUT,
+        history.recent(since, model::INCIDENT_TRANSITIONS),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the history did not answer within {}",
+                humantime::format_duration(HISTORY_TIMEOUT)
+            ),
+        )
+    })?
+    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let response = blocking("rendering the incidents", move || {
+        let export = state.engine.with_graph(probe::graph::Graph::export);
+        html_answer(render::incidents_section(Some((&recent, &export))))
+    })
+    .await;
+    Ok((viewer, response))
+}
+
+/// `GET /status/events`: the engine's state changes, as `/v1/events` streams them, and the
+/// page's own events.
 async fn events(State(state): State<Arc<ApiState>>, viewer: Viewer) -> (Viewer, Response) {
-    let rows = state.page_rows.as_ref().map(Rows::subscribe);
-    (viewer, super::events::stream(&state, rows).into_response())
+    let feeds = super::events::PageFeeds {
+        rows: state.page_rows.as_ref().map(Rows::subscribe),
+        written: state
+            .history
+            .as_ref()
+            .map(crate::history::History::transitions_written),
+    };
+    (viewer, super::events::stream(&state, feeds).into_response())
 }
 
 /// `GET /status/assets/page.css`: the stylesheet, headed by the state colours the SVG

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use probe::graph::{Causes, Explanation};
+use probe::graph::{Causes, Explanation, Export};
 use probe::target::TargetId;
 use probe::verdict::HealthState;
 
@@ -17,6 +17,7 @@ use super::model::{
     Drawing, Filter, INCIDENT_TRANSITIONS, INCIDENTS_MS, Recorded, Row, SHOWN, Selection, Snapshot,
     UPTIME_WINDOWS, node_state,
 };
+use crate::history::TransitionRow;
 use crate::history::rollup::DAY_MS;
 
 /// The most incidents listed, newest first.
@@ -72,7 +73,11 @@ pub(super) fn page(
         }
         Recorded::Kept(_) => {}
     }
-    recent_incidents(&mut out, snapshot, recorded);
+    let recent = match recorded {
+        Recorded::Kept(record) => Some((record.recent.as_slice(), &snapshot.export)),
+        Recorded::Off | Recorded::Failed(_) => None,
+    };
+    recent_incidents(&mut out, recent);
     table(&mut out, selection, filter, recorded);
     graph(&mut out, &selection.drawing);
     // The side panel the script fills with an explanation.
@@ -110,15 +115,25 @@ fn overview(out: &mut String, snapshot: &Snapshot, selection: &Selection) {
     );
 }
 
-fn recent_incidents(out: &mut String, snapshot: &Snapshot, recorded: &Recorded) {
+/// The incidents section alone: what the page's script puts in place of the one it shows
+/// once the history has written newer transitions (`GET /status/incidents`).
+pub(super) fn incidents_section(recent: Option<(&[TransitionRow], &Export)>) -> String {
+    let mut out = String::new();
+    recent_incidents(&mut out, recent);
+    out
+}
+
+/// The incidents grouped over the graph's edges from the history's transitions of the last
+/// [`INCIDENTS_MS`] (`None` without a history to read them from).
+fn recent_incidents(out: &mut String, recent: Option<(&[TransitionRow], &Export)>) {
     out.push_str(
-        "<section aria-labelledby=\"incidents-h\"><h2 id=\"incidents-h\">Incidents, last 24 hours</h2>",
+        "<section id=\"incidents\" aria-labelledby=\"incidents-h\"><h2 id=\"incidents-h\">Incidents, last 24 hours</h2>",
     );
-    let Recorded::Kept(record) = recorded else {
+    let Some((recent, export)) = recent else {
         out.push_str("<p class=\"none\">Incidents come from the history.</p></section>");
         return;
     };
-    let found = incidents(&record.recent, &snapshot.export);
+    let found = incidents(recent, export);
     if found.is_empty() {
         out.push_str("<p class=\"none\">No incidents.</p></section>");
         return;
@@ -135,11 +150,11 @@ fn recent_incidents(out: &mut String, snapshot: &Snapshot, recorded: &Recorded) 
             found.len() - MAX_INCIDENTS
         );
     }
-    if record.recent.len() >= usize::try_from(INCIDENT_TRANSITIONS).unwrap_or(usize::MAX) {
+    if recent.len() >= usize::try_from(INCIDENT_TRANSITIONS).unwrap_or(usize::MAX) {
         let _ = write!(
             out,
             "<p class=\"none\">Grouped from the latest {} transitions of the last {} hours only.</p>",
-            record.recent.len(),
+            recent.len(),
             INCIDENTS_MS / 3_600_000
         );
     }

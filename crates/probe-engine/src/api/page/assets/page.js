@@ -2,11 +2,14 @@
 // - Live updates: each `transition` of /status/events sets its row's state (words, colour,
 //   data-state) and moves the overview's counts, without a reload; each `nodes` event sets
 //   the scores that moved, the states of groups (which have no transitions), and the words
-//   and colour of the graph's nodes.
+//   and colour of the graph's nodes; each `incidents` event (the history has written newer
+//   transitions) puts /status/incidents in place of the incidents section, one fetch at a
+//   time.
 // - Explanations: selecting a node of the graph (or a row's name) shows why it scores what it
 //   does in the side panel, from /status/explain/{id}.
 // Same origin only (the page's Content-Security-Policy allows nothing else); every value from
-// an event is set as text, never as markup. The panel's markup is the server's, escaped there.
+// an event is set as text, never as markup. The panel's and the incidents' markup is the
+// server's, escaped there.
 'use strict';
 
 (() => {
@@ -57,11 +60,37 @@
     }
   };
 
+  // One fetch at a time; an event during one asks for one more after it.
+  let fetching = false;
+  let again = false;
+  const onIncidents = async () => {
+    if (fetching) {
+      again = true;
+      return;
+    }
+    fetching = true;
+    try {
+      do {
+        again = false;
+        const answer = await fetch('/status/incidents');
+        if (!answer.ok) break;
+        const html = await answer.text();
+        const shown = document.getElementById('incidents');
+        if (shown) shown.outerHTML = html;
+      } while (again);
+    } catch (e) {
+      // The next event tries again.
+    } finally {
+      fetching = false;
+    }
+  };
+
   const source = new EventSource('/status/events');
   source.addEventListener('open', () => { live.textContent = '· live'; });
   source.addEventListener('error', () => { live.textContent = '· reconnecting'; });
   source.addEventListener('transition', onTransition);
   source.addEventListener('nodes', onNodes);
+  source.addEventListener('incidents', onIncidents);
   source.addEventListener('lagged', () => {
     live.textContent = '· missed updates: reload for the latest';
   });
