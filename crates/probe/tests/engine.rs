@@ -265,8 +265,8 @@ fn waiting(feed: &mut mpsc::Receiver<Record>) -> Vec<usize> {
         .map(|record| match record {
             Record::Runs(batch) => {
                 assert_eq!(batch.target, id("db"));
-                assert!(batch.runs.is_sorted_by_key(|r| r.at), "oldest first");
-                batch.runs.len()
+                assert!(batch.iter().is_sorted_by_key(|r| r.at), "oldest first");
+                batch.iter().len()
             }
             Record::Transition(_) => 0,
         })

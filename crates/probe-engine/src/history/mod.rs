@@ -695,7 +695,7 @@ impl History {
             for record in records.drain(..) {
                 match record {
                     Record::Runs(batch) => {
-                        let runs = batch.runs.iter().map(|r| (ms(r.at), r.quality, r.latency));
+                        let runs = batch.iter().map(|r| (ms(r.at), r.quality, r.latency));
                         finished.extend(rollups.runs(&batch.target, runs));
                     }
                     // In a shared database, a verdict adopted from its owner is the owner's to

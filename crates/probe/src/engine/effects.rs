@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
-use super::view::{Event, Readiness, Record, Run, Runs, Vote};
+use super::view::{Event, HeldRuns, Readiness, Record, Runs, Vote};
 use crate::graph::{Graph, GraphConfig, NodeSpec, ReadinessPolicy};
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
@@ -372,13 +372,8 @@ impl Hub {
     }
 
     /// A target's runs, for the history feed.
-    pub fn feed_runs(&self, target: &TargetId, runs: Vec<Run>) {
-        self.feed(|| {
-            Record::Runs(Runs {
-                target: target.clone(),
-                runs,
-            })
-        });
+    pub fn feed_runs(&self, target: &TargetId, runs: HeldRuns) {
+        self.feed(|| Record::Runs(Runs::new(target.clone(), runs)));
     }
 
     /// A stream of this member's votes from now on.

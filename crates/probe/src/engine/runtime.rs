@@ -19,7 +19,7 @@ use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
 use super::resources::Resources;
 use super::view::{
-    MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH, Run, TargetStatus,
+    HeldRuns, MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH, Run, TargetStatus,
 };
 use crate::cluster::MemberId;
 use crate::outcome::{
@@ -198,12 +198,12 @@ struct Status {
     /// engine outside a cluster does not need.
     placed: Option<Box<Placed>>,
     /// The runs it holds for the record feed; `None` until there is a feed.
-    held: Option<Box<HeldRuns>>,
+    held: Option<Box<Held>>,
 }
 
 /// A target's runs not yet handed to the record feed (see [`Runs`](super::view::Runs)).
-struct HeldRuns {
-    runs: Vec<Run>,
+struct Held {
+    runs: HeldRuns,
     /// When the first of them was held.
     since: Instant,
 }
@@ -214,14 +214,14 @@ struct HeldRuns {
 /// over leaves nothing held, so two handovers of one target cannot pass each other on their
 /// way to the feed: the next needs that many runs or that long again.
 fn hold(
-    held: &mut Option<Box<HeldRuns>>,
-    run: Run,
+    held: &mut Option<Box<Held>>,
+    run: &Run,
     now: Instant,
     expected: impl FnOnce() -> usize,
-) -> Option<Vec<Run>> {
+) -> Option<HeldRuns> {
     let held = held.get_or_insert_with(|| {
-        Box::new(HeldRuns {
-            runs: Vec::new(),
+        Box::new(Held {
+            runs: HeldRuns::default(),
             since: now,
         })
     });
@@ -229,13 +229,13 @@ fn hold(
         held.runs.reserve_exact(expected());
         held.since = now;
     }
-    held.runs.push(run);
+    held.runs.push(run.at, run.quality, run.latency);
     (held.runs.len() >= RUNS_PER_BATCH || now.duration_since(held.since) >= RUNS_HELD_FOR)
         .then(|| std::mem::take(&mut held.runs))
 }
 
 /// The runs held, taken (none when there are none).
-fn take_held(held: &mut Option<Box<HeldRuns>>) -> Option<Vec<Run>> {
+fn take_held(held: &mut Option<Box<Held>>) -> Option<HeldRuns> {
     held.as_mut()
         .filter(|h| !h.runs.is_empty())
         .map(|h| std::mem::take(&mut h.runs))
@@ -408,7 +408,7 @@ impl Target {
     }
 
     /// Hands `runs` to the record feed; called without the status lock.
-    fn hand_over(&self, runs: Option<Vec<Run>>) {
+    fn hand_over(&self, runs: Option<HeldRuns>) {
         if let Some(runs) = runs {
             self.ctx.hub.feed_runs(&self.seat.id, runs);
         }
@@ -638,7 +638,7 @@ impl Target {
                     quality: Quality::from(&result.verdict),
                     latency,
                 };
-                let held = hold(&mut status.held, run, now, || self.runs_per_batch());
+                let held = hold(&mut status.held, &run, now, || self.runs_per_batch());
                 // With a transition, the runs that led to it: the history's hours then agree
                 // with its transitions at once (and a steady target's batches stay long).
                 held.or_else(|| {
