@@ -189,7 +189,7 @@ pub struct Opened {
 /// Rows per statement of a multi-row insert: well under both backends' parameter limits, and
 /// small, since binding is quadratic in a statement's parameters with SQLite (the driver looks
 /// each `$n` up by name, through a list of them all): 100 rows cost a fifth of 500 per row
-/// bound (the 10k day rows of a minute's snapshot took 0.4% of the daemon's CPU at 500 rows),
+/// bound (the 10k day rows of a snapshot took 0.4% of the daemon's CPU at 500 rows),
 /// for a handful more statements.
 const ROWS_PER_STATEMENT: usize = 100;
 
