@@ -672,6 +672,16 @@ async fn wait_text(
     }
 }
 
+/// Fails unless the mark the live test set in the page is still there: a reload wipes it.
+async fn assert_not_reloaded(browser: &Browser) {
+    let mark = browser
+        .client()
+        .execute("return window.notReloaded === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(mark, true, "the page was not reloaded");
+}
+
 #[tokio::test]
 async fn in_a_browser_a_row_follows_its_target_live() {
     let Some(browser) = browser(true).await else {
@@ -724,12 +734,7 @@ async fn in_a_browser_a_row_follows_its_target_live() {
     assert_eq!(row_state, "DOWN");
     assert_eq!(browser.text("#count-DOWN").await.unwrap(), "2");
     assert_eq!(browser.text("#count-UP").await.unwrap(), "1");
-    let mark = browser
-        .client()
-        .execute("return window.notReloaded === true;", vec![])
-        .await
-        .unwrap();
-    assert_eq!(mark, true, "the page was not reloaded");
+    assert_not_reloaded(&browser).await;
     // Once the history has written the transition, the incidents name it too.
     wait_text(&browser, "#incidents", Instant::now() + WAIT, |t| {
         t.contains("DOWN flip from")
@@ -779,12 +784,7 @@ async fn in_a_browser_a_row_follows_its_target_live() {
     })
     .await;
     assert!(incidents.contains("DOWN flip from"), "{incidents}");
-    let mark = browser
-        .client()
-        .execute("return window.notReloaded === true;", vec![])
-        .await
-        .unwrap();
-    assert_eq!(mark, true, "the page was not reloaded");
+    assert_not_reloaded(&browser).await;
     browser
         .screenshot(screenshot_path("row_follows_its_target_live"))
         .await

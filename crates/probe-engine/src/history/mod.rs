@@ -11,9 +11,9 @@
 //! - the *writer* writes the queue once a second, in one transaction (`store`). A failed write
 //!   keeps its rows for the next second, counted and shown in [`HistoryStatus`] (so in
 //!   `/v1/topology` and `/health`); past [`PENDING_LIMIT`] rows the oldest go, counted. Every
-//!   [`SNAPSHOT_EVERY`] it also writes each target's day so far, so that a crash loses five
-//!   minutes of run counts and latencies at most (never a transition: those are written
-//!   within the second), and every hour it applies retention and the size cap.
+//!   5 minutes it also writes each target's day so far, so that a crash loses five minutes of
+//!   run counts and latencies at most (never a transition: those are written within the
+//!   second), and every hour it applies retention and the size cap.
 //!
 //! Groups have no runs: the counter samples their health every second (not DOWN, no critical
 //! dependency down, a score of at least the readiness `min_score`) and records a transition
