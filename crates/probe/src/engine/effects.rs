@@ -373,7 +373,12 @@ impl Hub {
 
     /// A target's runs, for the history feed.
     pub fn feed_runs(&self, target: &TargetId, runs: HeldRuns) {
-        self.feed(|| Record::Runs(Runs::new(target.clone(), runs)));
+        self.feed(|| {
+            Record::Runs(Runs {
+                target: target.clone(),
+                runs,
+            })
+        });
     }
 
     /// A stream of this member's votes from now on.

@@ -229,7 +229,7 @@ fn hold(
         held.runs.reserve_exact(expected());
         held.since = now;
     }
-    held.runs.push(run.at, run.quality, run.latency);
+    held.runs.push(run);
     (held.runs.len() >= RUNS_PER_BATCH || now.duration_since(held.since) >= RUNS_HELD_FOR)
         .then(|| std::mem::take(&mut held.runs))
 }

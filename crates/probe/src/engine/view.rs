@@ -174,26 +174,16 @@ pub enum Record {
 pub struct Runs {
     /// The target probed.
     pub target: TargetId,
-    /// When the first run ended, in whole milliseconds since the Unix epoch.
-    first_ms: u64,
-    /// Oldest first; never empty.
-    runs: Vec<PackedRun>,
+    /// Never empty: as the target held them.
+    pub(crate) runs: HeldRuns,
 }
 
 impl Runs {
-    pub(crate) fn new(target: TargetId, held: HeldRuns) -> Self {
-        Self {
-            target,
-            first_ms: held.first_ms,
-            runs: held.runs,
-        }
-    }
-
     /// The runs, oldest first; never none.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Run> + '_ {
-        self.runs.iter().map(|r| Run {
-            at: SystemTime::UNIX_EPOCH
-                + Duration::from_millis(self.first_ms + u64::from(r.after_ms)),
+        let &HeldRuns { first_ms, ref runs } = &self.runs;
+        runs.iter().map(move |r| Run {
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(first_ms + u64::from(r.after_ms)),
             quality: r.quality,
             latency: Duration::from_micros(u64::from(r.latency_us)),
         })
@@ -212,10 +202,12 @@ struct PackedRun {
     quality: Quality,
 }
 
-/// The runs a target holds for the record feed, packed as a [`Runs`] keeps them.
-#[derive(Debug, Default)]
+/// The runs a target holds for the record feed, packed, and then the [`Runs`] it hands over.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct HeldRuns {
+    /// When the first run ended, in whole milliseconds since the Unix epoch.
     first_ms: u64,
+    /// Oldest first.
     runs: Vec<PackedRun>,
 }
 
@@ -233,18 +225,18 @@ impl HeldRuns {
         self.runs.reserve_exact(runs);
     }
 
-    /// Adds a run that ended at `at`, no earlier than those held (a clock set back counts it
-    /// as ending with the first).
-    pub(crate) fn push(&mut self, at: SystemTime, quality: Quality, latency: Duration) {
-        let at_ms = crate::outcome::unix_ms(at);
+    /// Adds `run`, which ended no earlier than those held (a clock set back counts it as
+    /// ending with the first).
+    pub(crate) fn push(&mut self, run: &Run) {
+        let at_ms = crate::outcome::unix_ms(run.at);
         if self.runs.is_empty() {
             self.first_ms = at_ms;
         }
         let saturate = |n: u128| u32::try_from(n).unwrap_or(u32::MAX);
         self.runs.push(PackedRun {
             after_ms: saturate(u128::from(at_ms.saturating_sub(self.first_ms))),
-            latency_us: saturate(latency.as_micros()),
-            quality,
+            latency_us: saturate(run.latency.as_micros()),
+            quality: run.quality,
         });
     }
 }
@@ -323,20 +315,30 @@ mod tests {
     fn packed_runs_come_back_to_the_millisecond_and_the_microsecond() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_767_225_600_123_456_789);
         let mut held = HeldRuns::default();
-        held.push(t0, Quality::Good, Duration::from_nanos(1_234_567));
-        held.push(
+        let mut push = |at, quality, latency| {
+            held.push(&Run {
+                at,
+                quality,
+                latency,
+            });
+        };
+        push(t0, Quality::Good, Duration::from_nanos(1_234_567));
+        push(
             t0 + Duration::from_millis(1_000),
             Quality::Degraded,
             Duration::from_secs(5),
         );
         // A clock set back: counted as ending with the first.
-        held.push(
+        push(
             t0 - Duration::from_secs(3),
             Quality::Failed,
             Duration::from_secs(3 * 3600),
         );
         assert_eq!(held.len(), 3);
-        let runs = Runs::new(TargetId::new("db").unwrap(), held);
+        let runs = Runs {
+            target: TargetId::new("db").unwrap(),
+            runs: held,
+        };
         let ms = |n: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(n);
         let got: Vec<Run> = runs.iter().collect();
         assert_eq!(

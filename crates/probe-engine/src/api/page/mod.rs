@@ -127,18 +127,25 @@ fn render_page(state: &ApiState, filter: &Filter) -> Result<String, ApiError> {
         Some(history) => {
             let ids: Vec<&str> = selection.rows.iter().map(|r| r.id.as_str()).collect();
             tokio::runtime::Handle::current().block_on(async {
-                tokio::time::timeout(HISTORY_TIMEOUT, model::Recorded::look_up(history, &ids))
+                in_time(model::Recorded::look_up(history, &ids))
                     .await
-                    .unwrap_or_else(|_| {
-                        model::Recorded::Failed(format!(
-                            "the history did not answer within {}",
-                            humantime::format_duration(HISTORY_TIMEOUT)
-                        ))
-                    })
+                    .unwrap_or_else(model::Recorded::Failed)
             })
         }
     };
     Ok(render::page(&snapshot, &selection, filter, &history))
+}
+
+/// `read` of the history, or why not if it takes longer than [`HISTORY_TIMEOUT`].
+async fn in_time<T>(read: impl Future<Output = T>) -> Result<T, String> {
+    tokio::time::timeout(HISTORY_TIMEOUT, read)
+        .await
+        .map_err(|_| {
+            format!(
+                "the history did not answer within {}",
+                humantime::format_duration(HISTORY_TIMEOUT)
+            )
+        })
 }
 
 /// `GET /status/explain/{id}`: the side panel's explanation of a node, from the same graph read
@@ -165,22 +172,10 @@ async fn recent_incidents(
     let Some(history) = &state.history else {
         return Ok((viewer, html_answer(render::incidents_section(None))));
     };
-    let since = crate::history::now_ms() - model::INCIDENTS_MS;
-    let recent = tokio::time::timeout(
-        HISTORY_TIMEOUT,
-        history.recent(since, model::INCIDENT_TRANSITIONS),
-    )
-    .await
-    .map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the history did not answer within {}",
-                humantime::format_duration(HISTORY_TIMEOUT)
-            ),
-        )
-    })?
-    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let recent = in_time(model::recent_transitions(history, crate::history::now_ms()))
+        .await
+        .and_then(|read| read.map_err(|e| e.to_string()))
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?;
     let response = blocking("rendering the incidents", move || {
         let export = state.engine.with_graph(probe::graph::Graph::export);
         html_answer(render::incidents_section(Some((&recent, &export))))

@@ -479,6 +479,17 @@ pub(super) struct Record {
     pub(super) now_ms: i64,
 }
 
+/// The transitions the incidents are grouped from: every target's and group's over the last
+/// [`INCIDENTS_MS`] before `now`, newest first, at most [`INCIDENT_TRANSITIONS`].
+pub(super) async fn recent_transitions(
+    history: &History,
+    now: i64,
+) -> Result<Vec<TransitionRow>, HistoryError> {
+    history
+        .recent(now - INCIDENTS_MS, INCIDENT_TRANSITIONS)
+        .await
+}
+
 impl Recorded {
     /// Looks up `ids`: one call per uptime window, one for the days, one for the transitions,
     /// all at once.
@@ -493,7 +504,7 @@ impl Recorded {
             history.uptimes(ids, now - length, now)
         }));
         let days = history.days(ids, today - (BAR_DAYS - 1), today);
-        let recent = history.recent(now - INCIDENTS_MS, INCIDENT_TRANSITIONS);
+        let recent = recent_transitions(history, now);
         let looked: Result<_, HistoryError> =
             futures_util::future::try_join3(uptimes, days, recent).await;
         match looked {
