@@ -725,11 +725,17 @@ async fn verdicts_of_removed_targets_leave_etcd() {
         assert!(Instant::now() < deadline, "etcd still holds {now:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let logs = a.all_logs().into_iter().chain(b.all_logs());
-    assert!(
-        logs.into_iter()
-            .any(|l| l["message"] == "cluster: verdicts of removed targets deleted")
-    );
+    // Logged once the delete has returned: maybe a moment after etcd shows it.
+    let deadline = Instant::now() + WAIT;
+    while !a
+        .all_logs()
+        .into_iter()
+        .chain(b.all_logs())
+        .any(|l| l["message"] == "cluster: verdicts of removed targets deleted")
+    {
+        assert!(Instant::now() < deadline, "the deletion was not logged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
