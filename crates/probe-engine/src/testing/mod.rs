@@ -21,6 +21,9 @@
 //! status page's tests: what a browser shows of a page, with scripts on or off, its first paint
 //! and a screenshot.
 //!
+//! [`Blackbox`] is a real blackbox_exporter started from a whole `blackbox.yml`, for the tests
+//! that hold our verdicts side by side with the exporter's on the same server.
+//!
 //! [`LossModel`] is the binomial model those tests and the loss benchmark (`probe-bench loss`)
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
@@ -43,6 +46,7 @@
 //! ```
 
 mod alertmanager;
+mod blackbox;
 mod browser;
 mod model;
 mod netns;
@@ -51,6 +55,7 @@ mod postgres;
 mod skip;
 
 pub use alertmanager::{Alertmanager, AlertmanagerError};
+pub use blackbox::{Blackbox, BlackboxAnswer, BlackboxError, blackbox_or_skip};
 pub use browser::{Browser, BrowserError};
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
