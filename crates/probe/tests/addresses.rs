@@ -197,7 +197,7 @@ async fn tls_checks_every_address_against_the_name() {
     assert!(
         failure
             .detail
-            .contains("127.0.0.2: tls: certificate not valid for the name multi.test"),
+            .contains("127.0.0.2: tls: certificate for other.test, not multi.test"),
         "{}",
         failure.detail
     );

@@ -125,7 +125,11 @@ impl Blackbox {
     /// # Errors
     /// When the exporter cannot be reached.
     pub async fn get(&self, url: &str) -> Result<BlackboxAnswer, String> {
+        // Plain HTTP, but reqwest is built without a default crypto provider: hand it a TLS
+        // configuration so that it needs none.
+        let tls = probe::tier::tls::client_config(None).map_err(|e| e.to_string())?;
         let response = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| e.to_string())?

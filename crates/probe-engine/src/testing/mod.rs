@@ -24,6 +24,9 @@
 //! [`Blackbox`] is a real blackbox_exporter started from a whole `blackbox.yml`, for the tests
 //! that hold our verdicts side by side with the exporter's on the same server.
 //!
+//! [`OpensslServer`] is OpenSSL's `s_server`, a TLS server no one here wrote, presenting the
+//! certificates a test made.
+//!
 //! [`LossModel`] is the binomial model those tests and the loss benchmark (`probe-bench loss`)
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
@@ -51,6 +54,7 @@ mod browser;
 mod model;
 mod netns;
 mod nginx;
+mod openssl;
 mod postgres;
 mod skip;
 
@@ -60,6 +64,7 @@ pub use browser::{Browser, BrowserError};
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
 pub use nginx::{KeepAlive, Nginx, NginxError};
+pub use openssl::{OpensslError, OpensslServer, openssl};
 pub use postgres::{Postgres, PostgresError, postgres_or_skip};
 pub use skip::{skipped, skipped_outside_ci};
 

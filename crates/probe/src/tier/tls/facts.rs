@@ -16,9 +16,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use crate::outcome::{CertificateFacts, Failure, FailureReason, TlsFacts};
+use crate::outcome::{CertificateFacts, TlsFacts};
 
 /// A verifier that notes what each handshake showed, then lets `inner` decide.
 #[derive(Debug)]
@@ -154,41 +154,11 @@ fn read(chain: &[CertificateDer<'_>], version: Option<&'static str>) -> TlsFacts
     TlsFacts { version, chain }
 }
 
-fn unix(seconds: i64) -> SystemTime {
+pub(crate) fn unix(seconds: i64) -> SystemTime {
     let magnitude = std::time::Duration::from_secs(seconds.unsigned_abs());
     if seconds >= 0 {
         UNIX_EPOCH + magnitude
     } else {
         UNIX_EPOCH - magnitude
     }
-}
-
-/// A refused certificate in words that say which check refused it.
-pub(crate) fn certificate_failure(error: &CertificateError) -> Failure {
-    let detail = match error {
-        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-            "certificate expired".to_owned()
-        }
-        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-            "certificate not yet valid".to_owned()
-        }
-        CertificateError::NotValidForName => "certificate not valid for the name".to_owned(),
-        CertificateError::NotValidForNameContext {
-            expected,
-            presented,
-        } => format!(
-            "certificate not valid for the name {}: it names {}",
-            expected.to_str(),
-            if presented.is_empty() {
-                "nothing".to_owned()
-            } else {
-                presented.join(", ")
-            }
-        ),
-        CertificateError::UnknownIssuer => {
-            "certificate untrusted: its issuer is not a trusted CA".to_owned()
-        }
-        other => format!("certificate refused: {other}"),
-    };
-    Failure::new(FailureReason::Tls, detail)
 }

@@ -13,6 +13,7 @@
 //! tier's, so checks leave no `TIME_WAIT` entries.
 
 pub(crate) mod facts;
+pub(crate) mod refusal;
 pub(crate) mod spec;
 pub(crate) mod starttls;
 pub(crate) mod trust;
@@ -60,7 +61,7 @@ impl TlsProbe {
         let handshake = self.handshake(connector, deadline, remarks).await;
         let facts = noting.facts();
         let verdict = match handshake {
-            Err(failure) => Verdict::Failed(explained(failure, facts.as_deref())),
+            Err(failure) => Verdict::Failed(failure),
             Ok(()) => self.judge(facts.as_deref(), SystemTime::now()),
         };
         CheckResult {
@@ -121,37 +122,16 @@ impl std::fmt::Debug for TlsProbe {
     }
 }
 
-/// A failed handshake as a failure: a refused certificate says which check refused it, anything
-/// else (a reset, a protocol mismatch) is classified as I/O or `tls`.
+/// A failed handshake as a failure: a TLS error (a refused certificate, an alert) as `tls` in
+/// words ([`refusal::describe`]), anything else (a reset) classified as I/O.
 pub(crate) fn handshake_failure(err: &std::io::Error) -> Failure {
-    let rustls_error = err
+    match err
         .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
-    match rustls_error {
-        Some(rustls::Error::InvalidCertificate(cert)) => facts::certificate_failure(cert),
-        Some(other) => Failure::new(FailureReason::Tls, format_args!("TLS handshake: {other}")),
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(tls) => Failure::new(FailureReason::Tls, refusal::describe(tls)),
         None => Failure::io("TLS handshake", err),
     }
-}
-
-/// `failure` with the refused leaf's subject and dates, when the handshake showed them.
-fn explained(failure: Failure, facts: Option<&TlsFacts>) -> Failure {
-    let Some(leaf) = facts.and_then(TlsFacts::leaf) else {
-        return failure;
-    };
-    if failure.reason != FailureReason::Tls {
-        return failure;
-    }
-    Failure::new(
-        failure.reason,
-        format_args!(
-            "{} ({}, valid {} to {})",
-            failure.detail,
-            leaf.subject,
-            humantime::format_rfc3339_seconds(leaf.not_before),
-            humantime::format_rfc3339_seconds(leaf.not_after)
-        ),
-    )
 }
 
 #[async_trait::async_trait]

@@ -17,6 +17,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::facts::Noting;
+use super::refusal;
 use crate::outcome::{Failure, FailureReason};
 
 /// Extra trusted CA certificates, parsed from PEM.
@@ -220,10 +221,78 @@ fn build_verifier(trust: &TlsTrust) -> Result<Arc<dyn ServerCertVerifier>, Failu
             Arc::new(roots)
         }
     };
-    let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
+    let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider())
         .build()
         .map_err(tls_failure)?;
-    Ok(verifier)
+    let own = match trust {
+        TlsTrust::WithCa(ca) => ca.certs.clone(),
+        _ => Arc::new([]),
+    };
+    Ok(Arc::new(Verifier { webpki, own }))
+}
+
+/// The verifier of [`TlsTrust::System`] and [`TlsTrust::WithCa`]: webpki's, with two changes
+/// that make it agree with the verifiers users already trust (Go's `crypto/x509`, which
+/// blackbox_exporter and Gatus use, and OpenSSL's, behind curl):
+/// - A server certificate that is itself one of the `ca_file` certificates is trusted as its
+///   own chain, also when it is marked `CA:TRUE` (`openssl req -x509` marks it so): the
+///   commonest internal setup, which webpki refuses as a CA used as an end entity. Its dates,
+///   name and key usage are still checked ([`refusal::verify_trusted_leaf`]).
+/// - Every refusal is a sentence naming the certificate at fault ([`refusal::refuse`]).
+#[derive(Debug)]
+struct Verifier {
+    webpki: Arc<WebPkiServerVerifier>,
+    /// The `ca_file` certificates, to recognise a server certificate that is one of them.
+    own: Arc<[CertificateDer<'static>]>,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if self
+            .own
+            .iter()
+            .any(|own| own.as_ref() == end_entity.as_ref())
+        {
+            refusal::verify_trusted_leaf(end_entity, server_name, now)?;
+            return Ok(ServerCertVerified::assertion());
+        }
+        self.webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            .map_err(|e| refusal::refuse(&e, end_entity, intermediates, server_name, now))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki
+            .verify_tls12_signature(message, cert, dss)
+            .map_err(|e| refusal::refuse_signature(&e, cert))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki
+            .verify_tls13_signature(message, cert, dss)
+            .map_err(|e| refusal::refuse_signature(&e, cert))
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// The system's trust store, read once per process and shared by every probe.

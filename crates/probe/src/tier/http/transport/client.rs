@@ -161,7 +161,8 @@ pub(crate) fn closed_under_us(err: &reqwest::Error) -> bool {
 /// when wrapped in an I/O error, as the TLS stream does), an I/O error (refused, reset, ...), or
 /// hyper's "connection closed before the message completed", which is a reset from the probe's
 /// point of view. The detail is the innermost error's message, which says what happened without
-/// reqwest's generic wrappers (and never contains a header value).
+/// reqwest's generic wrappers (and never contains a header value); a TLS error's is put in words
+/// as the TLS tier's are.
 pub(crate) fn classify(err: &reqwest::Error, doing: &str) -> Failure {
     classify_error(err, if err.is_connect() { "connect" } else { doing })
 }
@@ -185,10 +186,34 @@ pub(crate) fn classify_error(err: &(dyn StdError + 'static), doing: &str) -> Fai
         }
         source = e.source();
     }
+    let detail = match rustls_error(err) {
+        Some(tls) => crate::tier::tls::refusal::describe(tls),
+        None => innermost(err),
+    };
     Failure::new(
         reason.unwrap_or(FailureReason::Io),
-        format_args!("{doing}: {}", innermost(err)),
+        format_args!("{doing}: {detail}"),
     )
+}
+
+/// The rustls error in the chain, also inside an I/O error (where the TLS stream puts it): its
+/// own message prints webpki's enums with `Debug`, so it is put in words instead.
+fn rustls_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
+    let mut source = Some(err);
+    while let Some(e) = source {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(inner);
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// What one error of the chain says about the cause, if anything.
