@@ -1262,7 +1262,7 @@ impl Prometheus {
                 .spawn()
                 .with_context(|| format!("starting {}", binary.display()))?,
         );
-        let version = support::version_of(binary);
+        let version = probe_engine::testing::version_of(binary);
         Ok(Self {
             child,
             addr,

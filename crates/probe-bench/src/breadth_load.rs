@@ -517,9 +517,9 @@ async fn blackbox_phase(
     println!(
         "blackbox_exporter: {} (pid {}, 127.0.0.1:{}), module {}, driven by {} concurrent /probe \
          requests",
-        exporter.version,
-        exporter.child.pid(),
-        exporter.port,
+        exporter.version(),
+        exporter.pid(),
+        exporter.port(),
         kind.name(),
         args.blackbox_concurrency
     );
@@ -534,7 +534,7 @@ async fn blackbox_phase(
             )
         })
         .collect();
-    let pid = exporter.child.pid().to_string();
+    let pid = exporter.pid().to_string();
     let server_pid = servers.pid(kind);
     let sample_sockets = || {
         if kind == Kind::Icmp {

@@ -464,9 +464,9 @@ async fn blackbox_phase(
     println!(
         "blackbox_exporter: {} (pid {}, 127.0.0.1:{}), module http_2xx, driven by {} \
          concurrent /probe requests",
-        exporter.version,
-        exporter.child.pid(),
-        exporter.port,
+        exporter.version(),
+        exporter.pid(),
+        exporter.port(),
         args.blackbox_concurrency
     );
     let spec = exporter.spec(target)?;
@@ -475,6 +475,6 @@ async fn blackbox_phase(
     let probes = (0..args.blackbox_concurrency)
         .map(|_| Arc::new(HttpProbe::new(spec.clone(), names.clone())) as Arc<dyn Probe>)
         .collect();
-    let pid = exporter.child.pid().to_string();
+    let pid = exporter.pid().to_string();
     measure("blackbox", args, probes, &pid, server_pid).await
 }

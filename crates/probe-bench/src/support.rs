@@ -324,14 +324,10 @@ pub fn start_child_server(
 }
 
 /// A blackbox_exporter started by a harness on a free loopback port with one module, stopped when
-/// dropped.
+/// dropped: the suite's fixture, probing through one module.
 pub struct Blackbox {
-    pub child: ChildGuard,
-    pub port: u16,
-    /// The first line of `--version`.
-    pub version: String,
+    exporter: probe_engine::testing::Blackbox,
     module: String,
-    _dir: tempfile::TempDir,
 }
 
 impl Blackbox {
@@ -359,39 +355,33 @@ impl Blackbox {
         module: &str,
         config_yaml: &str,
     ) -> anyhow::Result<Self> {
-        use std::process::{Command, Stdio};
-        let dir = tempfile::tempdir()?;
-        let config = dir.path().join("blackbox.yml");
-        std::fs::write(&config, config_yaml)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = ChildGuard(
-            Command::new(binary)
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--log.level=warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .with_context(|| format!("starting {}", binary.display()))?,
-        );
-        let version = version_of(binary);
         Ok(Self {
-            child,
-            port,
-            version,
+            exporter: probe_engine::testing::Blackbox::start_binary(binary, config_yaml)?,
             module: module.to_owned(),
-            _dir: dir,
         })
+    }
+
+    /// Its process, whose CPU the harness measures.
+    pub fn pid(&self) -> u32 {
+        self.exporter.pid()
+    }
+
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.exporter.addr().port()
+    }
+
+    /// The first line of its `--version`.
+    pub fn version(&self) -> &str {
+        &self.exporter.version
     }
 
     /// A check of `target` through the exporter's `/probe` endpoint, passing on `probe_success 1`.
     pub fn spec(&self, target: &str) -> anyhow::Result<probe::tier::http::HttpSpec> {
         let url = format!(
             "http://127.0.0.1:{}/probe?target={target}&module={}",
-            self.port, self.module
+            self.port(),
+            self.module
         );
         let mut spec = probe::tier::http::HttpSpec::get(url.parse()?);
         spec.expect.body_contains = Some("probe_success 1".into());
@@ -787,19 +777,6 @@ fn listening_addr(line: &serde_json::Value) -> Option<std::net::SocketAddr> {
 
 fn tail_of(tail: &Mutex<std::collections::VecDeque<String>>) -> String {
     lock(tail).iter().cloned().collect::<Vec<_>>().join("\n")
-}
-
-/// The first line `binary --version` prints (on stdout or stderr); empty when it prints none.
-pub fn version_of(binary: &std::path::Path) -> String {
-    std::process::Command::new(binary)
-        .arg("--version")
-        .output()
-        .map(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            text.lines().next().unwrap_or_default().trim().to_owned()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

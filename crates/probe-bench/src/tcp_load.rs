@@ -1405,9 +1405,9 @@ async fn blackbox_phase(
     let timeout = Duration::from_secs(1);
     let exporter = support::Blackbox::start(binary, "tcp_connect", "tcp", timeout)?;
     let (pid, port, version) = (
-        exporter.child.pid().to_string(),
-        exporter.port,
-        &exporter.version,
+        exporter.pid().to_string(),
+        exporter.port(),
+        exporter.version(),
     );
     println!(
         "blackbox_exporter: {} (pid {pid}, 127.0.0.1:{port}), module tcp_connect (timeout {} ms), \

@@ -173,22 +173,16 @@ impl Drop for Blackbox {
     }
 }
 
-/// The first line of `binary --version` (blackbox_exporter writes it to stderr).
-fn version_of(binary: &Path) -> String {
+/// The first line `binary --version` prints (on stdout or stderr, as blackbox_exporter does);
+/// empty when it prints none.
+pub fn version_of(binary: &Path) -> String {
     Command::new(binary)
         .arg("--version")
         .output()
         .map(|o| {
-            let text = if o.stdout.is_empty() {
-                o.stderr
-            } else {
-                o.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned()
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            text.lines().next().unwrap_or_default().trim().to_owned()
         })
         .unwrap_or_default()
 }

@@ -59,7 +59,7 @@ mod postgres;
 mod skip;
 
 pub use alertmanager::{Alertmanager, AlertmanagerError};
-pub use blackbox::{Blackbox, BlackboxAnswer, BlackboxError, blackbox_or_skip};
+pub use blackbox::{Blackbox, BlackboxAnswer, BlackboxError, blackbox_or_skip, version_of};
 pub use browser::{Browser, BrowserError};
 pub use model::{LossModel, poisson_tail, poisson_upper};
 pub use netns::{AcceptServer, Netns, NetnsError};
