@@ -68,13 +68,16 @@ impl Drop for Grpcio {
     }
 }
 
+/// Our verdict on a case: UP, or a failure with this reason and detail.
+type Expected = Result<(), (FailureReason, String)>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grpc_tier_agrees_with_blackbox_exporter_on_a_grpcio_server() {
     let Some(server) = Grpcio::start() else {
         return;
     };
     // (module, service, blackbox_exporter's success, its status code, our verdict)
-    let cases: [(&str, &str, bool, f64, Result<(), (FailureReason, String)>); 4] = [
+    let cases: [(&str, &str, bool, f64, Expected); 4] = [
         ("whole_server", "", true, 0.0, Ok(())),
         ("payments", "payments", true, 0.0, Ok(())),
         (
