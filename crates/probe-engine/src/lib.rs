@@ -6,6 +6,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod blackbox;
 pub mod config;
 pub mod daemon;
 pub mod history;

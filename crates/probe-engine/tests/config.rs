@@ -2361,7 +2361,7 @@ fn dns_section_is_fully_mapped() {
     assert_eq!(full.name(), "orders.internal");
     assert_eq!(full.record_type, DnsType::Mx);
     assert_eq!(full.transport, DnsTransport::Tcp);
-    assert_eq!(full.expect.rcode, Rcode::NXDOMAIN);
+    assert_eq!(full.expect.rcodes, [Rcode::NXDOMAIN]);
     assert_eq!(
         full.expect.answers,
         vec![
@@ -2379,7 +2379,7 @@ fn dns_section_is_fully_mapped() {
     assert_eq!(defaults.server, "[::1]:53".parse::<SocketAddr>().unwrap());
     assert_eq!(defaults.record_type, DnsType::A);
     assert_eq!(defaults.transport, DnsTransport::Udp);
-    assert_eq!(defaults.expect.rcode, Rcode::NOERROR);
+    assert_eq!(defaults.expect.rcodes, [Rcode::NOERROR]);
     assert_eq!(defaults.expect.min_answers(), 1);
     assert_eq!(
         defaults.expect.answers,

@@ -92,11 +92,11 @@ async fn nxdomain_fails_unless_it_is_expected() {
             "expected rcode NOERROR, got NXDOMAIN with no answers".to_owned()
         )
     );
-    missing.expect.rcode = Rcode::NXDOMAIN;
+    missing.expect.rcodes = vec![Rcode::NXDOMAIN];
     assert_up(&missing).await;
     // And a name that exists is then the failure.
     let mut present = spec(server.addr, "orders.test", DnsType::A);
-    present.expect.rcode = Rcode::NXDOMAIN;
+    present.expect.rcodes = vec![Rcode::NXDOMAIN];
     assert_eq!(
         failure(&present).await,
         (

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use probe::tier::dns::{
     AnswerMatch, DEFAULT_PORT, DnsDegradedIf, DnsExpect, DnsSpec, DnsTransport, DnsType, Rcode,
-    parse_server, system_server,
+    RecordRules, SectionRules, parse_server, system_server,
 };
 use serde::Deserialize;
 
@@ -28,14 +28,33 @@ pub(super) struct RawDns {
     transport: Option<Sp<String>>,
     expect: Option<Sp<RawExpect>>,
     degraded_if: Option<Sp<RawDegradedIf>>,
+    recursion_desired: Option<Sp<bool>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename = "expect", deny_unknown_fields)]
 struct RawExpect {
-    rcode: Option<Sp<String>>,
+    rcode: Option<Sp<OneOrMany<Sp<String>>>>,
     answers: Option<Sp<OneOrMany<Sp<String>>>>,
     min_answers: Option<Sp<u32>>,
+    records: Option<Sp<RawRecords>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "records", deny_unknown_fields)]
+struct RawRecords {
+    answer: Option<Sp<RawSection>>,
+    authority: Option<Sp<RawSection>>,
+    additional: Option<Sp<RawSection>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename = "section", deny_unknown_fields)]
+struct RawSection {
+    none_match: Option<Sp<OneOrMany<Sp<String>>>>,
+    not_all_match: Option<Sp<OneOrMany<Sp<String>>>>,
+    all_match: Option<Sp<OneOrMany<Sp<String>>>>,
+    some_match: Option<Sp<OneOrMany<Sp<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -94,14 +113,33 @@ pub(super) fn parse(raw: RawDns, key: Pos, diags: &mut Diags) -> Option<DnsSpec>
     spec.transport = transport.ok()?;
     spec.expect = expect.ok()?;
     spec.degraded_if = degraded_if.ok()?;
+    spec.recursion_desired = raw.recursion_desired.is_none_or(|r| r.value);
     Some(spec)
 }
 
 fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<DnsExpect> {
-    let rcode = raw.rcode.as_ref().map_or(Ok(Rcode::NOERROR), |r| {
-        one_of(r, "rcode", "rcode", Rcode::NAMES, diags)
-            .and_then(|name| name.parse().map_err(|_| ()))
+    let rcodes = raw.rcode.map_or(Ok(vec![Rcode::NOERROR]), |list| {
+        if list.value.0.is_empty() {
+            diags.push((
+                list.pos,
+                "rcode list is empty: give at least one".to_owned(),
+            ));
+            return Err(());
+        }
+        let parsed: Vec<Checked<Rcode>> = list
+            .value
+            .0
+            .iter()
+            .map(|r| {
+                one_of(r, "rcode", "rcode", Rcode::NAMES, diags)
+                    .and_then(|name| name.parse().map_err(|_| ()))
+            })
+            .collect();
+        parsed.into_iter().collect()
     });
+    let records = raw
+        .records
+        .map_or(Ok(RecordRules::default()), |r| records(r.value, diags));
     let mut answers = Vec::new();
     let mut ok = true;
     for item in raw.answers.map(|a| a.value.0).unwrap_or_default() {
@@ -120,13 +158,50 @@ fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<DnsExpect> {
             }
         }
     }
-    let rcode = rcode?;
+    let (rcodes, records) = (rcodes?, records?);
     ok.then_some(DnsExpect {
-        rcode,
+        rcodes,
         answers,
         min_answers: raw.min_answers.map(|m| m.value),
+        records,
     })
     .ok_or(())
+}
+
+fn records(raw: RawRecords, diags: &mut Diags) -> Checked<RecordRules> {
+    let mut section = |raw: Option<Sp<RawSection>>, name: &str| {
+        let Some(raw) = raw else {
+            return Ok(SectionRules::default());
+        };
+        let mut list = |items: Option<Sp<OneOrMany<Sp<String>>>>, key: &str| {
+            let field = format!("records.{name}.{key}");
+            let parsed: Vec<Checked<regex::Regex>> = items
+                .map(|i| i.value.0)
+                .unwrap_or_default()
+                .iter()
+                .map(|item| super::reply::regex(item, &field, diags))
+                .collect();
+            parsed.into_iter().collect::<Checked<Vec<_>>>()
+        };
+        let none_match = list(raw.value.none_match, "none_match");
+        let not_all_match = list(raw.value.not_all_match, "not_all_match");
+        let all_match = list(raw.value.all_match, "all_match");
+        let some_match = list(raw.value.some_match, "some_match");
+        Ok(SectionRules {
+            none_match: none_match?,
+            not_all_match: not_all_match?,
+            all_match: all_match?,
+            some_match: some_match?,
+        })
+    };
+    let answer = section(raw.answer, "answer");
+    let authority = section(raw.authority, "authority");
+    let additional = section(raw.additional, "additional");
+    Ok(RecordRules {
+        answer: answer?,
+        authority: authority?,
+        additional: additional?,
+    })
 }
 
 fn degraded_if(raw: &RawDegradedIf, diags: &mut Diags) -> Checked<DnsDegradedIf> {

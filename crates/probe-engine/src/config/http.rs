@@ -12,8 +12,9 @@ use probe::outcome::Severity;
 use probe::tier::http::header::HeaderName;
 use probe::tier::http::headers::InvalidHeader;
 use probe::tier::http::{
-    CaBundle, DegradedIf, Expect, HeaderMatch, HttpSpec, HttpUrl, JsonMatch, JsonPath, JsonScalar,
-    Match, Method, RequestHeaders, SignalRule, StatusPattern, StatusSet, TlsTrust, expand_env,
+    CaBundle, DegradedIf, Expect, HeaderMatch, HeaderPattern, HttpSpec, HttpUrl, HttpVersion,
+    JsonMatch, JsonPath, JsonScalar, Match, Method, ReplyPatterns, RequestHeaders, SignalRule,
+    StatusPattern, StatusSet, TlsTrust, expand_env,
 };
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
@@ -58,6 +59,21 @@ struct RawExpect {
     body_contains: Option<Sp<String>>,
     header: Option<Sp<Entries<String>>>,
     json: Option<Sp<Entries<RawScalar>>>,
+    body_matches: Option<Sp<OneOrMany<Sp<String>>>>,
+    body_not_matches: Option<Sp<OneOrMany<Sp<String>>>>,
+    header_matches: Option<Sp<Vec<Sp<RawHeaderPattern>>>>,
+    header_not_matches: Option<Sp<Vec<Sp<RawHeaderPattern>>>>,
+    tls: Option<Sp<bool>>,
+    http_version: Option<Sp<OneOrMany<Sp<String>>>>,
+}
+
+/// One item of `header_matches` or `header_not_matches`.
+#[derive(Deserialize)]
+#[serde(rename = "header pattern", deny_unknown_fields)]
+struct RawHeaderPattern {
+    header: Sp<String>,
+    regex: Sp<String>,
+    allow_missing: Option<Sp<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -147,7 +163,9 @@ pub(super) fn parse(
     });
     let expect = raw
         .expect
-        .map_or(Ok(Expect::default()), |e| expect(e.value, diags));
+        .map_or(Ok((Expect::default(), ReplyPatterns::default())), |e| {
+            expect(e.value, diags)
+        });
     let degraded_if = raw
         .degraded_if
         .map_or(Ok(DegradedIf::default()), |d| degraded_if(d.value, diags));
@@ -168,7 +186,7 @@ pub(super) fn parse(
     spec.tls = tls.ok()?;
     spec.follow_redirects = raw.follow_redirects.is_some_and(|f| f.value);
     spec.fresh_connection = raw.fresh_connection.is_some_and(|f| f.value);
-    spec.expect = expect.ok()?;
+    (spec.expect, spec.patterns) = expect.ok()?;
     spec.degraded_if = degraded_if.ok()?;
     spec.signals = signals.ok()?;
     Some(spec)
@@ -316,17 +334,79 @@ fn part<R, T>(
     raw.map_or(Ok(default), |raw| parse(raw, diags))
 }
 
-fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<Expect> {
+fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<(Expect, ReplyPatterns)> {
+    let patterns = patterns(&raw, diags);
     let status = part(raw.status, StatusSet::default(), diags, status_set);
     let headers = part(raw.header, Vec::new(), diags, |h, d| {
         header_matches(h.value, d)
     });
     let json = part(raw.json, Vec::new(), diags, |j, d| json_matches(j.value, d));
-    Ok(Expect {
-        status: status?,
-        body_contains: raw.body_contains.map(|b| b.value),
-        headers: headers?,
-        json: json?,
+    Ok((
+        Expect {
+            status: status?,
+            body_contains: raw.body_contains.map(|b| b.value),
+            headers: headers?,
+            json: json?,
+        },
+        patterns?,
+    ))
+}
+
+/// The pattern conditions of `expect`: body and header regexes, `tls` and `http_version`.
+fn patterns(raw: &RawExpect, diags: &mut Diags) -> Checked<ReplyPatterns> {
+    let mut bodies = |items: &Option<Sp<OneOrMany<Sp<String>>>>, field: &str| {
+        let parsed: Vec<Checked<_>> = items
+            .iter()
+            .flat_map(|i| &i.value.0)
+            .map(|item| super::reply::bytes_regex(item, field, diags))
+            .collect();
+        parsed.into_iter().collect::<Checked<Vec<_>>>()
+    };
+    let body_matches = bodies(&raw.body_matches, "body_matches");
+    let body_not_matches = bodies(&raw.body_not_matches, "body_not_matches");
+    let mut headers = |items: &Option<Sp<Vec<Sp<RawHeaderPattern>>>>, field: &str| {
+        let parsed: Vec<Checked<HeaderPattern>> = items
+            .iter()
+            .flat_map(|i| &i.value)
+            .map(|item| {
+                let name = HeaderName::from_bytes(item.value.header.value.trim().as_bytes())
+                    .map_err(|_| {
+                        diags.push((
+                            item.value.header.pos,
+                            format!("invalid header name {}", quote(&item.value.header.value)),
+                        ));
+                    });
+                let regex = super::reply::regex(&item.value.regex, field, diags);
+                Ok(HeaderPattern {
+                    name: name?,
+                    regex: regex?,
+                    allow_missing: item.value.allow_missing.as_ref().is_some_and(|a| a.value),
+                })
+            })
+            .collect();
+        parsed.into_iter().collect::<Checked<Vec<_>>>()
+    };
+    let header_matches = headers(&raw.header_matches, "header_matches");
+    let header_not_matches = headers(&raw.header_not_matches, "header_not_matches");
+    let versions: Vec<Checked<HttpVersion>> = raw
+        .http_version
+        .iter()
+        .flat_map(|v| &v.value.0)
+        .map(|v| {
+            v.value
+                .parse()
+                .map_err(|e: probe::tier::http::patterns::UnknownVersion| {
+                    diags.push((v.pos, e.to_string()));
+                })
+        })
+        .collect();
+    Ok(ReplyPatterns {
+        body_matches: body_matches?,
+        body_not_matches: body_not_matches?,
+        header_matches: header_matches?,
+        header_not_matches: header_not_matches?,
+        tls: raw.tls.as_ref().map(|t| t.value),
+        versions: versions.into_iter().collect::<Checked<Vec<_>>>()?,
     })
 }
 

@@ -123,8 +123,12 @@ mod words;
 
 use std::path::Path;
 
-pub(crate) use diagnostics::file_error;
 pub use diagnostics::{ConfigError, ConfigErrors};
+pub(crate) use diagnostics::{did_you_mean, file_error, one_line, quote};
+pub(crate) use node::{
+    Entries, Kind, Node, OneOrMany, Pos, Sp, collect, syntax_error, value_of, yaml_options,
+};
+pub(crate) use reply::{bytes_regex, regex};
 pub use targets::{Declared, parse_declared, parse_entry};
 
 pub use alerts::{
@@ -132,12 +136,12 @@ pub use alerts::{
     WebhookConfig,
 };
 pub use cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
-use files::{Source, list_files, process_env, read_file};
+pub(crate) use files::read_file;
+use files::{Source, list_files, process_env};
 pub use history::{HistorySection, HistoryStore};
 pub use merge::Config;
 use merge::{FileOutcome, finish, parse_text};
 pub use metrics::MetricsConfig;
-use node::Pos;
 
 /// Loads a configuration file, or every `*.yaml` / `*.yml` file of a directory.
 ///

@@ -25,26 +25,53 @@ pub(super) fn reply_expect(
             Err(())
         }
         (Some(text), None) => Ok(Some(ReplyExpect::Contains(text.value.into_bytes()))),
-        (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map(|re| Some(ReplyExpect::Regex(re)))
-            .map_err(|e| {
-                diags.push((
-                    regex.pos,
-                    format!(
-                        "invalid regex {} for \"expect_regex\": {}",
-                        quote(&regex.value),
-                        regex_message(&e)
-                    ),
-                ));
-            }),
+        (None, Some(regex)) => {
+            bytes_regex(&regex, "expect_regex", diags).map(|re| Some(ReplyExpect::Regex(re)))
+        }
         (None, None) => Ok(None),
     }
 }
 
+/// A regex written at `raw` for `field`, compiled within the size limit; an error at the value.
+pub(crate) fn regex(raw: &Sp<String>, field: &str, diags: &mut Diags) -> Result<regex::Regex, ()> {
+    regex::RegexBuilder::new(&raw.value)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            diags.push((
+                raw.pos,
+                format!(
+                    "invalid regex {} for {field:?}: {}",
+                    quote(&raw.value),
+                    regex_message(&e)
+                ),
+            ));
+        })
+}
+
+/// [`regex`], over bytes (a reply's body or a TCP line need not be UTF-8).
+pub(crate) fn bytes_regex(
+    raw: &Sp<String>,
+    field: &str,
+    diags: &mut Diags,
+) -> Result<regex::bytes::Regex, ()> {
+    regex::bytes::RegexBuilder::new(&raw.value)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            diags.push((
+                raw.pos,
+                format!(
+                    "invalid regex {} for {field:?}: {}",
+                    quote(&raw.value),
+                    regex_message(&e)
+                ),
+            ));
+        })
+}
+
 /// The one line of a regex syntax error that says what is wrong (the others draw a caret).
-pub(super) fn regex_message(e: &regex::Error) -> String {
+pub(crate) fn regex_message(e: &regex::Error) -> String {
     let text = e.to_string();
     text.lines()
         .find_map(|line| line.trim().strip_prefix("error: "))

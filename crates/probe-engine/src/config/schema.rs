@@ -153,4 +153,13 @@ pub(super) struct RawTcp {
     pub(super) expect_regex: Option<Sp<String>>,
     pub(super) close: Option<Sp<String>>,
     pub(super) addresses: Option<Sp<String>>,
+    pub(super) conversation: Option<Sp<Vec<Sp<RawStep>>>>,
+}
+
+/// One step of a `tcp` section's `conversation`: exactly one of its keys.
+#[derive(Deserialize)]
+#[serde(rename = "step", deny_unknown_fields)]
+pub(super) struct RawStep {
+    pub(super) expect_line: Option<Sp<String>>,
+    pub(super) send: Option<Sp<String>>,
 }

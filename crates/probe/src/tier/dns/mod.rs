@@ -22,6 +22,7 @@
 //! record's strings joined; SRV `PRIO WEIGHT PORT TARGET`; SOA `MNAME RNAME SERIAL REFRESH
 //! RETRY EXPIRE MINIMUM`.
 
+pub mod records;
 pub(crate) mod spec;
 
 use std::fmt::Write as _;
@@ -37,6 +38,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
 use crate::tier::probe::Probe;
 use crate::tier::tcp::{CloseMode, connect};
+pub use records::{RecordRules, SectionRules};
 pub use spec::{
     AnswerMatch, DEFAULT_PORT, DnsDegradedIf, DnsExpect, DnsSpec, DnsTransport, DnsType,
     InvalidName, InvalidServer, Rcode, SystemServerError, UnknownRcode, UnknownType, parse_server,
@@ -64,6 +66,7 @@ pub struct DnsProbe {
 struct Reply {
     rcode: Rcode,
     answers: Vec<String>,
+    message: Message,
 }
 
 impl DnsProbe {
@@ -100,7 +103,7 @@ impl DnsProbe {
             }
         };
         let latency = started.elapsed();
-        let reply = self.reply(&message);
+        let reply = self.reply(message);
         self.judge(&reply)?;
         let reasons = self.spec.degraded_if.reasons(latency);
         Ok(if reasons.is_empty() {
@@ -113,7 +116,7 @@ impl DnsProbe {
     /// A recursive query for the spec's question, with a fresh random id.
     fn query(&self) -> Message {
         let mut message = Message::query();
-        message.metadata.recursion_desired = true;
+        message.metadata.recursion_desired = self.spec.recursion_desired;
         let mut question = Query::query(
             self.spec.query_name().clone(),
             self.spec.record_type.record_type(),
@@ -123,16 +126,18 @@ impl DnsProbe {
         message
     }
 
-    fn reply(&self, message: &Message) -> Reply {
+    fn reply(&self, message: Message) -> Reply {
         let asked = self.spec.record_type.record_type();
+        let any = self.spec.record_type == DnsType::Any;
         Reply {
             rcode: Rcode(u16::from(message.metadata.response_code)),
             answers: message
                 .answers
                 .iter()
-                .filter(|r| r.record_type() == asked && r.dns_class == DNSClass::IN)
+                .filter(|r| (any || r.record_type() == asked) && r.dns_class == DNSClass::IN)
                 .map(|r| answer_text(&r.data))
                 .collect(),
+            message,
         }
     }
 
@@ -144,8 +149,9 @@ impl DnsProbe {
                 format_args!("expected {wanted}, got {}", describe(reply)),
             )
         };
-        if reply.rcode != expect.rcode {
-            return Err(failed(format!("rcode {}", expect.rcode)));
+        if !expect.rcodes.contains(&reply.rcode) {
+            let names: Vec<String> = expect.rcodes.iter().map(ToString::to_string).collect();
+            return Err(failed(format!("rcode {}", names.join(" or "))));
         }
         let of = self.spec.record_type;
         let missing: Vec<String> = expect
@@ -165,7 +171,11 @@ impl DnsProbe {
             let plural = if min == 1 { "" } else { "s" };
             return Err(failed(format!("at least {min} {of} answer{plural}")));
         }
-        Ok(())
+        let message = &reply.message;
+        expect
+            .records
+            .check(&message.answers, &message.authorities, &message.additionals)
+            .map_err(|why| Failure::new(FailureReason::Assertion, why))
     }
 }
 
@@ -446,6 +456,7 @@ mod tests {
         let reply = Reply {
             rcode: Rcode::NOERROR,
             answers: (0..10).map(|i| format!("10.0.0.{i}")).collect(),
+            message: Message::query(),
         };
         assert_eq!(
             describe(&reply),
@@ -455,6 +466,7 @@ mod tests {
         let long = Reply {
             rcode: Rcode::NOERROR,
             answers: vec!["x".repeat(100)],
+            message: Message::query(),
         };
         assert_eq!(describe(&long), format!("NOERROR: {}...", "x".repeat(80)));
     }

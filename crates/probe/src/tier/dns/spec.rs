@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use hickory_resolver::proto::rr::{Name, RecordType};
 
+use super::records::RecordRules;
+
 /// The port a server is asked on when its address names none.
 pub const DEFAULT_PORT: u16 = 53;
 
@@ -37,11 +39,13 @@ pub enum DnsType {
     Soa,
     /// A pointer (reverse lookups).
     Ptr,
+    /// Every record of the name (`ANY`): its answers are every record of the answer section.
+    Any,
 }
 
 impl DnsType {
     /// Every type, in the order the documentation lists them.
-    pub const ALL: [DnsType; 9] = [
+    pub const ALL: [DnsType; 10] = [
         Self::A,
         Self::Aaaa,
         Self::Cname,
@@ -51,6 +55,7 @@ impl DnsType {
         Self::Ns,
         Self::Soa,
         Self::Ptr,
+        Self::Any,
     ];
 
     /// The type's mnemonic, as the configuration writes it.
@@ -65,6 +70,7 @@ impl DnsType {
             Self::Ns => "NS",
             Self::Soa => "SOA",
             Self::Ptr => "PTR",
+            Self::Any => "ANY",
         }
     }
 
@@ -79,6 +85,7 @@ impl DnsType {
             Self::Ns => RecordType::NS,
             Self::Soa => RecordType::SOA,
             Self::Ptr => RecordType::PTR,
+            Self::Any => RecordType::ANY,
         }
     }
 }
@@ -266,22 +273,35 @@ impl fmt::Display for AnswerMatch {
 }
 
 /// What the reply must hold.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DnsExpect {
-    /// The response code. Default `NOERROR`.
-    pub rcode: Rcode,
+    /// The response codes accepted, at least one. Default `[NOERROR]`.
+    pub rcodes: Vec<Rcode>,
     /// Values that must each be among the answers.
     pub answers: Vec<AnswerMatch>,
-    /// The fewest answers of the asked type; `None`: one when `rcode` is `NOERROR` (a name
-    /// that exists but has no such record is not an answer), none otherwise.
+    /// The fewest answers of the asked type; `None`: one when `NOERROR` is the only accepted
+    /// rcode (a name that exists but has no such record is not an answer), none otherwise.
     pub min_answers: Option<u32>,
+    /// Regexes over every record of each section, checked last.
+    pub records: RecordRules,
+}
+
+impl Default for DnsExpect {
+    fn default() -> Self {
+        Self {
+            rcodes: vec![Rcode::NOERROR],
+            answers: Vec::new(),
+            min_answers: None,
+            records: RecordRules::default(),
+        }
+    }
 }
 
 impl DnsExpect {
     /// The fewest answers accepted, with the default filled in.
     pub fn min_answers(&self) -> u32 {
         self.min_answers
-            .unwrap_or(u32::from(self.rcode == Rcode::NOERROR))
+            .unwrap_or(u32::from(self.rcodes == [Rcode::NOERROR]))
     }
 }
 
@@ -321,6 +341,9 @@ pub struct DnsSpec {
     pub expect: DnsExpect,
     /// When a good reply is still degraded.
     pub degraded_if: DnsDegradedIf,
+    /// Whether the query asks the server to recurse (the RD bit). On by default: a probe of a
+    /// resolver wants its answer; off, an authoritative server answers from its own zones.
+    pub recursion_desired: bool,
 }
 
 /// A name a DNS probe cannot ask about.
@@ -362,6 +385,7 @@ impl DnsSpec {
             transport: DnsTransport::Udp,
             expect: DnsExpect::default(),
             degraded_if: DnsDegradedIf::default(),
+            recursion_desired: true,
         })
     }
 
@@ -450,7 +474,7 @@ mod tests {
     fn min_answers_defaults_by_rcode() {
         assert_eq!(DnsExpect::default().min_answers(), 1);
         let nx = DnsExpect {
-            rcode: Rcode::NXDOMAIN,
+            rcodes: vec![Rcode::NXDOMAIN],
             ..DnsExpect::default()
         };
         assert_eq!(nx.min_answers(), 0);

@@ -4,7 +4,8 @@
 //! 1. transport: a failure to resolve, connect, complete TLS or read the reply is classified as
 //!    `dns`, `refused`, `timeout`, `tls`, `reset`, `unreachable` or `io`;
 //! 2. [`Expect`]: status (`status`), body substring (`body`), headers and JSON values
-//!    (`assertion`): all must hold;
+//!    (`assertion`): all must hold; then the [`ReplyPatterns`] (regexes over the body and headers,
+//!    TLS and the HTTP version);
 //! 3. [`DegradedIf`]: for a reply that meets the expectations, "slow but correct" (latency) or
 //!    "up but limited" (a JSON value such as `$.mode == "readonly"`) make it `Degraded`;
 //! 4. [`SignalRule`]s: business events recognised in any reply, passing or not.
@@ -31,6 +32,7 @@
 pub mod conditions;
 pub mod headers;
 pub mod json_path;
+pub mod patterns;
 pub(crate) mod spec;
 pub(crate) mod transport;
 
@@ -47,6 +49,7 @@ pub use conditions::{
 };
 pub use headers::{RequestHeaders, expand_env};
 pub use json_path::JsonPath;
+pub use patterns::{HeaderPattern, HttpVersion, ReplyPatterns};
 /// The HTTP types that appear in this module's API (`Method`, `Url`, `header::HeaderName`, ...).
 pub use reqwest::{Method, Url, header};
 pub use spec::{HttpSpec, HttpUrl, InvalidUrl};
@@ -131,8 +134,12 @@ impl HttpProbe {
         };
         let latency = started.elapsed();
         let (status, headers) = (received.status, &received.headers);
+        let exchanged = patterns::Exchanged {
+            version: received.version,
+            tls: received.tls,
+        };
         let mut result = match received.body {
-            Ok(body) => self.judge(&Reply::new(status, headers, &body, latency)),
+            Ok(body) => self.judge(&Reply::new(status, headers, &body, latency), exchanged),
             // Signals still apply: status and headers were received.
             Err(failure) => CheckResult {
                 signals: self.signals(&Reply::new(status, headers, &[], latency)),
@@ -143,8 +150,9 @@ impl HttpProbe {
         result
     }
 
-    fn judge(&self, reply: &Reply<'_>) -> CheckResult {
-        let verdict = match self.spec.expect.check(reply) {
+    fn judge(&self, reply: &Reply<'_>, exchanged: patterns::Exchanged) -> CheckResult {
+        let expected = self.spec.expect.check(reply);
+        let verdict = match expected.and_then(|()| self.spec.patterns.check(reply, exchanged)) {
             Err(failure) => Verdict::Failed(failure),
             Ok(()) => {
                 let reasons = self.spec.degraded_if.reasons(reply);

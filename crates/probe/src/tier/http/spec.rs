@@ -8,6 +8,7 @@ use reqwest::{Method, Url};
 
 use super::conditions::{DegradedIf, Expect, SignalRule};
 use super::headers::RequestHeaders;
+use super::patterns::ReplyPatterns;
 use crate::target::Addresses;
 use crate::tier::tls::TlsTrust;
 
@@ -119,6 +120,9 @@ pub struct HttpSpec {
     pub addresses: Addresses,
     /// What the reply must be.
     pub expect: Expect,
+    /// Regexes the reply must (not) match, and what the exchange must have been; checked once
+    /// `expect` holds.
+    pub patterns: ReplyPatterns,
     /// When a good reply is still degraded.
     pub degraded_if: DegradedIf,
     /// Business signals recognised in replies.
@@ -141,6 +145,7 @@ impl HttpSpec {
             fresh_connection: false,
             addresses: Addresses::First,
             expect: Expect::default(),
+            patterns: ReplyPatterns::default(),
             degraded_if: DegradedIf::default(),
             signals: Vec::new(),
         }
@@ -150,6 +155,7 @@ impl HttpSpec {
     /// [`MAX_BODY`](super::MAX_BODY)).
     pub fn needs_body(&self) -> bool {
         self.expect.needs_body()
+            || self.patterns.needs_body()
             || self.degraded_if.needs_body()
             || self.signals.iter().any(|s| s.when().needs_body())
     }

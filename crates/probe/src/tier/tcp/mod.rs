@@ -27,7 +27,7 @@ use crate::target::Address;
 use crate::tier::lookup;
 use crate::tier::probe::Probe;
 use crate::tier::reply::mismatch;
-pub use spec::{CloseMode, TcpExpect, TcpSpec};
+pub use spec::{CloseMode, Step, TcpExpect, TcpSpec};
 
 /// The most reply bytes read while looking for `expect`; a larger reply fails as `body`.
 pub const MAX_REPLY: usize = 64 * 1024;
@@ -47,7 +47,7 @@ impl TcpProbe {
 
     async fn run(&self, deadline: Instant, remarks: &mut Remarks) -> Result<(), Failure> {
         let addrs = resolve(&self.spec.address, &self.names, deadline, remarks).await?;
-        let nodelay = self.spec.send().is_some();
+        let nodelay = self.spec.send().is_some() || !self.spec.conversation().is_empty();
         let mut stream = connect_any(&addrs, self.spec.close, nodelay, deadline).await?;
         let result = self.converse(&mut stream, deadline).await;
         if self.spec.close == CloseMode::Graceful {
@@ -58,6 +58,9 @@ impl TcpProbe {
     }
 
     async fn converse(&self, stream: &mut TcpStream, deadline: Instant) -> Result<(), Failure> {
+        if !self.spec.conversation().is_empty() {
+            return conversation(self.spec.conversation(), stream, deadline).await;
+        }
         if let Some(payload) = self.spec.send() {
             match timeout_at(deadline, stream.write_all(payload)).await {
                 Err(_) => return Err(Failure::new(FailureReason::Timeout, "send timed out")),
@@ -93,6 +96,93 @@ impl TcpProbe {
             }
         }
     }
+}
+
+/// Runs a conversation's steps in order. The bytes read past a matching line stay for the next
+/// `ExpectLine`; at most [`MAX_REPLY`] bytes are read while looking for one line.
+async fn conversation(
+    steps: &[Step],
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut closed = false;
+    for (index, step) in steps.iter().enumerate() {
+        let number = index + 1;
+        match step {
+            Step::Send(payload) => match timeout_at(deadline, stream.write_all(payload)).await {
+                Err(_) => {
+                    return Err(Failure::new(
+                        FailureReason::Timeout,
+                        format_args!("step {number}: send timed out"),
+                    ));
+                }
+                Ok(Err(err)) => return Err(Failure::io(&format!("step {number}: send"), &err)),
+                Ok(Ok(())) => {}
+            },
+            Step::ExpectLine(re) => {
+                let mut scanned = 0;
+                loop {
+                    if let Some(line) = next_line(&mut pending, closed) {
+                        if re.is_match(&line) {
+                            break;
+                        }
+                        scanned += line.len();
+                        continue;
+                    }
+                    let expect = TcpExpect::Regex(re.clone());
+                    if closed {
+                        return Err(mismatch(
+                            &expect,
+                            &pending,
+                            &format!("in a line at step {number} before the peer closed"),
+                        ));
+                    }
+                    if scanned + pending.len() >= MAX_REPLY {
+                        return Err(Failure::new(
+                            FailureReason::Body,
+                            format_args!(
+                                "step {number}: no line matching {expect} in {MAX_REPLY} bytes"
+                            ),
+                        ));
+                    }
+                    pending.reserve(1024);
+                    match timeout_at(deadline, stream.read_buf(&mut pending)).await {
+                        Err(_) => {
+                            return Err(Failure::new(
+                                FailureReason::Timeout,
+                                format_args!("step {number}: no line matching {expect} in time"),
+                            ));
+                        }
+                        Ok(Ok(0)) => closed = true,
+                        Ok(Ok(_)) => {}
+                        Ok(Err(err)) => {
+                            return Err(Failure::io(&format!("step {number}: read"), &err));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes the first whole line out of `pending`, without its `\n` or `\r\n`; once the peer has
+/// closed, what is left is the last line.
+fn next_line(pending: &mut Vec<u8>, closed: bool) -> Option<Vec<u8>> {
+    let end = match pending.iter().position(|b| *b == b'\n') {
+        Some(end) => end,
+        None if closed && !pending.is_empty() => pending.len(),
+        None => return None,
+    };
+    let mut line: Vec<u8> = pending.drain(..end).collect();
+    if !pending.is_empty() {
+        pending.remove(0);
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Some(line)
 }
 
 /// The socket addresses of `address`, looked up through `names` when it is a host name; resolver
@@ -184,5 +274,29 @@ impl Probe for TcpProbe {
             .into();
         result.remarks = remarks;
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_split_as_text_protocols_end_them() {
+        let mut pending = b"+OK ready\r\nsecond\npartial".to_vec();
+        assert_eq!(
+            next_line(&mut pending, false).as_deref(),
+            Some(&b"+OK ready"[..])
+        );
+        assert_eq!(
+            next_line(&mut pending, false).as_deref(),
+            Some(&b"second"[..])
+        );
+        assert_eq!(next_line(&mut pending, false), None);
+        assert_eq!(
+            next_line(&mut pending, true).as_deref(),
+            Some(&b"partial"[..])
+        );
+        assert_eq!(next_line(&mut pending, true), None);
     }
 }

@@ -39,6 +39,29 @@ pub struct TcpSpec {
 struct Exchange {
     send: Option<Vec<u8>>,
     expect: Option<TcpExpect>,
+    conversation: Vec<Step>,
+}
+
+/// One step of a [conversation](TcpSpec::with_conversation): the line-oriented exchanges of
+/// text protocols (SMTP, IMAP, Redis, a service's own banner) that one `send` and one `expect`
+/// cannot describe.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Reads lines until one matches: each line without its end (`\n`, or `\r\n`), the last
+    /// one also when the peer closes without ending it. A regex's `^` and `$` are the line's.
+    ExpectLine(regex::bytes::Regex),
+    /// Writes these bytes, as they are.
+    Send(Vec<u8>),
+}
+
+impl PartialEq for Step {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::ExpectLine(a), Self::ExpectLine(b)) => a.as_str() == b.as_str(),
+            (Self::Send(a), Self::Send(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 impl TcpSpec {
@@ -65,6 +88,22 @@ impl TcpSpec {
     pub fn with_expect(mut self, expect: TcpExpect) -> Self {
         self.exchange.get_or_insert_default().expect = Some(expect);
         self
+    }
+
+    /// Runs `steps` in order once connected, instead of one `send` and one `expect`: the
+    /// conversation's steps are the whole exchange (a spec has one or the other).
+    #[must_use]
+    pub fn with_conversation(mut self, steps: Vec<Step>) -> Self {
+        let exchange = self.exchange.get_or_insert_default();
+        exchange.send = None;
+        exchange.expect = None;
+        exchange.conversation = steps;
+        self
+    }
+
+    /// The conversation's steps; empty for a probe that sends and expects at most once.
+    pub fn conversation(&self) -> &[Step] {
+        self.exchange.as_ref().map_or(&[], |e| &e.conversation)
     }
 
     /// The bytes written after connecting, if any.

@@ -117,6 +117,7 @@ impl Pooled {
             Ok(Ok(response)) => response,
         };
         let status = response.status();
+        let version = response.version();
         // Taken rather than cloned: reading the body needs the response mutably.
         let headers = std::mem::take(response.headers_mut());
         if let Some(next) = redirect(limits.follow_redirects, request.url, status, &headers)? {
@@ -131,6 +132,8 @@ impl Pooled {
             status,
             headers,
             body,
+            version,
+            tls: request.url.scheme() == "https",
         }))
     }
 }

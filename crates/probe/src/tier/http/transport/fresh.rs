@@ -100,6 +100,8 @@ impl Fresh {
             status: parts.status,
             headers: parts.headers,
             body,
+            version: parts.version,
+            tls: request.url.scheme() == "https",
         }))
     }
 

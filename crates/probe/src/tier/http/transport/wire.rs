@@ -23,6 +23,10 @@ pub(crate) struct Received {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Result<Vec<u8>, Failure>,
+    /// The HTTP version the reply came in.
+    pub version: reqwest::Version,
+    /// Whether the request that got this reply (the last, after redirects) went over TLS.
+    pub tls: bool,
 }
 
 /// What one request of the exchange is.

@@ -1,0 +1,133 @@
+//! The `tcp` prober: a connect, a `query_response` conversation (our `tcp` section's
+//! `conversation`), or a TLS handshake (`tls: true`, our `tls` probe).
+
+use super::entry::{Probe, Step, Tcp, Tls, TlsTrust};
+use super::raw::{RawQueryResponse, RawTcp};
+use super::{Check, IpProtocol, ip_protocol, target, tls_config};
+use crate::config::Sp;
+
+/// A `tcp` module in our terms.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Template {
+    pub(super) ip: IpProtocol,
+    /// `tls: true`: the trust and the `server_name`.
+    tls: Option<(TlsTrust, Option<String>)>,
+    conversation: Vec<Step>,
+}
+
+impl Template {
+    /// Our section for `target`, `HOST:PORT`.
+    pub(super) fn probe(&self, target: &str, ip: IpProtocol) -> Result<Probe, String> {
+        let (host, port) = target::host_port(target)?;
+        target::family(host, ip)?;
+        let address = target::join(host, port);
+        let Some((trust, server_name)) = &self.tls else {
+            return Ok(Probe::Tcp(Tcp {
+                address,
+                conversation: self.conversation.clone(),
+            }));
+        };
+        if server_name.is_none() && host.parse::<std::net::IpAddr>().is_ok() {
+            return Err(
+                "our TLS probe checks the certificate against a name, and the target is an \
+                 address: set tls_config.server_name"
+                    .to_owned(),
+            );
+        }
+        Ok(Probe::Tls(Tls {
+            address,
+            server_name: server_name.clone(),
+            trust: trust.clone(),
+        }))
+    }
+}
+
+/// Validates a `tcp` section (absent: a plain connect) into its template.
+pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> Template {
+    let Some(raw) = raw else {
+        return Template {
+            ip: IpProtocol {
+                ip6: true,
+                fallback: true,
+            },
+            tls: None,
+            conversation: Vec::new(),
+        };
+    };
+    let raw = raw.value;
+    let ip = ip_protocol(
+        raw.preferred_ip_protocol.as_ref(),
+        raw.ip_protocol_fallback.as_ref(),
+        check,
+    );
+    check.refuse_set(
+        &[(&raw.source_ip_address, "source_ip_address")],
+        "our probes connect from the address the route gives",
+    );
+    let steps = raw.query_response.map(|q| (q.key, q.value));
+    let mut conversation = Vec::new();
+    for step in steps.iter().flat_map(|(_, steps)| steps) {
+        query_response(step, &mut conversation, check);
+    }
+    let tls = match raw.tls.filter(|t| t.value) {
+        None => None,
+        Some(tls) => {
+            if let Some((key, _)) = steps.as_ref().filter(|(_, s)| !s.is_empty()) {
+                check.refuse(
+                    *key,
+                    "query_response",
+                    &format!(
+                        "with tls: true (line {}), our TCP probe converses in the clear only; a \
+                         TLS handshake alone is our tls probe",
+                        tls.key.line
+                    ),
+                );
+            }
+            let (trust, server_name) = tls_config(raw.tls_config, check);
+            Some((trust, server_name.map(|(name, _)| name)))
+        }
+    };
+    Template {
+        ip,
+        tls,
+        conversation,
+    }
+}
+
+/// One `query_response` step as ours: its `expect` (a regex over each line, as the exporter
+/// reads lines) then its `send` (with the line end the exporter adds).
+fn query_response(step: &Sp<RawQueryResponse>, out: &mut Vec<Step>, check: &mut Check<'_>) {
+    let raw = &step.value;
+    check.refuse_set(
+        &[(&raw.expect_bytes, "query_response.expect_bytes")],
+        "our conversation matches lines with expect",
+    );
+    check.refuse_set(
+        &[(&raw.labels, "query_response.labels")],
+        "our probes export no probe_expect_info",
+    );
+    if let Some(starttls) = raw.starttls.as_ref().filter(|s| s.value) {
+        check.refuse(
+            starttls.key,
+            "query_response.starttls",
+            "our TCP probe converses in the clear; the tls probe upgrades SMTP, IMAP, POP3 and \
+             PostgreSQL with its starttls",
+        );
+    }
+    let expect = raw.expect.as_ref().filter(|e| !e.value.is_empty());
+    if let Some(expect) = expect {
+        if crate::config::bytes_regex(expect, "expect", &mut check.invalid).is_ok() {
+            out.push(Step::ExpectLine(expect.value.clone()));
+        }
+    }
+    if let Some(send) = raw.send.as_ref().filter(|s| !s.value.is_empty()) {
+        if expect.is_some() && send.value.contains('$') {
+            check.refuse(
+                send.key,
+                "query_response.send",
+                "it expands groups of the expect's match (${1}); ours sends text as it is",
+            );
+        }
+        out.push(Step::Send(format!("{}\n", send.value)));
+    }
+}
