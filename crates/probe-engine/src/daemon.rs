@@ -45,6 +45,8 @@ pub struct Options {
     pub drain_delay: Duration,
     /// The status page's settings; `None` turns it off (`--ui false`).
     pub ui: Option<api::Ui>,
+    /// blackbox_exporter's `GET /probe` (`--blackbox-config`); `None` leaves it out.
+    pub blackbox: Option<crate::adhoc::AdHocOptions>,
 }
 
 /// Why the daemon could not start.
@@ -102,6 +104,8 @@ pub struct Daemon {
     membership: Arc<std::sync::OnceLock<MembershipWatch>>,
     /// The status page's settings.
     ui: Option<api::Ui>,
+    /// `GET /probe`'s prober, with `--blackbox-config`.
+    adhoc: Option<Arc<crate::adhoc::AdHoc>>,
 }
 
 /// A member's view of the cluster's member set.
@@ -142,6 +146,11 @@ impl Daemon {
         };
         let engine =
             Engine::start_with_resolver(options.engine, Arc::new(resolver), cancel.clone());
+        let adhoc = options
+            .blackbox
+            .as_ref()
+            .map(|blackbox| crate::adhoc::AdHoc::start(blackbox, engine.clone()).map(Arc::new))
+            .transpose()?;
         let clustered = match &loaded.cluster {
             None => None,
             Some(cluster) => {
@@ -227,6 +236,7 @@ impl Daemon {
             history,
             membership,
             ui: options.ui.clone(),
+            adhoc,
         };
         Ok(daemon)
     }
@@ -290,6 +300,9 @@ impl Daemon {
     pub fn reload(&self) {
         self.topology.reload();
         self.tokens.reload(&self.token_sources);
+        if let Some(adhoc) = &self.adhoc {
+            adhoc.reload();
+        }
     }
 
     /// Starts the stop sequence: not ready at once, serving for the drain delay, then API
@@ -380,6 +393,7 @@ impl Daemon {
             alerts,
             history: self.history.clone(),
             ui: self.ui.clone(),
+            adhoc: self.adhoc.clone(),
             page_rows: self
                 .ui
                 .as_ref()
@@ -624,6 +638,11 @@ pub fn describe_metrics() {
     metrics::describe_gauge!(
         "probe_alerts_firing",
         "Alerts firing now: one per root cause, not per target it takes down."
+    );
+    metrics::describe_counter!(
+        "probe_adhoc_probes_total",
+        "Probes made on request through GET /probe, by module (unknown for a module the \
+         blackbox config lacks) and result (success, failure, invalid, forbidden or busy)."
     );
     metrics::describe_counter!(
         "probe_alert_notifications_total",

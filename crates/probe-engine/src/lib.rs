@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod adhoc;
 pub mod alerts;
 pub mod api;
 pub mod blackbox;

@@ -108,6 +108,19 @@ enum Command {
         /// (`[a-z0-9._-]+`, unique among the members); over the section's `member`.
         #[arg(long, value_name = "NAME")]
         member: Option<String>,
+        /// Serve blackbox_exporter's `GET /probe?module=M&target=T` from the modules of this
+        /// blackbox.yml (read again on SIGHUP), so its scrape jobs work unchanged. Off by
+        /// default: whoever reaches it can make the daemon connect anywhere.
+        #[arg(long, value_name = "FILE")]
+        blackbox_config: Option<PathBuf>,
+        /// What `/probe` may probe: CIDRs (`10.0.0.0/8`), addresses and host globs
+        /// (`*.internal`), comma-separated or repeated. Without any, every target.
+        #[arg(long, value_name = "LIST", requires = "blackbox_config")]
+        blackbox_allow: Vec<String>,
+        /// The most `/probe` probes at once; past it, and while the scheduled probes take the
+        /// whole --max-in-flight, `/probe` answers 429.
+        #[arg(long, default_value = "64", requires = "blackbox_config")]
+        blackbox_max_in_flight: NonZeroUsize,
     },
     /// Validate a config: exit 0 with a summary, or 1 with every error.
     Check {
@@ -144,6 +157,9 @@ fn main() -> ExitCode {
             member,
             ui,
             ui_token,
+            blackbox_config,
+            blackbox_allow,
+            blackbox_max_in_flight,
         } => {
             let options = daemon::Options {
                 config,
@@ -169,6 +185,11 @@ fn main() -> ExitCode {
                 },
                 drain_delay,
                 ui: ui.then_some(probe_engine::api::Ui { token: ui_token }),
+                blackbox: blackbox_config.map(|config| probe_engine::adhoc::AdHocOptions {
+                    config,
+                    allow: blackbox_allow,
+                    max_in_flight: blackbox_max_in_flight.get(),
+                }),
             };
             match run(options, listen, grpc_listen, shutdown_grace, watch_config) {
                 Ok(code) => code,

@@ -49,6 +49,7 @@
 //! (`/health`); `views` holds the JSON shapes the answers are made of.
 
 mod actions;
+mod adhoc;
 mod auth;
 mod badges;
 mod draw;
@@ -109,6 +110,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(page::routes(state.ui.is_some()))
         .route("/v1/alerts/test", axum::routing::post(actions::test_alert))
         .route("/v1/drain", axum::routing::post(actions::drain))
+        .route("/probe", get(adhoc::probe))
         .layer(GateLayer::new(state.gate.clone()))
         // Added after the layer: not admitted through the gate, so they answer while draining.
         .route("/livez", get(reads::livez))

@@ -1,6 +1,8 @@
 //! What every handler shares: the state they read, the error answer, the blocking-thread
 //! helper for answers that walk every target, and the id in a path.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -47,6 +49,8 @@ pub struct ApiState {
     pub history: Option<crate::history::History>,
     /// The status page; `None` with `--ui false`.
     pub ui: Option<Ui>,
+    /// blackbox_exporter's `GET /probe`, with `--blackbox-config`; `None` (and a 404) without.
+    pub adhoc: Option<Arc<crate::adhoc::AdHoc>>,
     /// The page's rows' changes besides transitions, while the page is on.
     pub(crate) page_rows: Option<super::Rows>,
 }
