@@ -9,6 +9,7 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod history;
+pub mod import;
 pub mod limits;
 pub mod persist;
 #[cfg(feature = "test-support")]

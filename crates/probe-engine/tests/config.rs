@@ -1884,10 +1884,7 @@ fn http_section_is_fully_mapped() {
         StatusSet::new(vec![code(200), code(204), StatusPattern::Class(3)]).unwrap()
     );
     assert_eq!(spec.expect.body_contains.as_deref(), Some("ok"));
-    let m = |path: &str, value| JsonMatch {
-        path: path.parse().unwrap(),
-        value,
-    };
+    let m = |path: &str, value| JsonMatch::is(path.parse().unwrap(), value);
     assert_eq!(
         spec.expect.json,
         vec![

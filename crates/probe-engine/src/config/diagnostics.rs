@@ -67,7 +67,7 @@ pub(crate) fn file_error(file: &Path, message: String) -> ConfigErrors {
 }
 
 /// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
-pub(super) fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
@@ -111,7 +111,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// A user-supplied string for a message: quoted, escaped and shortened.
-pub(super) fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     const MAX: usize = 80;
     match text.char_indices().nth(MAX) {
         Some((cut, _)) => format!("{:?}...", &text[..cut]),

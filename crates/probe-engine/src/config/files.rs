@@ -68,7 +68,7 @@ pub(super) fn list_files(path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
     Ok(files)
 }
 
-pub(super) fn read_file(file: &Path) -> Result<String, String> {
+pub(crate) fn read_file(file: &Path) -> Result<String, String> {
     let handle = fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
     let mut bytes = Vec::new();
     handle

@@ -1,12 +1,13 @@
 //! What a reply must hold, for the sections that read one (`tcp`, `udp`): `expect` or
-//! `expect_regex`; and regex errors in words, for every section that takes a regex.
+//! `expect_regex`; and regexes compiled under one limit, their errors in words, for every
+//! section that takes a regex.
 
 use probe::tier::reply::ReplyExpect;
 
 use super::diagnostics::quote;
 use super::node::{Diags, Sp};
 
-/// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
+/// Limit on a compiled regex, so a hostile pattern cannot take the daemon's memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// `expect` or `expect_regex` (at most one) as what a reply must hold, for the sections that
@@ -25,22 +26,33 @@ pub(super) fn reply_expect(
             Err(())
         }
         (Some(text), None) => Ok(Some(ReplyExpect::Contains(text.value.into_bytes()))),
-        (None, Some(regex)) => regex::bytes::RegexBuilder::new(&regex.value)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map(|re| Some(ReplyExpect::Regex(re)))
-            .map_err(|e| {
-                diags.push((
-                    regex.pos,
-                    format!(
-                        "invalid regex {} for \"expect_regex\": {}",
-                        quote(&regex.value),
-                        regex_message(&e)
-                    ),
-                ));
-            }),
+        (None, Some(regex)) => {
+            bytes_regex(&regex, "expect_regex", diags).map(|re| Some(ReplyExpect::Regex(re)))
+        }
         (None, None) => Ok(None),
     }
+}
+
+/// A regular expression over bytes, compiled under the size limit; an invalid one is reported
+/// at its value, naming the key it was given for.
+pub(super) fn bytes_regex(
+    raw: &Sp<String>,
+    key: &str,
+    diags: &mut Diags,
+) -> Result<regex::bytes::Regex, ()> {
+    regex::bytes::RegexBuilder::new(&raw.value)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            diags.push((
+                raw.pos,
+                format!(
+                    "invalid regex {} for {key:?}: {}",
+                    quote(&raw.value),
+                    regex_message(&e)
+                ),
+            ));
+        })
 }
 
 /// The one line of a regex syntax error that says what is wrong (the others draw a caret).
