@@ -298,17 +298,21 @@ impl Importer<'_> {
         let global = raw
             .maintenance
             .and_then(|m| self.window(m, "maintenance", "maintenance"));
-        for (list, what) in [
-            (raw.external_endpoints, "external-endpoints"),
-            (raw.suites, "suites"),
+        for (list, what, key) in [
+            (
+                raw.external_endpoints,
+                "external endpoint",
+                "external-endpoints",
+            ),
+            (raw.suites, "suite", "suites"),
         ] {
             for item in list.into_iter().flatten() {
                 let name = item.value.name.map_or_else(String::new, |n| n.value);
                 self.note(
                     item.pos,
                     &format!("{what} {}", quote(&name)),
-                    what,
-                    if what == "suites" {
+                    key,
+                    if key == "suites" {
                         "a suite chains requests through a shared context; each target here is one check"
                     } else {
                         "its results are pushed to Gatus; targets here are probed"
@@ -340,14 +344,15 @@ impl Importer<'_> {
             if let Some(window) = &global {
                 target.maintenance.insert(0, window.clone());
             }
-            let subject = target.id.clone();
+            let name = target.id.clone();
             let wanted = match &group {
-                Some(group) => format!("{}.{}", slug(group), slug(&subject)),
-                None => slug(&subject),
+                Some(group) => format!("{}.{}", slug(group), slug(&name)),
+                None => slug(&name),
             };
             target.id = ids.claim(&wanted);
             if let Some(why) = refusal(&target, &defaults) {
-                self.note(pos, &endpoint_subject(&subject), "endpoint", &why);
+                let subject = endpoint_subject(&name, group.as_deref());
+                self.note(pos, &subject, "endpoint", &why);
                 continue;
             }
             if let Some(group) = group {
@@ -449,7 +454,7 @@ impl Importer<'_> {
         alerting: &mut bool,
     ) -> Option<Target> {
         let name = endpoint.name.value.trim().to_owned();
-        let subject = endpoint_subject(&name);
+        let subject = endpoint_subject(&name, endpoint.group.as_ref().map(|g| g.value.trim()));
         let mut e = Endpoint {
             subject: subject.clone(),
             degrades: false,
@@ -910,9 +915,12 @@ impl Importer<'_> {
     }
 }
 
-/// How notes name an endpoint.
-fn endpoint_subject(name: &str) -> String {
-    format!("endpoint {}", quote(name))
+/// How notes name an endpoint: by its name, and its group when it has one.
+fn endpoint_subject(name: &str, group: Option<&str>) -> String {
+    match group.filter(|g| !g.is_empty()) {
+        Some(group) => format!("endpoint {} (group {})", quote(name), quote(group)),
+        None => format!("endpoint {}", quote(name)),
+    }
 }
 
 /// What the translation of one endpoint's conditions learns beyond its probe section.
@@ -1114,12 +1122,16 @@ impl Importer<'_> {
                 (Subject::Body(None), Some(_)) => {
                     self.cannot(e, *at, text, "a reply is matched by one expectation");
                 }
-                _ => self.cannot(
+                (Subject::ResponseTime, _) => {
+                    self.cannot(e, *at, text, "a TCP or UDP target has no latency condition");
+                }
+                (Subject::Body(_) | Subject::Len(_) | Subject::Has(_), _) => self.cannot(
                     e,
                     *at,
                     text,
-                    "a TCP or UDP reply is matched by one `expect` (== on [BODY]) only",
+                    "a TCP or UDP reply is matched by == on [BODY] (a value or pat())",
                 ),
+                _ => self.cannot(e, *at, text, "a TCP or UDP target has no condition on this"),
             }
         }
         stream
