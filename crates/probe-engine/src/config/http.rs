@@ -408,10 +408,11 @@ fn header_matches(raw: Entries<String>, diags: &mut Diags) -> Checked<Vec<Header
 fn json_matches(raw: Entries<RawJson>, diags: &mut Diags) -> Checked<Vec<JsonMatch>> {
     let mut matches = Vec::new();
     let mut ok = true;
-    for (path, value) in raw.0 {
+    let ends: Vec<Option<Pos>> = raw.0.iter().skip(1).map(|(_, v)| Some(v.key)).collect();
+    for ((path, value), end) in raw.0.into_iter().zip(ends.into_iter().chain([None])) {
         let tests = match value.value {
             RawJson::Scalar(scalar) => Ok(vec![JsonTest::Is(scalar)]),
-            RawJson::Tests(tests) => json_tests(*tests, value.pos, diags),
+            RawJson::Tests(tests) => json_tests(*tests, (value.pos, end), diags),
         };
         match (path.parse::<JsonPath>(), tests) {
             (Ok(path), Ok(tests)) => matches.push(JsonMatch { path, tests }),
@@ -428,8 +429,18 @@ fn json_matches(raw: Entries<RawJson>, diags: &mut Diags) -> Checked<Vec<JsonMat
     ok.then_some(matches).ok_or(())
 }
 
-/// The tests of one mapping, in the order of [`RawTests`]' keys.
-fn json_tests(raw: RawTests, pos: Pos, diags: &mut Diags) -> Checked<Vec<JsonTest>> {
+/// The tests of one mapping, in the order of [`RawTests`]' keys. `span` is where the mapping
+/// starts and where the next entry does: a mapping left empty by keys already reported there
+/// (an unknown one, a bad value) is not reported again as empty.
+fn json_tests(
+    raw: RawTests,
+    span: (Pos, Option<Pos>),
+    diags: &mut Diags,
+) -> Checked<Vec<JsonTest>> {
+    let (pos, end) = span;
+    let reported = diags
+        .iter()
+        .any(|(at, _)| *at >= pos && end.is_none_or(|end| *at < end));
     let mut tests = Vec::new();
     let mut ok = true;
     let mut pattern = |raw: Option<Sp<String>>, key: &str, diags: &mut Diags| {
@@ -482,7 +493,7 @@ fn json_tests(raw: RawTests, pos: Pos, diags: &mut Diags) -> Checked<Vec<JsonTes
         tests.extend(len.0.into_iter().map(|(op, n)| JsonTest::Len(op, n)));
     }
     tests.extend(raw.exists.map(JsonTest::Exists));
-    if ok && tests.is_empty() {
+    if ok && tests.is_empty() && !reported {
         diags.push((
             pos,
             "a JSON test needs at least one of eq, ne, any, none, matches, not_matches, lt, le, gt, ge, len, exists".to_owned(),

@@ -44,10 +44,12 @@
 //!       follow_redirects: false              # default false; at most 5 when true
 //!       fresh_connection: false              # default false: reuse a kept-alive connection
 //!       expect:                              # all must hold
-//!         status: [200, "3xx"]               # codes and classes; default "2xx"
+//!         status: [200, "3xx", "401-499"]    # codes, classes and ranges; default "2xx"
 //!         body_contains: ok                  # -> reason "body"
+//!         body_regex: ["^\\{"]                # each must match -> reason "body"
 //!         header: { content-type: application/json }   # exact values -> "assertion"
-//!         json: { "$.status": UP }           # scalar at a JSON path -> "assertion"
+//!         json: { "$.status": UP, "$.queue": { lt: 100 } }  # scalar or tests -> "assertion"
+//!         latency_under: 300ms               # a slower reply fails -> "assertion"
 //!       degraded_if:                         # each that holds is one degraded reason
 //!         latency_over: 300ms
 //!         json: { "$.mode": readonly }
