@@ -272,10 +272,7 @@ fn failure(result: &CheckResult) -> &Failure {
 }
 
 fn json(path: &str, value: JsonScalar) -> JsonMatch {
-    JsonMatch {
-        path: path.parse().unwrap(),
-        value,
-    }
+    JsonMatch::is(path.parse().unwrap(), value)
 }
 
 fn text(s: &str) -> JsonScalar {

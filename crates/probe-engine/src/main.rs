@@ -128,6 +128,25 @@ enum Command {
         #[arg(long, short, default_value = "probes")]
         config: PathBuf,
     },
+    /// Translate another tool's config into this daemon's YAML, on stdout. What it cannot
+    /// express is said on stderr, one line each; exit 2 for input that cannot be read.
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
+}
+
+/// The tools `import` reads.
+#[derive(Subcommand)]
+enum ImportSource {
+    /// A Gatus config (`endpoints:` with conditions).
+    Gatus {
+        /// The Gatus config file.
+        file: PathBuf,
+        /// Exit 1 when anything could not be expressed.
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 /// How long the config must be quiet before a watched change reloads it: an editor's save or a
@@ -139,6 +158,11 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Import { source } => match source {
+            ImportSource::Gatus { file, strict } => {
+                import(&file, strict, probe_engine::import::gatus::import(&file))
+            }
+        },
         Command::Run {
             config,
             listen,
@@ -243,6 +267,38 @@ fn check(path: &std::path::Path) -> ExitCode {
             eprintln!("{} errors in {}", errors.0.len(), path.display());
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Writes an import's YAML to stdout and its notes to stderr. Exit 0, or 1 with `strict` when
+/// there are notes, or 2 when the input could not be read.
+fn import(
+    file: &std::path::Path,
+    strict: bool,
+    imported: Result<probe_engine::import::Import, probe_engine::config::ConfigErrors>,
+) -> ExitCode {
+    let imported = match imported {
+        Ok(imported) => imported,
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{} errors in {}", errors.0.len(), file.display());
+            return ExitCode::from(2);
+        }
+    };
+    match imported.to_yaml(&file.display().to_string()) {
+        Ok(yaml) => print!("{yaml}"),
+        Err(e) => {
+            eprintln!("writing the imported config: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    for note in &imported.notes {
+        eprintln!("{note}");
+    }
+    if strict && !imported.notes.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

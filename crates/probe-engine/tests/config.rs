@@ -14,7 +14,8 @@ use probe::target::Address;
 use probe::tier::ProbeSpec;
 use probe::tier::dns::{AnswerMatch, DnsSpec, DnsTransport, DnsType, Rcode};
 use probe::tier::http::{
-    HeaderMatch, HttpSpec, JsonMatch, JsonScalar, Method, StatusPattern, StatusSet, TlsTrust,
+    Comparison, HeaderMatch, HttpSpec, JsonMatch, JsonScalar, JsonTest, Method, StatusPattern,
+    StatusSet, TlsTrust,
 };
 use probe::tier::icmp::{IcmpDegradedIf, IcmpHost, IcmpSpec};
 use probe::tier::reply::ReplyExpect;
@@ -592,7 +593,7 @@ const CASES: &[Case] = &[
             (
                 5,
                 30,
-                r#"invalid status "6xx": expected a code from 100 to 599 or a class from "1xx" to "5xx""#,
+                r#"invalid status "6xx": expected a code from 100 to 599, a class from "1xx" to "5xx" or a range such as "401-499""#,
             ),
             (5, 37, r#"invalid status "2000""#),
             (
@@ -610,7 +611,7 @@ const CASES: &[Case] = &[
             "    http:",
             "      url: http://127.0.0.1:1/",
             "      expect:",
-            "        json: {\"$.a..b\": 1, status: UP, \"$.ok\": {x: 1}}",
+            "        json: {\"$.a..b\": 1, status: UP, \"$.ok\": [1]}",
             "      degraded_if:",
             "        json: {\"$[*]\": 1}",
         ],
@@ -628,7 +629,7 @@ const CASES: &[Case] = &[
             (
                 6,
                 49,
-                r#"invalid type for "http.expect.json.$.ok": expected a string, number, boolean or null, found a mapping"#,
+                r#"invalid type for "http.expect.json.$.ok": expected a string, number, boolean, null or a mapping of tests, found a sequence"#,
             ),
             (
                 8,
@@ -1884,10 +1885,7 @@ fn http_section_is_fully_mapped() {
         StatusSet::new(vec![code(200), code(204), StatusPattern::Class(3)]).unwrap()
     );
     assert_eq!(spec.expect.body_contains.as_deref(), Some("ok"));
-    let m = |path: &str, value| JsonMatch {
-        path: path.parse().unwrap(),
-        value,
-    };
+    let m = |path: &str, value| JsonMatch::is(path.parse().unwrap(), value);
     assert_eq!(
         spec.expect.json,
         vec![
@@ -3674,4 +3672,116 @@ fn the_history_section_and_the_sla_window() {
             "t.yaml:4:3: sla_window must be at least 1h: an SLA is a long window",
         ]
     );
+}
+
+#[test]
+fn http_conditions_take_ranges_patterns_latency_limits_and_json_tests() {
+    let text = doc(&[
+        "targets:",
+        "  - id: api",
+        "    http:",
+        "      url: http://127.0.0.1:8080/health",
+        "      expect:",
+        "        status: [\"401-499\", 2xx]",
+        "        body_matches: [\"^\\\\{\", \"UP\"]",
+        "        latency_under: 300ms",
+        "        json:",
+        "          \"$.status\": UP",
+        "          \"$.mode\": { ne: readonly, not_matches: \"^ro\" }",
+        "          \"$.id\": { any: [1, \"2\"], none: [3] }",
+        "          \"$.name\": { matches: \"^john\" }",
+        "          \"$.queue\": { gt: 0, lt: 100.5 }",
+        "          \"$.items\": { len: { ge: 1, le: 5 } }",
+        "          \"$.tags\": { len: 2 }",
+        "          \"$.errors\": { exists: false }",
+        "      degraded_if:",
+        "        json: { \"$.queue\": { ge: 50 } }",
+    ]);
+    let config = parse_ok(&text);
+    let spec = http(&config, 0);
+    assert_eq!(
+        spec.expect.status,
+        StatusSet::new(vec![
+            StatusPattern::Range(401, 499),
+            StatusPattern::Class(2)
+        ])
+        .unwrap()
+    );
+    let regexes: Vec<&str> = spec
+        .patterns
+        .body_matches
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    assert_eq!(regexes, ["^\\{", "UP"]);
+    assert_eq!(spec.expect.latency_under, Some(Duration::from_millis(300)));
+    let tests: Vec<(String, Vec<String>)> = spec
+        .expect
+        .json
+        .iter()
+        .map(|m| {
+            (
+                m.path.to_string(),
+                m.tests.iter().map(ToString::to_string).collect(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, Vec<String>)> = [
+        ("$.status", vec![r#""UP""#]),
+        ("$.mode", vec![r#"not "readonly""#, "not matching /^ro/"]),
+        ("$.id", vec![r#"one of 1, "2""#, "none of 3"]),
+        ("$.name", vec!["matching /^john/"]),
+        ("$.queue", vec!["< 100.5", "> 0"]),
+        ("$.items", vec!["length <= 5", "length >= 1"]),
+        ("$.tags", vec!["length == 2"]),
+        ("$.errors", vec!["absent"]),
+    ]
+    .into_iter()
+    .map(|(p, t)| (p.to_owned(), t.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(tests, expected);
+    assert_eq!(
+        spec.degraded_if.json,
+        vec![JsonMatch {
+            path: "$.queue".parse().unwrap(),
+            tests: vec![JsonTest::Number(Comparison::Ge, 50.0)],
+        }]
+    );
+}
+
+#[test]
+fn invalid_http_conditions_are_reported_where_they_are() {
+    let text = doc(&[
+        "targets:",
+        "  - id: api",
+        "    http:",
+        "      url: http://127.0.0.1:8080/health",
+        "      expect:",
+        "        status: [\"499-401\"]",
+        "        body_matches: \"(\"",
+        "        latency_under: soon",
+        "        json:",
+        "          \"$.a\": { gtt: 1 }",
+        "          \"$.b\": { any: [] }",
+        "          \"$.c\": { matches: \"[\" }",
+        "          \"$.d\": { len: -1 }",
+        "          \"$.e\": {}",
+    ]);
+    let errors = parse(&text).expect_err("invalid");
+    let lines: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+    let has = |prefix: &str| {
+        assert!(
+            lines.iter().any(|l| l.starts_with(prefix)),
+            "no error starting {prefix:?} in:\n{errors}"
+        );
+    };
+    has("t.yaml:6:18: invalid status \"499-401\"");
+    has("t.yaml:7:23: invalid regex \"(\" for \"body_matches\"");
+    has("t.yaml:8:24: invalid duration");
+    has("t.yaml:10:20: unknown field \"gtt\" in expect, did you mean \"gt\"?");
+    has("t.yaml:11:25: \"any\" needs at least one value");
+    has("t.yaml:12:29: invalid regex \"[\" for \"matches\"");
+    has("t.yaml:13:25: invalid value for \"http.expect.json.$.d.len\": a length is not negative");
+    has("t.yaml:14:18: a JSON test needs at least one of eq, ne");
+    assert_eq!(lines.len(), 8, "{errors}");
 }

@@ -12,9 +12,9 @@ use probe::outcome::Severity;
 use probe::tier::http::header::HeaderName;
 use probe::tier::http::headers::InvalidHeader;
 use probe::tier::http::{
-    CaBundle, DegradedIf, Expect, HeaderMatch, HeaderPattern, HttpSpec, HttpUrl, HttpVersion,
-    JsonMatch, JsonPath, JsonScalar, Match, Method, ReplyPatterns, RequestHeaders, SignalRule,
-    StatusPattern, StatusSet, TlsTrust, expand_env,
+    CaBundle, Comparison, DegradedIf, Expect, HeaderMatch, HeaderPattern, HttpSpec, HttpUrl,
+    HttpVersion, JsonMatch, JsonPath, JsonScalar, JsonTest, Match, Method, Pattern,
+    ReplyPatterns, RequestHeaders, SignalRule, StatusPattern, StatusSet, TlsTrust, expand_env,
 };
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
@@ -23,6 +23,7 @@ use super::addresses;
 use super::diagnostics::{did_you_mean, quote};
 use super::files::Source;
 use super::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
+use super::reply::bytes_regex;
 use super::schedule::duration;
 
 /// The methods a probe may use. A health check has no business with `CONNECT` or `TRACE`.
@@ -58,7 +59,8 @@ struct RawExpect {
     status: Option<Sp<OneOrMany<Sp<String>>>>,
     body_contains: Option<Sp<String>>,
     header: Option<Sp<Entries<String>>>,
-    json: Option<Sp<Entries<RawScalar>>>,
+    json: Option<Sp<Entries<RawJson>>>,
+    latency_under: Option<Sp<String>>,
     body_matches: Option<Sp<OneOrMany<Sp<String>>>>,
     body_not_matches: Option<Sp<OneOrMany<Sp<String>>>>,
     header_matches: Option<Sp<Vec<Sp<RawHeaderPattern>>>>,
@@ -80,7 +82,7 @@ struct RawHeaderPattern {
 #[serde(rename = "degraded_if", deny_unknown_fields)]
 struct RawDegradedIf {
     latency_over: Option<Sp<String>>,
-    json: Option<Sp<Entries<RawScalar>>>,
+    json: Option<Sp<Entries<RawJson>>>,
 }
 
 #[derive(Deserialize)]
@@ -96,11 +98,129 @@ struct RawSignal {
 struct RawWhen {
     status: Option<Sp<OneOrMany<Sp<String>>>>,
     header: Option<Sp<Entries<String>>>,
-    json: Option<Sp<Entries<RawScalar>>>,
+    json: Option<Sp<Entries<RawJson>>>,
+}
+
+/// What a JSON condition asks of its path: a scalar the value must be, or a mapping of tests
+/// that must all hold (`{ gt: 0, len: { lt: 5 } }`).
+enum RawJson {
+    Scalar(JsonScalar),
+    Tests(Box<RawTests>),
+}
+
+/// The tests of a JSON condition's mapping form, each key one test.
+#[derive(Deserialize)]
+#[serde(rename = "json test", deny_unknown_fields)]
+struct RawTests {
+    eq: Option<RawScalar>,
+    ne: Option<RawScalar>,
+    any: Option<Sp<Vec<RawScalar>>>,
+    none: Option<Sp<Vec<RawScalar>>>,
+    matches: Option<Sp<String>>,
+    not_matches: Option<Sp<String>>,
+    lt: Option<Sp<f64>>,
+    le: Option<Sp<f64>>,
+    gt: Option<Sp<f64>>,
+    ge: Option<Sp<f64>>,
+    len: Option<RawLen>,
+    exists: Option<bool>,
+}
+
+/// `len: 8` (equal), or `len: { lt: 5 }` with any of `eq`, `ne`, `lt`, `le`, `gt`, `ge`.
+struct RawLen(Vec<(Comparison, u64)>);
+
+#[derive(Deserialize)]
+#[serde(rename = "len", deny_unknown_fields)]
+struct RawLenOps {
+    eq: Option<u64>,
+    ne: Option<u64>,
+    lt: Option<u64>,
+    le: Option<u64>,
+    gt: Option<u64>,
+    ge: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for RawJson {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawJson;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number, boolean, null or a mapping of tests")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawJson, A::Error> {
+                RawTests::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(|tests| RawJson::Tests(Box::new(tests)))
+            }
+            fn visit_unit<E>(self) -> Result<RawJson, E> {
+                Ok(RawJson::Scalar(JsonScalar::Null))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RawJson, E> {
+                Ok(RawJson::Scalar(JsonScalar::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RawJson, E> {
+                Ok(RawJson::Scalar(JsonScalar::Number(v.into())))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawJson, E> {
+                Ok(RawJson::Scalar(JsonScalar::Number(v.into())))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawJson, E> {
+                RawScalar::number(v).map(|s| RawJson::Scalar(s.0))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawJson, E> {
+                Ok(RawJson::Scalar(JsonScalar::String(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawLen {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawLen;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a length, or a mapping of eq, ne, lt, le, gt, ge to lengths")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawLen, E> {
+                Ok(RawLen(vec![(Comparison::Eq, v)]))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawLen, E> {
+                u64::try_from(v)
+                    .map(|v| RawLen(vec![(Comparison::Eq, v)]))
+                    .map_err(|_| E::custom("a length is not negative"))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawLen, A::Error> {
+                let ops = RawLenOps::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let values = [ops.eq, ops.ne, ops.lt, ops.le, ops.gt, ops.ge];
+                let tests: Vec<_> = Comparison::ALL
+                    .iter()
+                    .zip(values)
+                    .filter_map(|((op, _), value)| Some((*op, value?)))
+                    .collect();
+                if tests.is_empty() {
+                    return Err(de::Error::custom(
+                        "give at least one of eq, ne, lt, le, gt, ge",
+                    ));
+                }
+                Ok(RawLen(tests))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 /// The expected value of a JSON condition: a YAML scalar, kept with its type.
 struct RawScalar(JsonScalar);
+
+impl RawScalar {
+    fn number<E: de::Error>(v: f64) -> Result<Self, E> {
+        serde_json::Number::from_f64(v)
+            .map(|n| RawScalar(JsonScalar::Number(n)))
+            .ok_or_else(|| E::custom("JSON has no NaN or infinite numbers"))
+    }
+}
 
 impl<'de> Deserialize<'de> for RawScalar {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -123,9 +243,7 @@ impl<'de> Deserialize<'de> for RawScalar {
                 Ok(RawScalar(JsonScalar::Number(v.into())))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawScalar, E> {
-                serde_json::Number::from_f64(v)
-                    .map(|n| RawScalar(JsonScalar::Number(n)))
-                    .ok_or_else(|| E::custom("JSON has no NaN or infinite numbers"))
+                RawScalar::number(v)
             }
             fn visit_str<E>(self, v: &str) -> Result<RawScalar, E> {
                 Ok(RawScalar(JsonScalar::String(v.to_owned())))
@@ -303,25 +421,102 @@ fn header_matches(raw: Entries<String>, diags: &mut Diags) -> Checked<Vec<Header
     ok.then_some(matches).ok_or(())
 }
 
-fn json_matches(raw: Entries<RawScalar>, diags: &mut Diags) -> Checked<Vec<JsonMatch>> {
+fn json_matches(raw: Entries<RawJson>, diags: &mut Diags) -> Checked<Vec<JsonMatch>> {
     let mut matches = Vec::new();
     let mut ok = true;
-    for (path, value) in raw.0 {
-        match path.parse::<JsonPath>() {
-            Ok(path) => matches.push(JsonMatch {
-                path,
-                value: value.value.0,
-            }),
-            Err(e) => {
+    let ends: Vec<Option<Pos>> = raw.0.iter().skip(1).map(|(_, v)| Some(v.key)).collect();
+    for ((path, value), end) in raw.0.into_iter().zip(ends.into_iter().chain([None])) {
+        let tests = match value.value {
+            RawJson::Scalar(scalar) => Ok(vec![JsonTest::Is(scalar)]),
+            RawJson::Tests(tests) => json_tests(*tests, (value.pos, end), diags),
+        };
+        match (path.parse::<JsonPath>(), tests) {
+            (Ok(path), Ok(tests)) => matches.push(JsonMatch { path, tests }),
+            (Err(e), _) => {
                 diags.push((
                     value.key,
                     format!("invalid JSON path {}: {e}", quote(&path)),
                 ));
                 ok = false;
             }
+            (_, Err(())) => ok = false,
         }
     }
     ok.then_some(matches).ok_or(())
+}
+
+/// The tests of one mapping, in the order of [`RawTests`]' keys. `span` is where the mapping
+/// starts and where the next entry does: a mapping left empty by keys already reported there
+/// (an unknown one, a bad value) is not reported again as empty.
+fn json_tests(
+    raw: RawTests,
+    span: (Pos, Option<Pos>),
+    diags: &mut Diags,
+) -> Checked<Vec<JsonTest>> {
+    let (pos, end) = span;
+    let reported = diags
+        .iter()
+        .any(|(at, _)| *at >= pos && end.is_none_or(|end| *at < end));
+    let mut tests = Vec::new();
+    let mut ok = true;
+    let mut pattern = |raw: Option<Sp<String>>, key: &str, diags: &mut Diags| {
+        raw.map(|raw| {
+            bytes_regex(&raw, key, diags)
+                .map(Pattern)
+                .inspect_err(|()| ok = false)
+        })
+        .and_then(Result::ok)
+    };
+    let matches = pattern(raw.matches, "matches", diags);
+    let not_matches = pattern(raw.not_matches, "not_matches", diags);
+    let scalars = |list: Sp<Vec<RawScalar>>, key: &str, diags: &mut Diags| {
+        if list.value.is_empty() {
+            diags.push((list.pos, format!("{key:?} needs at least one value")));
+            return None;
+        }
+        Some(list.value.into_iter().map(|s| s.0).collect::<Vec<_>>())
+    };
+    tests.extend(raw.eq.map(|s| JsonTest::Is(s.0)));
+    tests.extend(raw.ne.map(|s| JsonTest::IsNot(s.0)));
+    for (list, key, test) in [
+        (raw.any, "any", JsonTest::OneOf as fn(_) -> _),
+        (raw.none, "none", JsonTest::NoneOf),
+    ] {
+        match list.map(|list| scalars(list, key, diags)) {
+            Some(Some(list)) => tests.push(test(list)),
+            Some(None) => ok = false,
+            None => {}
+        }
+    }
+    tests.extend(matches.map(JsonTest::Matches));
+    tests.extend(not_matches.map(JsonTest::NotMatches));
+    for (op, value) in [
+        (Comparison::Lt, raw.lt),
+        (Comparison::Le, raw.le),
+        (Comparison::Gt, raw.gt),
+        (Comparison::Ge, raw.ge),
+    ] {
+        match value {
+            Some(n) if !n.value.is_finite() => {
+                diags.push((n.pos, "a comparison needs a finite number".to_owned()));
+                ok = false;
+            }
+            Some(n) => tests.push(JsonTest::Number(op, n.value)),
+            None => {}
+        }
+    }
+    if let Some(len) = raw.len {
+        tests.extend(len.0.into_iter().map(|(op, n)| JsonTest::Len(op, n)));
+    }
+    tests.extend(raw.exists.map(JsonTest::Exists));
+    if ok && tests.is_empty() && !reported {
+        diags.push((
+            pos,
+            "a JSON test needs at least one of eq, ne, any, none, matches, not_matches, lt, le, gt, ge, len, exists".to_owned(),
+        ));
+        ok = false;
+    }
+    ok.then_some(tests).ok_or(())
 }
 
 /// Runs an optional part's parser; an absent part is `default`.
@@ -341,12 +536,17 @@ fn expect(raw: RawExpect, diags: &mut Diags) -> Checked<(Expect, ReplyPatterns)>
         header_matches(h.value, d)
     });
     let json = part(raw.json, Vec::new(), diags, |j, d| json_matches(j.value, d));
+    let latency = duration(raw.latency_under.as_ref(), "latency_under", true, diags);
+    if latency.is_invalid() {
+        return Err(());
+    }
     Ok((
         Expect {
             status: status?,
             body_contains: raw.body_contains.map(|b| b.value),
             headers: headers?,
             json: json?,
+            latency_under: latency.value(),
         },
         patterns?,
     ))

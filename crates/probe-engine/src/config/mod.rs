@@ -44,10 +44,13 @@
 //!       follow_redirects: false              # default false; at most 5 when true
 //!       fresh_connection: false              # default false: reuse a kept-alive connection
 //!       expect:                              # all must hold
-//!         status: [200, "3xx"]               # codes and classes; default "2xx"
+//!         status: [200, "3xx", "401-499"]    # codes, classes and ranges; default "2xx"
 //!         body_contains: ok                  # -> reason "body"
+//!         body_matches: ["^\\{"]              # each must match -> reason "body"
+//!         body_not_matches: ["(?i)error"]    # none may match -> reason "body"
 //!         header: { content-type: application/json }   # exact values -> "assertion"
-//!         json: { "$.status": UP }           # scalar at a JSON path -> "assertion"
+//!         json: { "$.status": UP, "$.queue": { lt: 100 } }  # scalar or tests -> "assertion"
+//!         latency_under: 300ms               # a slower reply fails -> "assertion"
 //!       degraded_if:                         # each that holds is one degraded reason
 //!         latency_over: 300ms
 //!         json: { "$.mode": readonly }
@@ -99,9 +102,9 @@
 mod addresses;
 mod alerts;
 mod cluster;
-mod diagnostics;
+pub(crate) mod diagnostics;
 mod dns;
-mod files;
+pub(crate) mod files;
 mod graph;
 mod grpc;
 mod history;
@@ -109,7 +112,7 @@ mod http;
 mod icmp;
 mod merge;
 mod metrics;
-mod node;
+pub(crate) mod node;
 mod passive;
 mod reply;
 mod resolver;

@@ -3,8 +3,9 @@
 //!
 //! Three kinds of rules are evaluated on every reply, in this order:
 //! 1. [`Expect`]: all of its parts must hold, or the check fails. The parts are checked in the
-//!    order status, body, headers, JSON, and the first one that does not hold gives the failure's
-//!    reason (`status`, `body`, `assertion`), so the reason points at the most basic problem.
+//!    order status, body, headers, JSON, latency, and the first one that does not hold gives the
+//!    failure's reason (`status`, `body`, `assertion`), so the reason points at the most basic
+//!    problem.
 //! 2. [`DegradedIf`]: only when the expectations hold. Each condition that holds adds one reason
 //!    to [`Verdict::Degraded`](crate::outcome::Verdict::Degraded): "slow" and "read-only" are
 //!    independent facts, and an operator wants to see both.
@@ -35,11 +36,15 @@ pub enum StatusPattern {
     Code(u16),
     /// Any code of this class: `2` for `2xx`, 1 to 5.
     Class(u8),
+    /// Any code from the first to the second, both included: `401-499`.
+    Range(u16, u16),
 }
 
 /// Why a string is not a valid [`StatusPattern`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid status {0:?}: expected a code from 100 to 599 or a class from \"1xx\" to \"5xx\"")]
+#[error(
+    "invalid status {0:?}: expected a code from 100 to 599, a class from \"1xx\" to \"5xx\" or a range such as \"401-499\""
+)]
 pub struct InvalidStatus(pub String);
 
 impl StatusPattern {
@@ -48,6 +53,7 @@ impl StatusPattern {
         match self {
             Self::Code(c) => c == code,
             Self::Class(class) => code / 100 == u16::from(class),
+            Self::Range(low, high) => (low..=high).contains(&code),
         }
     }
 }
@@ -55,9 +61,17 @@ impl StatusPattern {
 impl FromStr for StatusPattern {
     type Err = InvalidStatus;
 
-    /// `"200"` or `"2xx"` (also `"2XX"`).
+    /// `"200"`, `"2xx"` (also `"2XX"`) or `"401-499"` (the first code not above the second).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || InvalidStatus(s.to_owned());
+        if let Some((low, high)) = s.split_once('-') {
+            return match (low.parse(), high.parse()) {
+                (Ok(Self::Code(low)), Ok(Self::Code(high))) if low <= high => {
+                    Ok(Self::Range(low, high))
+                }
+                _ => Err(bad()),
+            };
+        }
         let bytes = s.as_bytes();
         match bytes {
             [class @ b'1'..=b'5', x, y] if x.eq_ignore_ascii_case(&b'x') && y == x => {
@@ -74,6 +88,7 @@ impl fmt::Display for StatusPattern {
         match self {
             Self::Code(code) => write!(f, "{code}"),
             Self::Class(class) => write!(f, "{class}xx"),
+            Self::Range(low, high) => write!(f, "{low}-{high}"),
         }
     }
 }
@@ -185,31 +200,247 @@ impl fmt::Display for JsonScalar {
     }
 }
 
-/// "The value at `path` is `value`".
+/// A regular expression that compares by its source, so that specs holding one can tell a
+/// reload that changed it.
+#[derive(Clone, Debug)]
+pub struct Pattern(pub regex::bytes::Regex);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "/{}/", self.0.as_str())
+    }
+}
+
+/// How a number or a length is compared with the operand of a [`JsonTest`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    /// Equal (`eq`).
+    Eq,
+    /// Not equal (`ne`).
+    Ne,
+    /// Less than (`lt`).
+    Lt,
+    /// Less than or equal (`le`).
+    Le,
+    /// Greater than (`gt`).
+    Gt,
+    /// Greater than or equal (`ge`).
+    Ge,
+}
+
+impl Comparison {
+    /// Every comparison, by its key in the configuration.
+    pub const ALL: [(Self, &'static str); 6] = [
+        (Self::Eq, "eq"),
+        (Self::Ne, "ne"),
+        (Self::Lt, "lt"),
+        (Self::Le, "le"),
+        (Self::Gt, "gt"),
+        (Self::Ge, "ge"),
+    ];
+
+    /// Whether `left` compares to `right` this way.
+    pub fn holds<T: PartialOrd>(self, left: T, right: T) -> bool {
+        match self {
+            Self::Eq => left == right,
+            Self::Ne => left != right,
+            Self::Lt => left < right,
+            Self::Le => left <= right,
+            Self::Gt => left > right,
+            Self::Ge => left >= right,
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            Self::Eq => "==",
+            Self::Ne => "!=",
+            Self::Lt => "<",
+            Self::Le => "<=",
+            Self::Gt => ">",
+            Self::Ge => ">=",
+        }
+    }
+}
+
+/// One thing the value at a JSON path must be.
+///
+/// Scalars compare by type and value ([`JsonScalar::matches`]); a pattern reads a string as it
+/// is and any other value as its JSON text, so `"$.version"` can be matched whatever its type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JsonTest {
+    /// The value is this scalar.
+    Is(JsonScalar),
+    /// The value is not this scalar (a missing value does not hold).
+    IsNot(JsonScalar),
+    /// The value is one of these.
+    OneOf(Vec<JsonScalar>),
+    /// The value is none of these (a missing value does not hold).
+    NoneOf(Vec<JsonScalar>),
+    /// The value's text matches.
+    Matches(Pattern),
+    /// The value's text does not match (a missing value does not hold).
+    NotMatches(Pattern),
+    /// The value is a number that compares so with this one.
+    Number(Comparison, f64),
+    /// The value's length compares so with this one: an array's items, an object's members, a
+    /// string's characters, the JSON text's characters of anything else.
+    Len(Comparison, u64),
+    /// The path leads to a value (`true`) or to none (`false`).
+    Exists(bool),
+}
+
+impl JsonTest {
+    /// `Ok` when `found` (the value at the path, if any) passes; otherwise what was seen.
+    fn check(&self, found: Option<&Value>) -> Result<(), Seen> {
+        let Some(value) = found else {
+            return match self {
+                Self::Exists(false) => Ok(()),
+                _ => Err(Seen::Missing),
+            };
+        };
+        let holds = match self {
+            Self::Is(scalar) => scalar.matches(value),
+            Self::IsNot(scalar) => !scalar.matches(value),
+            Self::OneOf(scalars) => scalars.iter().any(|s| s.matches(value)),
+            Self::NoneOf(scalars) => !scalars.iter().any(|s| s.matches(value)),
+            Self::Matches(pattern) => pattern.0.is_match(text_of(value).as_bytes()),
+            Self::NotMatches(pattern) => !pattern.0.is_match(text_of(value).as_bytes()),
+            Self::Number(op, operand) => value.as_f64().is_some_and(|n| op.holds(n, *operand)),
+            Self::Len(op, operand) => {
+                let len = length_of(value);
+                if op.holds(len, *operand) {
+                    return Ok(());
+                }
+                return Err(Seen::Length(len));
+            }
+            Self::Exists(exists) => *exists,
+        };
+        if holds {
+            Ok(())
+        } else {
+            Err(Seen::Value(shorten(&value.to_string())))
+        }
+    }
+}
+
+impl fmt::Display for JsonTest {
+    /// What is expected, as failures say it: `"UP"`, `not "DOWN"`, `< 5`, `length >= 1`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |f: &mut fmt::Formatter<'_>, scalars: &[JsonScalar]| {
+            for (i, s) in scalars.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{s}")?;
+            }
+            Ok(())
+        };
+        match self {
+            Self::Is(scalar) => write!(f, "{scalar}"),
+            Self::IsNot(scalar) => write!(f, "not {scalar}"),
+            Self::OneOf(scalars) => {
+                f.write_str("one of ")?;
+                list(f, scalars)
+            }
+            Self::NoneOf(scalars) => {
+                f.write_str("none of ")?;
+                list(f, scalars)
+            }
+            Self::Matches(pattern) => write!(f, "matching {pattern}"),
+            Self::NotMatches(pattern) => write!(f, "not matching {pattern}"),
+            Self::Number(op, operand) => write!(f, "{} {operand}", op.symbol()),
+            Self::Len(op, operand) => write!(f, "length {} {operand}", op.symbol()),
+            Self::Exists(true) => f.write_str("present"),
+            Self::Exists(false) => f.write_str("absent"),
+        }
+    }
+}
+
+/// What a failing [`JsonTest`] saw, for its message.
+enum Seen {
+    Missing,
+    Value(String),
+    Length(u64),
+}
+
+/// A string as it is, any other value as its JSON text.
+fn text_of(value: &Value) -> std::borrow::Cow<'_, str> {
+    match value {
+        Value::String(s) => s.as_str().into(),
+        other => other.to_string().into(),
+    }
+}
+
+fn length_of(value: &Value) -> u64 {
+    let len = match value {
+        Value::Array(items) => items.len(),
+        Value::Object(members) => members.len(),
+        Value::String(s) => s.chars().count(),
+        other => other.to_string().chars().count(),
+    };
+    u64::try_from(len).unwrap_or(u64::MAX)
+}
+
+/// "The value at `path` passes every one of `tests`".
 #[derive(Clone, Debug, PartialEq)]
 pub struct JsonMatch {
     /// Where to look.
     pub path: JsonPath,
-    /// What must be there.
-    pub value: JsonScalar,
+    /// What must hold there, all of it; never empty.
+    pub tests: Vec<JsonTest>,
 }
 
 impl JsonMatch {
+    /// "The value at `path` is `value`", the common case.
+    pub fn is(path: JsonPath, value: JsonScalar) -> Self {
+        Self {
+            path,
+            tests: vec![JsonTest::Is(value)],
+        }
+    }
+
     /// `Ok` when it holds; otherwise what was found instead, for the message.
     fn check(&self, reply: &Reply<'_>) -> Result<(), String> {
         let doc = reply
             .json()
             .map_err(|e| format!("body is not JSON ({e})"))?;
-        match self.path.find(doc) {
-            Some(found) if self.value.matches(found) => Ok(()),
-            Some(found) => Err(format!(
-                "{} is {}, expected {}",
-                self.path,
-                shorten(&found.to_string()),
-                self.value
-            )),
-            None => Err(format!("{} is missing, expected {}", self.path, self.value)),
+        let found = self.path.find(doc);
+        for test in &self.tests {
+            match test.check(found) {
+                Ok(()) => {}
+                Err(Seen::Missing) => {
+                    return Err(format!("{} is missing, expected {test}", self.path));
+                }
+                Err(Seen::Value(value)) => {
+                    return Err(format!("{} is {value}, expected {test}", self.path));
+                }
+                Err(Seen::Length(len)) => {
+                    return Err(format!("{} has length {len}, expected {test}", self.path));
+                }
+            }
         }
+        Ok(())
+    }
+}
+
+impl fmt::Display for JsonMatch {
+    /// As a degraded reason says it: `$.mode is "readonly"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} is ", self.path)?;
+        for (i, test) in self.tests.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" and ")?;
+            }
+            write!(f, "{test}")?;
+        }
+        Ok(())
     }
 }
 
@@ -258,6 +489,10 @@ pub struct Expect {
     pub headers: Vec<HeaderMatch>,
     /// Values in the JSON body (reason `assertion`; a body that is not JSON fails as `body`).
     pub json: Vec<JsonMatch>,
+    /// The reply (status line, headers and body) must take less than this (reason
+    /// `assertion`): for a service whose slow answer is as bad as none, where
+    /// [`DegradedIf::latency_over`] would call it degraded.
+    pub latency_under: Option<Duration>,
 }
 
 impl Expect {
@@ -301,6 +536,18 @@ impl Expect {
                 return Err(Failure::new(reason, detail));
             }
         }
+        if let Some(limit) = self.latency_under
+            && reply.latency >= limit
+        {
+            return Err(Failure::new(
+                FailureReason::Assertion,
+                format_args!(
+                    "latency {}ms, expected under {}",
+                    reply.latency.as_millis(),
+                    humantime::format_duration(limit)
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -335,7 +582,7 @@ impl DegradedIf {
         }
         for json in &self.json {
             if json.check(reply).is_ok() {
-                reasons.push(format!("{} is {}", json.path, json.value));
+                reasons.push(json.to_string());
             }
         }
         reasons
@@ -499,10 +746,18 @@ mod tests {
     }
 
     fn json_match(path: &str, value: JsonScalar) -> JsonMatch {
+        JsonMatch::is(path.parse().unwrap(), value)
+    }
+
+    fn json_tests(path: &str, tests: Vec<JsonTest>) -> JsonMatch {
         JsonMatch {
             path: path.parse().unwrap(),
-            value,
+            tests,
         }
+    }
+
+    fn pattern(re: &str) -> Pattern {
+        Pattern(regex::bytes::Regex::new(re).unwrap())
     }
 
     #[test]
@@ -561,6 +816,7 @@ mod tests {
                 value: "application/json".into(),
             }],
             json: vec![json_match("$.status", JsonScalar::String("UP".into()))],
+            ..Expect::default()
         };
         assert_eq!(expect.check(&reply(200)), Ok(()));
         let failure = expect.check(&reply(503)).unwrap_err();
@@ -571,7 +827,7 @@ mod tests {
         );
 
         let mut wrong = expect.clone();
-        wrong.json[0].value = JsonScalar::String("DOWN".into());
+        wrong.json[0].tests = vec![JsonTest::Is(JsonScalar::String("DOWN".into()))];
         let failure = wrong.check(&reply(200)).unwrap_err();
         assert_eq!(failure.reason, FailureReason::Assertion);
         assert_eq!(failure.detail, r#"$.status is "UP", expected "DOWN""#);
@@ -587,6 +843,112 @@ mod tests {
             degraded.reasons(&reply(200)),
             vec!["latency 5ms over 1ms", r#"$.mode is "readonly""#]
         );
+    }
+
+    #[test]
+    fn status_ranges_parse_and_match() {
+        assert_eq!(status("401-499"), StatusPattern::Range(401, 499));
+        assert_eq!(status("200-200"), StatusPattern::Range(200, 200));
+        for bad in ["499-401", "2xx-3xx", "100-600", "-200", "200-", "200-30"] {
+            assert!(bad.parse::<StatusPattern>().is_err(), "{bad:?}");
+        }
+        let range = status("401-499");
+        assert!(range.matches(401) && range.matches(499));
+        assert!(!range.matches(400) && !range.matches(500));
+        assert_eq!(range.to_string(), "401-499");
+    }
+
+    #[test]
+    fn json_tests_hold_and_say_what_they_saw() {
+        let headers = HeaderMap::new();
+        let body = br#"{"name":"john.doe","id":2,"ratio":0.5,"data":[1,2,3],"errors":null,"nested":{"a":1}}"#;
+        let reply = Reply::new(StatusCode::OK, &headers, body, Duration::ZERO);
+        let s = |v: &str| JsonScalar::String(v.into());
+        let n = |v: i64| JsonScalar::Number(v.into());
+        let holds = [
+            json_tests("$.name", vec![JsonTest::IsNot(s("bob"))]),
+            json_tests("$.id", vec![JsonTest::OneOf(vec![n(1), n(2)])]),
+            json_tests("$.id", vec![JsonTest::NoneOf(vec![n(3), s("2")])]),
+            json_tests("$.name", vec![JsonTest::Matches(pattern("^john"))]),
+            json_tests("$.id", vec![JsonTest::Matches(pattern("^2$"))]),
+            json_tests("$.name", vec![JsonTest::NotMatches(pattern("^bob"))]),
+            json_tests(
+                "$.ratio",
+                vec![
+                    JsonTest::Number(Comparison::Gt, 0.25),
+                    JsonTest::Number(Comparison::Le, 0.5),
+                ],
+            ),
+            json_tests("$.data", vec![JsonTest::Len(Comparison::Lt, 5)]),
+            json_tests("$.name", vec![JsonTest::Len(Comparison::Eq, 8)]),
+            json_tests("$.nested", vec![JsonTest::Len(Comparison::Eq, 1)]),
+            json_tests("$.id", vec![JsonTest::Len(Comparison::Eq, 1)]),
+            json_tests("$.errors", vec![JsonTest::Exists(true)]),
+            json_tests("$.users", vec![JsonTest::Exists(false)]),
+        ];
+        for test in &holds {
+            assert_eq!(test.check(&reply), Ok(()), "{test}");
+        }
+        let fails = [
+            (
+                json_tests("$.name", vec![JsonTest::IsNot(s("john.doe"))]),
+                r#"$.name is "john.doe", expected not "john.doe""#,
+            ),
+            (
+                json_tests("$.id", vec![JsonTest::OneOf(vec![n(3), n(4)])]),
+                "$.id is 2, expected one of 3, 4",
+            ),
+            (
+                json_tests("$.name", vec![JsonTest::Matches(pattern("^bob"))]),
+                r#"$.name is "john.doe", expected matching /^bob/"#,
+            ),
+            (
+                json_tests("$.name", vec![JsonTest::Number(Comparison::Gt, 1.0)]),
+                r#"$.name is "john.doe", expected > 1"#,
+            ),
+            (
+                json_tests("$.data", vec![JsonTest::Len(Comparison::Ge, 5)]),
+                "$.data has length 3, expected length >= 5",
+            ),
+            (
+                json_tests("$.errors", vec![JsonTest::Exists(false)]),
+                "$.errors is null, expected absent",
+            ),
+            (
+                json_tests("$.users", vec![JsonTest::IsNot(n(1))]),
+                "$.users is missing, expected not 1",
+            ),
+        ];
+        for (test, message) in fails {
+            assert_eq!(test.check(&reply), Err(message.to_owned()), "{test}");
+        }
+        assert_eq!(
+            json_tests(
+                "$.id",
+                vec![
+                    JsonTest::Number(Comparison::Ge, 1.0),
+                    JsonTest::Len(Comparison::Eq, 1)
+                ]
+            )
+            .to_string(),
+            "$.id is >= 1 and length == 1"
+        );
+    }
+
+    #[test]
+    fn latency_limits_fail_the_check() {
+        let headers = HeaderMap::new();
+        let reply = |latency| Reply::new(StatusCode::OK, &headers, b"<h1>Example</h1>", latency);
+        let expect = Expect {
+            latency_under: Some(Duration::from_millis(300)),
+            ..Expect::default()
+        };
+        assert_eq!(expect.check(&reply(Duration::from_millis(299))), Ok(()));
+        let slow = expect
+            .check(&reply(Duration::from_millis(300)))
+            .unwrap_err();
+        assert_eq!(slow.reason, FailureReason::Assertion);
+        assert_eq!(slow.detail, "latency 300ms, expected under 300ms");
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! A check sends the spec's request and reads the reply, then evaluates, in this order:
 //! 1. transport: a failure to resolve, connect, complete TLS or read the reply is classified as
 //!    `dns`, `refused`, `timeout`, `tls`, `reset`, `unreachable` or `io`;
-//! 2. [`Expect`]: status (`status`), body substring (`body`), headers and JSON values
-//!    (`assertion`): all must hold; then the [`ReplyPatterns`] (regexes over the body and headers,
-//!    TLS and the HTTP version);
+//! 2. [`Expect`]: status (`status`), body substring (`body`), headers, JSON values and a
+//!    latency limit (`assertion`): all must hold; then the [`ReplyPatterns`] (regexes over the
+//!    body and headers, TLS and the HTTP version);
 //! 3. [`DegradedIf`]: for a reply that meets the expectations, "slow but correct" (latency) or
 //!    "up but limited" (a JSON value such as `$.mode == "readonly"`) make it `Degraded`;
 //! 4. [`SignalRule`]s: business events recognised in any reply, passing or not.
@@ -44,8 +44,8 @@ use tokio::time::Instant;
 /// The TLS trust a spec's `tls` names, shared with the other tiers that speak TLS.
 pub use crate::tier::tls::{CaBundle, InvalidCa, TlsTrust};
 pub use conditions::{
-    DegradedIf, Expect, HeaderMatch, JsonMatch, JsonScalar, Match, SignalRule, StatusPattern,
-    StatusSet,
+    Comparison, DegradedIf, Expect, HeaderMatch, JsonMatch, JsonScalar, JsonTest, Match, Pattern,
+    SignalRule, StatusPattern, StatusSet,
 };
 pub use headers::{RequestHeaders, expand_env};
 pub use json_path::JsonPath;
