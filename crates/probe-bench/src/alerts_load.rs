@@ -100,7 +100,6 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -111,7 +110,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{self, ChildGuard, Daemon, Starting, TICKS_PER_SEC, lock, series_sum};
+use crate::support::{self, Daemon, Starting, TICKS_PER_SEC, lock, series_sum};
 
 /// The scenario names of the `RESULT` lines.
 const ROOT_SCENARIO: &str = "alerts_root";
@@ -365,7 +364,7 @@ impl Harness {
         let cpu_t0 = support::cpu_ticks(&stage.daemon.pid)?;
         let peer_cpu_t0 = peer
             .as_ref()
-            .map(|p| support::cpu_ticks(&p.prometheus.child.pid().to_string()))
+            .map(|p| support::cpu_ticks(&p.prometheus.server.pid().to_string()))
             .transpose()?;
         let t0 = stage.listeners.close().await;
         println!("root: t0 {}", humantime::format_rfc3339_millis(t0.wall));
@@ -394,7 +393,7 @@ impl Harness {
                 let daemon = support::cpu_ticks(&stage.daemon.pid);
                 let peer = peer
                     .as_ref()
-                    .map(|p| support::cpu_ticks(&p.prometheus.child.pid().to_string()))
+                    .map(|p| support::cpu_ticks(&p.prometheus.server.pid().to_string()))
                     .transpose();
                 // Read after the CPU: its rendering stays out of the window.
                 let end = read_daemon(&self.http, stage.daemon.api).await;
@@ -718,7 +717,7 @@ impl Harness {
         daemon: &mut Daemon,
         prometheus: Option<&Prometheus>,
     ) -> anyhow::Result<Quiet> {
-        let peer_pid = prometheus.map(|p| p.child.pid().to_string());
+        let peer_pid = prometheus.map(|p| p.server.pid().to_string());
         let start = support::cpu_ticks(&daemon.pid)?;
         let peer_start = peer_pid.as_deref().map(support::cpu_ticks).transpose()?;
         tokio::time::sleep(self.args.storm).await;
@@ -742,7 +741,7 @@ impl Harness {
         let want = self.args.fleet.targets as f64 + 1.0;
         let deadline = started + self.args.up_timeout;
         loop {
-            if let Some(status) = prometheus.child.0.try_wait()? {
+            if let Some(status) = prometheus.server.exited()? {
                 bail!(
                     "Prometheus exited ({status}); its log:\n{}",
                     prometheus.log()
@@ -768,7 +767,7 @@ impl Harness {
         println!(
             "root peer: {} scraping the daemon's {want} series of probe_success {:.1} s after its \
              start",
-            prometheus.version,
+            prometheus.server.version,
             started.elapsed().as_secs_f64()
         );
         let held = am_held(&self.http, &am.url()).await?;
@@ -1214,60 +1213,38 @@ async fn get_text(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
         .with_context(|| format!("reading GET {url}"))
 }
 
-/// Prometheus on a free loopback port, scraping the daemon and alerting to an Alertmanager;
-/// killed when dropped.
+/// Prometheus on a free loopback port, scraping the daemon and alerting to an Alertmanager:
+/// the suite's fixture with a rule file of its own; killed when dropped.
 struct Prometheus {
-    child: ChildGuard,
-    addr: SocketAddr,
-    /// The first line of `--version`.
-    version: String,
-    dir: tempfile::TempDir,
+    server: probe_engine::testing::Prometheus,
+    _rules: tempfile::TempDir,
 }
 
 impl Prometheus {
     fn start(binary: &Path, daemon: SocketAddr, am: SocketAddr) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir().context("Prometheus's temp dir")?;
-        let config = dir.path().join("prometheus.yml");
+        let dir = tempfile::tempdir().context("Prometheus's rules dir")?;
         let rules = dir.path().join("rules.yml");
         std::fs::write(
             &rules,
             "groups:\n  - name: peer\n    interval: 1s\n    rules:\n      - alert: \
              PeerProbeDown\n        expr: probe_success == 0\n        for: 0s\n",
         )?;
-        std::fs::write(
-            &config,
-            format!(
-                "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: \
-                 1s}}\nrule_files: [\"{}\"]\nalerting:\n  alertmanagers:\n    - api_version: \
-                 v2\n      static_configs: [{{targets: [\"{am}\"]}}]\nscrape_configs:\n  - \
-                 job_name: probe-engine\n    static_configs: [{{targets: [\"{daemon}\"]}}]\n",
-                rules.display()
-            ),
-        )?;
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let log = std::fs::File::create(dir.path().join("prometheus.log"))?;
-        let child = ChildGuard(
-            Command::new(binary)
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("data").display()
-                ))
-                .arg(format!("--web.listen-address={addr}"))
-                .arg("--alertmanager.notification-queue-capacity=20000")
-                .arg("--log.level=warn")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .with_context(|| format!("starting {}", binary.display()))?,
+        let config = format!(
+            "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: \
+             1s}}\nrule_files: [\"{}\"]\nalerting:\n  alertmanagers:\n    - api_version: \
+             v2\n      static_configs: [{{targets: [\"{am}\"]}}]\nscrape_configs:\n  - \
+             job_name: probe-engine\n    static_configs: [{{targets: [\"{daemon}\"]}}]\n",
+            rules.display()
         );
-        let version = probe_engine::testing::version_of(binary);
+        let server = probe_engine::testing::Prometheus::start_binary(
+            binary,
+            &config,
+            &["--alertmanager.notification-queue-capacity=20000"],
+        )
+        .with_context(|| format!("starting {}", binary.display()))?;
         Ok(Self {
-            child,
-            addr,
-            version,
-            dir,
+            server,
+            _rules: dir,
         })
     }
 
@@ -1276,7 +1253,7 @@ impl Prometheus {
         let body: Value = http
             .get(format!(
                 "http://{}/api/v1/query?query={}",
-                self.addr,
+                self.server.addr(),
                 encode(query)
             ))
             .send()
@@ -1293,10 +1270,7 @@ impl Prometheus {
     }
 
     fn log(&self) -> String {
-        let text =
-            std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(support::LOG_TAIL)..].join("\n")
+        self.server.log(support::LOG_TAIL)
     }
 }
 

@@ -401,3 +401,101 @@ fn a_blackbox_config_the_daemon_cannot_run_refuses_the_start_located() {
     );
     assert!(stderr.contains("unix"), "{stderr}");
 }
+
+/// The README's scrape job for `/probe`, as Prometheus users write it for blackbox_exporter:
+/// `TARGETS` and `DAEMON` are filled in by the test.
+const SCRAPE_JOB: &str = r#"  - job_name: blackbox
+    metrics_path: /probe
+    params:
+      module: [tcp_connect]
+    static_configs:
+      - targets: [TARGETS]
+    relabel_configs:
+      - source_labels: [__address__]
+        target_label: __param_target
+      - source_labels: [__param_target]
+        target_label: instance
+      - target_label: __address__
+        replacement: DAEMON
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_probe_through_the_readme_relabelling() {
+    let readme = include_str!("../../../README.md");
+    assert!(
+        readme.contains(
+            &SCRAPE_JOB
+                .replace("TARGETS", "db.internal:5432, cache.internal:6379")
+                .replace("DAEMON", "127.0.0.1:9464   # the daemon's API")
+        ),
+        "the README's scrape job differs from this test's"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "blackbox.yml",
+        "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: 1s\n    tcp:\n      \
+         preferred_ip_protocol: ip4\n",
+    );
+    write(d, "probes.yaml", "targets: []\n");
+    let daemon = Daemon::start_with(
+        &d.join("probes.yaml"),
+        &[
+            "--blackbox-config",
+            d.join("blackbox.yml").to_str().unwrap(),
+        ],
+    );
+    let open = TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let open_addr = open.local_addr().unwrap();
+    let config = format!(
+        "global: {{scrape_interval: 1s, scrape_timeout: 1s}}\nscrape_configs:\n{}",
+        SCRAPE_JOB
+            .replace("TARGETS", &format!("\"{open_addr}\", \"{closed}\""))
+            .replace("DAEMON", &daemon.addr.to_string())
+    );
+    let prometheus = match probe_engine::testing::Prometheus::start(&config) {
+        Ok(prometheus) => prometheus,
+        Err(probe_engine::testing::PrometheusError::Missing) => {
+            probe_engine::testing::skipped_outside_ci("prometheus is not installed");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    // Prometheus scrapes on its own clock: its query API is the only signal there is.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let samples = loop {
+        if let Some(samples) = prometheus.query("probe_success{job=\"blackbox\"}").await
+            && samples.len() == 2
+        {
+            break samples;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Prometheus has no probe_success for both targets; its log:\n{}",
+            prometheus.log(20)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let mut seen: Vec<(String, String)> = samples
+        .iter()
+        .map(|s| {
+            (
+                s["metric"]["instance"].as_str().unwrap().to_owned(),
+                s["value"][1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let mut want = vec![
+        (open_addr.to_string(), "1".to_owned()),
+        (closed.to_string(), "0".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(seen, want);
+    drop(open);
+}

@@ -13,8 +13,8 @@ use probe::tier::http::header::HeaderName;
 use probe::tier::http::headers::InvalidHeader;
 use probe::tier::http::{
     CaBundle, Comparison, DegradedIf, Expect, HeaderMatch, HeaderPattern, HttpSpec, HttpUrl,
-    HttpVersion, JsonMatch, JsonPath, JsonScalar, JsonTest, Match, Method, Pattern,
-    ReplyPatterns, RequestHeaders, SignalRule, StatusPattern, StatusSet, TlsTrust, expand_env,
+    HttpVersion, JsonMatch, JsonPath, JsonScalar, JsonTest, Match, Method, Pattern, ReplyPatterns,
+    RequestHeaders, SignalRule, StatusPattern, StatusSet, TlsTrust, expand_env,
 };
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};

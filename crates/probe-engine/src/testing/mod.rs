@@ -27,6 +27,9 @@
 //! [`OpensslServer`] is OpenSSL's `s_server`, a TLS server no one here wrote, presenting the
 //! certificates a test made.
 //!
+//! [`Prometheus`] is a real Prometheus with a whole `prometheus.yml`, for what a scraper makes
+//! of the daemon's endpoints.
+//!
 //! [`LossModel`] is the binomial model those tests and the loss benchmark (`probe-bench loss`)
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
@@ -56,6 +59,7 @@ mod netns;
 mod nginx;
 mod openssl;
 mod postgres;
+mod prometheus;
 mod skip;
 
 pub use alertmanager::{Alertmanager, AlertmanagerError};
@@ -66,6 +70,7 @@ pub use netns::{AcceptServer, Netns, NetnsError};
 pub use nginx::{KeepAlive, Nginx, NginxError};
 pub use openssl::{OpensslError, OpensslServer, openssl};
 pub use postgres::{Postgres, PostgresError, postgres_or_skip};
+pub use prometheus::{Prometheus, PrometheusError};
 pub use skip::{skipped, skipped_outside_ci};
 
 /// `name` on `PATH`, or in `/usr/sbin` and `/sbin`, which a user's `PATH` may lack.
