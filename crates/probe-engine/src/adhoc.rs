@@ -21,7 +21,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use probe::engine::Engine;
-use probe::outcome::CheckResult;
+use probe::outcome::{CheckResult, Observed};
 use probe::resolve::Names;
 use tokio::sync::Semaphore;
 
@@ -70,6 +70,10 @@ pub struct Ran {
     pub prober: Prober,
     /// What the check found.
     pub result: CheckResult,
+    /// What it saw on the way: what the exporter's series report.
+    pub observed: Observed,
+    /// The target's host as the query gave it (an address, or a name).
+    pub host: String,
     /// How long the check took.
     pub duration: Duration,
     /// The timeout it ran under.
@@ -188,10 +192,12 @@ impl AdHoc {
         };
         let probe = probe::tier::build(&spec, &self.names);
         let started = tokio::time::Instant::now();
-        let result = probe.check(timeout).await;
+        let (result, observed) = probe.observe(timeout).await;
         Ok(Ran {
             prober: module.prober,
             result,
+            observed,
+            host: host.to_owned(),
             duration: started.elapsed(),
             timeout,
         })

@@ -119,6 +119,24 @@ const BLACKBOX_YML: &str = r#"modules:
     timeout: 5s
     icmp:
       preferred_ip_protocol: ip4
+  grpc_payments:
+    prober: grpc
+    timeout: 5s
+    grpc:
+      service: payments
+      preferred_ip_protocol: ip4
+  grpc_ledger:
+    prober: grpc
+    timeout: 5s
+    grpc:
+      service: ledger
+      preferred_ip_protocol: ip4
+  grpc_unknown:
+    prober: grpc
+    timeout: 5s
+    grpc:
+      service: billing
+      preferred_ip_protocol: ip4
 "#;
 
 fn write(dir: &Path, name: &str, text: &str) {
@@ -157,6 +175,9 @@ async fn probe_answers_as_blackbox_exporter_does_on_the_same_servers() {
     let tls = OpensslServer::start(&d.join("self.pem"), &d.join("self.key"), None, &[]).unwrap();
     let http = http_server().await;
     let line = line_server();
+    let Some(grpc) = support::peers::Grpcio::start() else {
+        return;
+    };
     write(d, "blackbox.yml", BLACKBOX_YML);
     let Some(blackbox) = blackbox_or_skip(&BLACKBOX_YML.replace(
         "ca_file: self.pem",
@@ -181,6 +202,9 @@ async fn probe_answers_as_blackbox_exporter_does_on_the_same_servers() {
         ("tcp_wrong", line.to_string(), false),
         ("tls_self", tls.addr().to_string(), true),
         ("icmp", "127.0.0.1".to_owned(), true),
+        ("grpc_payments", grpc.1.to_string(), true),
+        ("grpc_ledger", grpc.1.to_string(), false),
+        ("grpc_unknown", grpc.1.to_string(), false),
     ];
     for (module, target, success) in &cases {
         let theirs = blackbox.probe(module, target).await.unwrap();
@@ -203,6 +227,57 @@ async fn probe_answers_as_blackbox_exporter_does_on_the_same_servers() {
         );
         assert_eq!(ours.types["probe_success"], "gauge");
         assert!(ours.value("probe_duration_seconds", &[]) > 0.0);
+        // Every series we write, the exporter writes too, with the same value where it is a
+        // fact of the exchange rather than a timing.
+        for family in ours.types.keys() {
+            assert!(
+                theirs.value(family).is_some() || theirs.body.contains(&format!("{family}{{")),
+                "{module} {target}: we write {family}, the exporter does not: {}",
+                theirs.body
+            );
+        }
+        for name in [
+            "probe_http_status_code",
+            "probe_http_version",
+            "probe_http_redirects",
+            "probe_http_content_length",
+            "probe_http_ssl",
+            "probe_failed_due_to_regex",
+            "probe_ip_protocol",
+            "probe_ip_addr_hash",
+            "probe_grpc_status_code",
+        ] {
+            if ours.types.contains_key(name) {
+                assert_eq!(
+                    Some(ours.value(name, &[])),
+                    theirs.value(name),
+                    "{module} {target}: {name}: ours {text}, theirs {}",
+                    theirs.body
+                );
+            }
+        }
+        if module.starts_with("http") {
+            assert!(ours.types.contains_key("probe_http_status_code"), "{text}");
+        }
+        if module.starts_with("grpc") {
+            assert!(ours.types.contains_key("probe_grpc_status_code"), "{text}");
+            for status in ["NOT_SERVING", "SERVICE_UNKNOWN", "SERVING", "UNKNOWN"] {
+                let series =
+                    format!("probe_grpc_healthcheck_response{{serving_status=\"{status}\"}}");
+                let theirs_value = theirs
+                    .body
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&series)?.trim().parse::<f64>().ok());
+                assert_eq!(
+                    ours.get(
+                        "probe_grpc_healthcheck_response",
+                        &[("serving_status", status)]
+                    ),
+                    theirs_value,
+                    "{module}: {status}: {text}"
+                );
+            }
+        }
         if *module == "tls_self" {
             for name in [
                 "probe_ssl_earliest_cert_expiry",

@@ -315,6 +315,64 @@ impl TlsFacts {
     }
 }
 
+/// What one check saw on the way to its verdict, beyond it: the figures blackbox_exporter's
+/// `/probe` series report (the status code, the DNS sections' sizes, the gRPC status...), for an
+/// embedder that answers such queries ([`crate::tier::Probe::observe`]).
+///
+/// Not part of [`CheckResult`]: the engine keeps a result per target, and a scheduled check has
+/// no reader for these.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Observed {
+    /// The address the check reached (connected to, or asked), once it got that far.
+    pub addr: Option<std::net::IpAddr>,
+    /// What an HTTP check's final reply was.
+    pub http: Option<HttpObserved>,
+    /// What a DNS check's reply held.
+    pub dns: Option<DnsObserved>,
+    /// What a gRPC health check was answered.
+    pub grpc: Option<GrpcObserved>,
+}
+
+/// An HTTP check's final reply (after the redirects it followed).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct HttpObserved {
+    /// Its status code.
+    pub status: u16,
+    /// Its HTTP version, as blackbox_exporter writes it: 1.0, 1.1, 2 or 3.
+    pub version: f64,
+    /// How many redirects were followed to reach it.
+    pub redirects: usize,
+    /// Its `Content-Length`, when it had one.
+    pub content_length: Option<u64>,
+    /// Whether it failed a body or header regular expression (`body_matches`,
+    /// `header_matches`, and their `not` forms).
+    pub failed_due_to_regex: bool,
+}
+
+/// What a DNS reply held.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DnsObserved {
+    /// Records in its answer section.
+    pub answer: usize,
+    /// Records in its authority section.
+    pub authority: usize,
+    /// Records in its additional section.
+    pub additional: usize,
+}
+
+/// What a gRPC health check was answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GrpcObserved {
+    /// The call's gRPC status code: 0 (OK) for an answer, 5 (NOT_FOUND) for an unknown service.
+    pub status_code: i32,
+    /// The serving status answered, as grpc.health.v1 names it (`SERVING`), when there was one.
+    pub serving_status: Option<&'static str>,
+}
+
 /// What a check worked around to reach its verdict: ordinary trouble on the path (a kept-alive
 /// connection the server had just closed) that is not the target's fault, and that the verdict
 /// therefore does not show. The engine counts each kind and shows them with the result.

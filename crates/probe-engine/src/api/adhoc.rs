@@ -162,29 +162,127 @@ struct Family {
 /// The exporter's series for what `ran` found, each family after its `# HELP` and `# TYPE`
 /// (every one a gauge, as the exporter's are), in name order as the exporter writes them.
 fn series(ran: &Ran) -> String {
+    let gauge = |name, help, value: f64| Family {
+        name,
+        help,
+        samples: vec![(String::new(), value)],
+    };
+    let flag = |yes: bool| if yes { 1.0 } else { 0.0 };
     let mut families = vec![
-        Family {
-            name: "probe_success",
-            help: "Displays whether or not the probe was a success",
-            samples: vec![(String::new(), if succeeded(ran) { 1.0 } else { 0.0 })],
-        },
-        Family {
-            name: "probe_duration_seconds",
-            help: "Returns how long the probe took to complete in seconds",
-            samples: vec![(String::new(), ran.duration.as_secs_f64())],
-        },
+        gauge(
+            "probe_success",
+            "Displays whether or not the probe was a success",
+            flag(succeeded(ran)),
+        ),
+        gauge(
+            "probe_duration_seconds",
+            "Returns how long the probe took to complete in seconds",
+            ran.duration.as_secs_f64(),
+        ),
     ];
-    let tls_prober = matches!(ran.prober, Prober::Http | Prober::Tcp | Prober::Grpc);
-    if ran.prober == Prober::Http {
-        families.push(Family {
-            name: "probe_http_ssl",
-            help: "Indicates if SSL was used for the final redirect",
-            samples: vec![(
-                String::new(),
-                if ran.result.tls.is_some() { 1.0 } else { 0.0 },
-            )],
-        });
+    let observed = &ran.observed;
+    // The address reached, else the target's own when it is one.
+    if let Some(ip) = observed.addr.or_else(|| ran.host.parse().ok()) {
+        families.push(gauge(
+            "probe_ip_protocol",
+            "Specifies whether probe ip protocol is IP4 or IP6",
+            if ip.is_ipv4() { 4.0 } else { 6.0 },
+        ));
+        families.push(gauge(
+            "probe_ip_addr_hash",
+            "Specifies the hash of IP address. It's useful to detect if the IP address changes.",
+            f64::from(fnv1a(&match ip {
+                std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+                std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+            })),
+        ));
     }
+    match ran.prober {
+        Prober::Http => {
+            let http = observed.http.clone().unwrap_or_default();
+            families.extend([
+                gauge(
+                    "probe_http_ssl",
+                    "Indicates if SSL was used for the final redirect",
+                    flag(ran.result.tls.is_some()),
+                ),
+                gauge(
+                    "probe_http_status_code",
+                    "Response HTTP status code",
+                    f64::from(http.status),
+                ),
+                gauge(
+                    "probe_http_version",
+                    "Returns the version of HTTP of the probe response",
+                    http.version,
+                ),
+                gauge(
+                    "probe_http_redirects",
+                    "The number of redirects",
+                    http.redirects as f64,
+                ),
+                gauge(
+                    "probe_http_content_length",
+                    "Length of http content response",
+                    http.content_length.map_or(-1.0, |l| l as f64),
+                ),
+                gauge(
+                    "probe_failed_due_to_regex",
+                    "Indicates if probe failed due to regex",
+                    flag(http.failed_due_to_regex),
+                ),
+            ]);
+        }
+        Prober::Dns => {
+            let dns = observed.dns.clone().unwrap_or_default();
+            families.extend([
+                gauge(
+                    "probe_dns_answer_rrs",
+                    "Returns number of entries in the answer resource record list",
+                    dns.answer as f64,
+                ),
+                gauge(
+                    "probe_dns_authority_rrs",
+                    "Returns number of entries in the authority resource record list",
+                    dns.authority as f64,
+                ),
+                gauge(
+                    "probe_dns_additional_rrs",
+                    "Returns number of entries in the additional resource record list",
+                    dns.additional as f64,
+                ),
+                gauge(
+                    "probe_dns_query_succeeded",
+                    "Displays whether or not the query was executed successfully",
+                    flag(observed.dns.is_some()),
+                ),
+            ]);
+        }
+        Prober::Grpc => {
+            if let Some(grpc) = &observed.grpc {
+                families.push(gauge(
+                    "probe_grpc_status_code",
+                    "Response gRPC status code",
+                    f64::from(grpc.status_code),
+                ));
+                families.push(Family {
+                    name: "probe_grpc_healthcheck_response",
+                    help: "Response HealthCheck response",
+                    samples: ["NOT_SERVING", "SERVICE_UNKNOWN", "SERVING", "UNKNOWN"]
+                        .into_iter()
+                        .map(|status| {
+                            (
+                                format!("{{serving_status=\"{status}\"}}"),
+                                flag(grpc.serving_status == Some(status)),
+                            )
+                        })
+                        .collect(),
+                });
+            }
+        }
+        Prober::Tcp | Prober::Icmp => {}
+    }
+    let tls_prober = matches!(ran.prober, Prober::Http | Prober::Tcp | Prober::Grpc);
     if let (true, Some(facts)) = (tls_prober, ran.result.tls.as_deref())
         && succeeded(ran)
     {
@@ -200,6 +298,15 @@ fn series(ran: &Ran) -> String {
         }
     }
     out
+}
+
+/// 32-bit FNV-1a, the hash behind the exporter's `probe_ip_addr_hash` (of the address's bytes,
+/// 4 for IPv4 and 16 for IPv6), so that the values agree and an alert on a change fires the
+/// same.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |hash, &b| {
+        (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// The certificate series the exporter writes once a handshake succeeded.

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)] // Each test file uses a different part.
 
+pub mod peers;
 pub mod prom;
 pub mod views;
 

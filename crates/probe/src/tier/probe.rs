@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::outcome::CheckResult;
+use crate::outcome::{CheckResult, Observed};
 
 /// A health check against one target.
 ///
@@ -18,4 +18,11 @@ use crate::outcome::CheckResult;
 pub trait Probe: Send + Sync + 'static {
     /// Runs one check.
     async fn check(&self, timeout: Duration) -> CheckResult;
+
+    /// Runs one check, and says what it saw on the way ([`Observed`]): for answering
+    /// blackbox_exporter's `/probe`. A tier with nothing more to say than its result keeps this
+    /// default, which observes nothing.
+    async fn observe(&self, timeout: Duration) -> (CheckResult, Observed) {
+        (self.check(timeout).await, Observed::default())
+    }
 }

@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::{Instant, timeout_at};
 
-use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
+use crate::outcome::{CheckResult, DnsObserved, Failure, FailureReason, Observed, Verdict};
 use crate::tier::probe::Probe;
 use crate::tier::tcp::{CloseMode, connect};
 pub use records::{RecordRules, SectionRules};
@@ -75,7 +75,7 @@ impl DnsProbe {
         Self { spec }
     }
 
-    async fn run(&self, timeout: Duration) -> Result<Verdict, Failure> {
+    async fn run(&self, timeout: Duration, observed: &mut Observed) -> Result<Verdict, Failure> {
         let started = Instant::now();
         let deadline = started + timeout;
         let query = self.query();
@@ -83,6 +83,7 @@ impl DnsProbe {
             .to_vec()
             .map_err(|e| Failure::new(FailureReason::Io, format_args!("encode the query: {e}")))?;
         let server = self.spec.server;
+        observed.addr = Some(server.ip());
         let message = match self.spec.transport {
             DnsTransport::Tcp => tcp_exchange(server, &wire, &query, deadline).await?,
             DnsTransport::Udp => {
@@ -103,6 +104,11 @@ impl DnsProbe {
             }
         };
         let latency = started.elapsed();
+        observed.dns = Some(DnsObserved {
+            answer: message.answers.len(),
+            authority: message.authorities.len(),
+            additional: message.additionals.len(),
+        });
         let reply = self.reply(message);
         self.judge(&reply)?;
         let reasons = self.spec.degraded_if.reasons(latency);
@@ -401,13 +407,16 @@ async fn read_exact(
 #[async_trait::async_trait]
 impl Probe for DnsProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
-        match self.run(timeout).await {
-            Ok(verdict) => CheckResult {
-                verdict,
-                ..CheckResult::up()
-            },
+        self.observe(timeout).await.0
+    }
+
+    async fn observe(&self, timeout: Duration) -> (CheckResult, Observed) {
+        let mut observed = Observed::default();
+        let result = match self.run(timeout, &mut observed).await {
+            Ok(verdict) => CheckResult::of(verdict),
             Err(failure) => CheckResult::failed(failure),
-        }
+        };
+        (result, observed)
     }
 }
 

@@ -41,7 +41,9 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, Verdict};
+use crate::outcome::{
+    CheckResult, Failure, FailureReason, GrpcObserved, Observed, Remarks, Verdict,
+};
 use crate::resolve::Names;
 use crate::tier::probe::Probe;
 use crate::tier::tcp::{CloseMode, connect_any, resolve};
@@ -98,7 +100,12 @@ impl GrpcProbe {
         }
     }
 
-    async fn run(&self, deadline: Instant, remarks: &mut Remarks) -> Verdict {
+    async fn run(
+        &self,
+        deadline: Instant,
+        remarks: &mut Remarks,
+        observed: &mut Observed,
+    ) -> Verdict {
         let started = Instant::now();
         let kept = if self.spec.fresh_connection {
             None
@@ -123,10 +130,24 @@ impl GrpcProbe {
         let latency = started.elapsed();
         match answer {
             Ok((status, conn)) => {
+                observed.addr = conn.peer.map(|a| a.ip());
                 if !self.spec.fresh_connection {
                     *self.kept.lock() = Some(conn);
                 }
+                observed.grpc = Some(GrpcObserved {
+                    status_code: 0,
+                    serving_status: ServingStatus::try_from(status)
+                        .ok()
+                        .map(|s| s.as_str_name()),
+                });
                 self.judge(status, latency)
+            }
+            Err(Called::Answered(failure, code)) => {
+                observed.grpc = Some(GrpcObserved {
+                    status_code: code as i32,
+                    serving_status: None,
+                });
+                Verdict::Failed(failure)
             }
             Err(Called::Failed(failure)) => Verdict::Failed(failure),
             Err(Called::Gone) => Verdict::Failed(Failure::new(
@@ -152,6 +173,7 @@ impl GrpcProbe {
         let tls = self.tls.as_ref().map_err(|f| Called::Failed(f.clone()))?;
         let addrs = resolve(&self.spec.address, &self.names, deadline, remarks).await?;
         let stream = connect_any(&addrs, CloseMode::Reset, true, deadline).await?;
+        let peer = stream.peer_addr().ok();
         let io: Io = match tls {
             None => Either::Left(stream),
             Some((connector, _)) => {
@@ -174,7 +196,7 @@ impl GrpcProbe {
             // sender: nothing to report here.
             let _ = connection.await;
         });
-        Ok(Conn { sender, task })
+        Ok(Conn { sender, task, peer })
     }
 
     /// One `Check` call; the serving status answered.
@@ -223,14 +245,14 @@ impl GrpcProbe {
             Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled
                 if StdError::source(status).is_some() =>
             {
-                transport_failure(status, "call")
+                return Called::Failed(transport_failure(status, "call"));
             }
             code => Failure::new(
                 FailureReason::Status,
                 format_args!("{}: {}", code_name(code), status.message()),
             ),
         };
-        Called::Failed(failure)
+        Called::Answered(failure, status.code())
     }
 
     fn judge(&self, status: i32, latency: Duration) -> Verdict {
@@ -264,6 +286,8 @@ impl GrpcProbe {
 /// How a call went wrong.
 enum Called {
     Failed(Failure),
+    /// The server answered the call with an error status.
+    Answered(Failure, tonic::Code),
     /// The connection was gone before the call could be made on it.
     Gone,
 }
@@ -325,6 +349,8 @@ fn code_name(code: tonic::Code) -> String {
 struct Conn {
     sender: http2::SendRequest<Full<Bytes>>,
     task: tokio::task::JoinHandle<()>,
+    /// The server's address.
+    peer: Option<std::net::SocketAddr>,
 }
 
 impl Drop for Conn {
@@ -389,16 +415,24 @@ impl std::fmt::Debug for GrpcProbe {
 #[async_trait::async_trait]
 impl Probe for GrpcProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
+        self.observe(timeout).await.0
+    }
+
+    async fn observe(&self, timeout: Duration) -> (CheckResult, Observed) {
         let mut remarks = Remarks::default();
-        let verdict = self.run(Instant::now() + timeout, &mut remarks).await;
+        let mut observed = Observed::default();
+        let verdict = self
+            .run(Instant::now() + timeout, &mut remarks, &mut observed)
+            .await;
         let tls = match &self.tls {
             Ok(Some((_, noting))) => noting.facts(),
             _ => None,
         };
-        CheckResult {
+        let result = CheckResult {
             remarks,
             tls,
             ..CheckResult::of(verdict)
-        }
+        };
+        (result, observed)
     }
 }

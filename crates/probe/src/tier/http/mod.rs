@@ -54,7 +54,7 @@ pub use patterns::{HeaderPattern, HttpVersion, ReplyPatterns};
 pub use reqwest::{Method, Url, header};
 pub use spec::{HttpSpec, HttpUrl, InvalidUrl};
 
-use crate::outcome::{CheckResult, Failure, Remarks, Verdict};
+use crate::outcome::{CheckResult, Failure, HttpObserved, Observed, Remarks, Verdict};
 use crate::tier::probe::Probe;
 use conditions::Reply;
 use transport::exchange::{Pooled, Transport};
@@ -110,10 +110,10 @@ impl HttpProbe {
         &self.spec
     }
 
-    async fn run(&self, timeout: Duration) -> CheckResult {
+    async fn run(&self, timeout: Duration) -> (CheckResult, Observed) {
         let transport = match &self.transport {
             Ok(transport) => transport,
-            Err(failure) => return CheckResult::failed(failure.clone()),
+            Err(failure) => return (CheckResult::failed(failure.clone()), Observed::default()),
         };
         let started = Instant::now();
         let limits = Limits {
@@ -126,10 +126,11 @@ impl HttpProbe {
         let received = match transport.exchange(&self.spec, limits, &mut remarks).await {
             Ok(received) => received,
             Err(failure) => {
-                return CheckResult {
+                let result = CheckResult {
                     remarks,
                     ..CheckResult::failed(failure)
                 };
+                return (result, Observed::default());
             }
         };
         let latency = started.elapsed();
@@ -138,8 +139,28 @@ impl HttpProbe {
             version: received.version,
             tls: received.tls,
         };
+        let mut observed = Observed {
+            addr: received.remote.map(|a| a.ip()),
+            http: Some(HttpObserved {
+                status: status.as_u16(),
+                version: version_number(received.version),
+                redirects: received.redirects,
+                content_length: headers
+                    .get(reqwest::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok()),
+                failed_due_to_regex: false,
+            }),
+            ..Observed::default()
+        };
         let mut result = match received.body {
-            Ok(body) => self.judge(&Reply::new(status, headers, &body, latency), exchanged),
+            Ok(body) => {
+                let reply = Reply::new(status, headers, &body, latency);
+                let (result, regex_failed) = self.judge(&reply, exchanged);
+                if let Some(http) = &mut observed.http {
+                    http.failed_due_to_regex = regex_failed;
+                }
+                result
+            }
             // Signals still apply: status and headers were received.
             Err(failure) => CheckResult {
                 signals: self.signals(&Reply::new(status, headers, &[], latency)),
@@ -147,12 +168,20 @@ impl HttpProbe {
             },
         };
         result.remarks = remarks;
-        result
+        (result, observed)
     }
 
-    fn judge(&self, reply: &Reply<'_>, exchanged: patterns::Exchanged) -> CheckResult {
-        let expected = self.spec.expect.check(reply);
-        let verdict = match expected.and_then(|()| self.spec.patterns.check(reply, exchanged)) {
+    /// The verdict on a reply, and whether a body or header regex is what failed it.
+    fn judge(&self, reply: &Reply<'_>, exchanged: patterns::Exchanged) -> (CheckResult, bool) {
+        let patterns = &self.spec.patterns;
+        let mut regex_failed = false;
+        let checked = self.spec.expect.check(reply).and_then(|()| {
+            patterns
+                .check_regexes(reply)
+                .inspect_err(|_| regex_failed = true)?;
+            patterns.check_exchange(exchanged)
+        });
+        let verdict = match checked {
             Err(failure) => Verdict::Failed(failure),
             Ok(()) => {
                 let reasons = self.spec.degraded_if.reasons(reply);
@@ -163,10 +192,11 @@ impl HttpProbe {
                 }
             }
         };
-        CheckResult {
+        let result = CheckResult {
             signals: self.signals(reply),
             ..CheckResult::of(verdict)
-        }
+        };
+        (result, regex_failed)
     }
 
     fn signals(&self, reply: &Reply<'_>) -> Vec<crate::outcome::Signal> {
@@ -186,13 +216,28 @@ impl fmt::Debug for HttpProbe {
     }
 }
 
+/// A reply's HTTP version as blackbox_exporter's `probe_http_version` writes it.
+fn version_number(version: reqwest::Version) -> f64 {
+    match version {
+        reqwest::Version::HTTP_09 => 0.9,
+        reqwest::Version::HTTP_10 => 1.0,
+        reqwest::Version::HTTP_2 => 2.0,
+        reqwest::Version::HTTP_3 => 3.0,
+        _ => 1.1,
+    }
+}
+
 #[async_trait::async_trait]
 impl Probe for HttpProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
+        self.observe(timeout).await.0
+    }
+
+    async fn observe(&self, timeout: Duration) -> (CheckResult, Observed) {
         self.dns.begin(Instant::now() + timeout);
-        let mut result = self.run(timeout).await;
+        let (mut result, observed) = self.run(timeout).await;
         result.remarks.dns_trouble = self.dns.finish();
         result.tls = self.tls.as_ref().and_then(|noting| noting.facts());
-        result
+        (result, observed)
     }
 }

@@ -55,7 +55,12 @@ impl Transport {
                 Self::Fresh(fresh) => fresh.hop(request, limits).await?,
             };
             let (status, next) = match hop {
-                Hop::Done(received) => return Ok(received),
+                Hop::Done(received) => {
+                    return Ok(Received {
+                        redirects,
+                        ..received
+                    });
+                }
                 Hop::Redirect(status, next) => (status, next),
             };
             if redirects == HttpSpec::MAX_REDIRECTS {
@@ -128,12 +133,15 @@ impl Pooled {
             Err(_) => Err(timed_out("body not complete within", limits.timeout)),
             Ok(body) => body,
         };
+        let remote = response.remote_addr();
         Ok(Hop::Done(Received {
             status,
             headers,
             body,
             version,
             tls: request.url.scheme() == "https",
+            redirects: 0,
+            remote,
         }))
     }
 }

@@ -65,6 +65,7 @@ impl Fresh {
         let stream = timeout_at(limits.deadline, self.connect(request.url))
             .await
             .map_err(|_| no_reply())??;
+        let remote = stream.peer();
         // No I/O happens here: the handshake only sets up the connection state.
         let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
@@ -102,6 +103,8 @@ impl Fresh {
             body,
             version: parts.version,
             tls: request.url.scheme() == "https",
+            redirects: 0,
+            remote,
         }))
     }
 
@@ -269,6 +272,16 @@ impl Chunks for Incoming {
 enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// The server's address.
+    fn peer(&self) -> Option<SocketAddr> {
+        match self {
+            Self::Plain(s) => s.peer_addr().ok(),
+            Self::Tls(s) => s.get_ref().0.peer_addr().ok(),
+        }
+    }
 }
 
 impl AsyncRead for Stream {

@@ -27,6 +27,10 @@ pub(crate) struct Received {
     pub version: reqwest::Version,
     /// Whether the request that got this reply (the last, after redirects) went over TLS.
     pub tls: bool,
+    /// How many redirects were followed to reach it.
+    pub redirects: usize,
+    /// The server's address, when the transport tells.
+    pub remote: Option<std::net::SocketAddr>,
 }
 
 /// What one request of the exchange is.
