@@ -260,16 +260,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// What is read from wrk's `--latency` report.
-struct WrkReport {
-    requests_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    non_2xx: u64,
-    socket_errors: u64,
+pub(crate) struct WrkReport {
+    pub(crate) requests_per_s: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) non_2xx: u64,
+    pub(crate) socket_errors: u64,
 }
 
 impl WrkReport {
-    fn parse(text: &str) -> anyhow::Result<Self> {
+    pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
         let mut report = Self {
             requests_per_s: f64::NAN,
             p50_ms: f64::NAN,

@@ -17,6 +17,7 @@
 //! prober and burners of `starve`), through flags hidden from
 //! `--help`: a process of its own keeps the helper's CPU out of the prober's figures.
 
+mod adhoc_load;
 mod alerts_load;
 mod api_load;
 mod breadth_load;
@@ -61,6 +62,9 @@ enum Command {
     SchedulerLoad(scheduler_load::Args),
     /// The daemon's health API under wrk while it probes 10k targets a second.
     ApiLoad(api_load::Args),
+    /// `GET /probe` under wrk: CPU a request and scrapes/s at p99 <= 50 ms, vs
+    /// blackbox_exporter's.
+    AdhocLoad(adhoc_load::Args),
     /// Time to DOWN vs theory, false DOWN rate vs the binomial model, a blackhole cascade.
     Detection(detection::Args),
     /// False DOWNs of a CPU-starved prober with and without self-health awareness.
@@ -116,6 +120,7 @@ fn main() -> std::process::ExitCode {
         Command::TlsLoad(args) => tls_load::run(args),
         Command::SchedulerLoad(args) => scheduler_load::run(args),
         Command::ApiLoad(args) => api_load::run(args),
+        Command::AdhocLoad(args) => adhoc_load::run(args),
         Command::Detection(args) => detection::run(args),
         Command::Starve(args) => starve::run(args),
         Command::Drain(args) => drain::run(args),
