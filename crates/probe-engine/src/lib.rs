@@ -10,6 +10,7 @@ pub mod blackbox;
 pub mod config;
 pub mod daemon;
 pub mod history;
+pub mod import;
 pub mod limits;
 pub mod persist;
 #[cfg(feature = "test-support")]

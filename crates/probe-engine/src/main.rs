@@ -115,6 +115,29 @@ enum Command {
         #[arg(long, short, default_value = "probes")]
         config: PathBuf,
     },
+    /// Print another tool's configuration as probes YAML; what cannot be expressed goes to
+    /// stderr, a line each. Exit 2 on invalid input.
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
+}
+
+/// What `import` reads.
+#[derive(Subcommand)]
+enum ImportSource {
+    /// A blackbox_exporter `blackbox.yml`, one target per (module, target).
+    Blackbox {
+        /// The `blackbox.yml`.
+        file: PathBuf,
+        /// The targets: a Prometheus file_sd list (JSON or YAML), or a prometheus.yml whose
+        /// jobs with `metrics_path: /probe` name them. Without it, only the modules are checked.
+        #[arg(long)]
+        targets: Option<PathBuf>,
+        /// Exit 1 when anything could not be expressed.
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 /// How long the config must be quiet before a watched change reloads it: an editor's save or a
@@ -126,6 +149,14 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Import {
+            source:
+                ImportSource::Blackbox {
+                    file,
+                    targets,
+                    strict,
+                },
+        } => import_blackbox(&file, targets.as_deref(), strict),
         Command::Run {
             config,
             listen,
@@ -221,6 +252,31 @@ fn check(path: &std::path::Path) -> ExitCode {
             eprintln!("{errors}");
             eprintln!("{} errors in {}", errors.0.len(), path.display());
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints the import; 2 on invalid input, 1 with `strict` when something was left out.
+fn import_blackbox(
+    file: &std::path::Path,
+    targets: Option<&std::path::Path>,
+    strict: bool,
+) -> ExitCode {
+    match probe_engine::import::blackbox::import(file, targets) {
+        Ok(import) => {
+            print!("{}", import.yaml);
+            for line in &import.skipped {
+                eprintln!("{line}");
+            }
+            if strict && !import.skipped.is_empty() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::from(2)
         }
     }
 }

@@ -4,7 +4,7 @@ use base64::Engine as _;
 
 use super::entry::{self, HeaderPattern, Http, HttpExpect, Pairs, Probe};
 use super::raw::{RawHeaderMatch, RawHttp};
-use super::{Check, IpProtocol, ip_protocol, regexes, target, tls_config};
+use super::{Check, IpProtocol, header, ip_protocol, regexes, target, tls_config};
 use crate::config::{Sp, quote};
 
 /// The methods our HTTP probe sends.
@@ -164,14 +164,12 @@ pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Templ
             None
         }
     });
-    let mut headers = Pairs(
-        raw.headers
-            .map(|h| h.value.0)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, value)| (name, entry::literal(&value.value)))
-            .collect(),
-    );
+    let mut headers = Pairs::default();
+    for (name, value) in raw.headers.map(|h| h.value.0).unwrap_or_default() {
+        if header(&name, &value, "headers", check) {
+            headers.0.push((name, entry::literal(&value.value)));
+        }
+    }
     let authorization = authorization(raw.basic_auth, raw.authorization, raw.bearer_token, check);
     if let Some(value) = authorization {
         headers
@@ -227,11 +225,12 @@ fn refusals(raw: &RawHttp, check: &mut Check<'_>) {
         "our HTTP probe reads bodies up to 1 MiB",
     );
     check.refuse_set(
-        &[
-            (&raw.oauth2, "oauth2"),
-            (&raw.bearer_token_file, "bearer_token_file"),
-        ],
-        "our HTTP probe sends credentials given in the file, as a header",
+        &[(&raw.oauth2, "oauth2")],
+        "our HTTP probe fetches no tokens: send one in \"authorization\" or \"headers\"",
+    );
+    check.refuse_set(
+        &[(&raw.bearer_token_file, "bearer_token_file")],
+        "give the token inline, with \"bearer_token\"",
     );
     check.refuse_set(
         &[

@@ -55,6 +55,8 @@ mod icmp;
 mod raw;
 mod target;
 mod tcp;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -515,6 +517,33 @@ fn tls_config(
         },
         server_name,
     )
+}
+
+/// Whether `name: value` is a header our probes can send, checked by the library's own
+/// [`RequestHeaders`](probe::tier::http::RequestHeaders); otherwise the problem is reported: an
+/// invalid name or value is an error, a header the probe manages itself is refused.
+fn header(name: &str, value: &Sp<String>, field: &str, check: &mut Check<'_>) -> bool {
+    use probe::tier::http::headers::InvalidHeader;
+    match probe::tier::http::RequestHeaders::new().append(name, &value.value) {
+        Ok(()) => true,
+        Err(InvalidHeader::Managed(_)) => {
+            check.refuse(
+                value.key,
+                &format!("{field}.{name}"),
+                "our probes set this header themselves",
+            );
+            false
+        }
+        // The message names the header, never its value: values may be secrets.
+        Err(e @ InvalidHeader::Name(_)) => {
+            check.error(value.key, e.to_string());
+            false
+        }
+        Err(e @ InvalidHeader::Value(_)) => {
+            check.error(value.pos, e.to_string());
+            false
+        }
+    }
 }
 
 /// The regexes of a list, each compiled (the exporter's are Go's RE2, which Rust's `regex`
