@@ -8,7 +8,6 @@ use crate::config::Sp;
 /// A `grpc` module in our terms: the section without its address.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     section: Grpc,
 }
 
@@ -40,15 +39,12 @@ impl Template {
 }
 
 /// Validates a `grpc` section (absent: a plaintext check of the server as a whole).
-pub(super) fn template(raw: Option<Sp<RawGrpc>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawGrpc>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             section: Grpc::default(),
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -85,13 +81,13 @@ pub(super) fn template(raw: Option<Sp<RawGrpc>>, check: &mut Check<'_>) -> Templ
             ),
         }
     }
-    Template {
-        ip,
+    let template = Template {
         section: Grpc {
             address: String::new(),
             service: raw.service.map(|s| s.value).unwrap_or_default(),
             tls,
             metadata,
         },
-    }
+    };
+    (ip, template)
 }

@@ -13,7 +13,6 @@ const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 /// An `http` module in our terms: the section without its URL.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     section: Http,
 }
 
@@ -86,18 +85,15 @@ fn basic(user: &str, password: &str) -> String {
 }
 
 /// Validates an `http` section (absent: every default) into its template.
-pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             section: Http {
                 follow_redirects: true,
                 ..Http::default()
             },
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -187,8 +183,7 @@ pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Templ
     }
     let no_follow = raw.no_follow_redirects.map(|n| !n.value);
     let follow = raw.follow_redirects.map(|f| f.value);
-    Template {
-        ip,
+    let template = Template {
         section: Http {
             url: String::new(),
             method,
@@ -198,7 +193,8 @@ pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Templ
             follow_redirects: no_follow.or(follow).unwrap_or(true),
             expect,
         },
-    }
+    };
+    (ip, template)
 }
 
 /// What of an `http` section has no equivalent.

@@ -138,6 +138,16 @@ pub struct IpProtocol {
     pub fallback: bool,
 }
 
+impl Default for IpProtocol {
+    /// The exporter's: IPv6 preferred, IPv4 allowed.
+    fn default() -> Self {
+        Self {
+            ip6: true,
+            fallback: true,
+        }
+    }
+}
+
 /// What a scrape job says about time: how often it scrapes and how long it waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Schedule {
@@ -377,18 +387,22 @@ fn module(name: &str, key: Pos, node: &Node, text: &str, check: &mut Check<'_>) 
         }
         return None;
     };
-    let template = match prober.value.as_str() {
-        "http" => Template::Http(http::template(raw.http, check)),
-        "tcp" => Template::Tcp(tcp::template(raw.tcp, check)),
+    let (ip, template) = match prober.value.as_str() {
+        "http" => wrap(http::template(raw.http, check), Template::Http),
+        "tcp" => wrap(tcp::template(raw.tcp, check), Template::Tcp),
         "dns" => match raw.dns {
-            Some(dns) => Template::Dns(dns::template(dns, check)),
+            Some(dns) => wrap(dns::template(dns, check), Template::Dns),
             None => {
-                check.error(prober.pos, "query name must be set for DNS module: add a \"dns\" section with \"query_name\"".to_owned());
+                check.error(
+                    prober.pos,
+                    "query name must be set for DNS module: add a \"dns\" section with \"query_name\""
+                        .to_owned(),
+                );
                 return None;
             }
         },
-        "icmp" => Template::Icmp(icmp::template(raw.icmp, check)),
-        "grpc" => Template::Grpc(grpc::template(raw.grpc, check)),
+        "icmp" => wrap(icmp::template(raw.icmp, check), Template::Icmp),
+        "grpc" => wrap(grpc::template(raw.grpc, check), Template::Grpc),
         "unix" | "websocket" => {
             check.refuse(
                 prober.pos,
@@ -409,13 +423,6 @@ fn module(name: &str, key: Pos, node: &Node, text: &str, check: &mut Check<'_>) 
             return None;
         }
     };
-    let ip = match &template {
-        Template::Http(t) => t.ip,
-        Template::Tcp(t) => t.ip,
-        Template::Dns(t) => t.ip,
-        Template::Icmp(t) => t.ip,
-        Template::Grpc(t) => t.ip,
-    };
     let timeout = match (raw.timeout.is_some(), timeout) {
         (true, None) => return None,
         (_, timeout) => timeout.filter(|t| !t.is_zero()),
@@ -433,6 +440,11 @@ fn module(name: &str, key: Pos, node: &Node, text: &str, check: &mut Check<'_>) 
         ip,
         template,
     })
+}
+
+/// A prober's template under its variant.
+fn wrap<T>((ip, template): (IpProtocol, T), variant: fn(T) -> Template) -> (IpProtocol, Template) {
+    (ip, variant(template))
 }
 
 /// `preferred_ip_protocol` and `ip_protocol_fallback`, shared by every prober.

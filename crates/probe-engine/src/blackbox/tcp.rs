@@ -9,7 +9,6 @@ use crate::config::Sp;
 /// A `tcp` module in our terms.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     /// `tls: true`: the trust and the `server_name`.
     tls: Option<(TlsTrust, Option<String>)>,
     conversation: Vec<Step>,
@@ -43,16 +42,13 @@ impl Template {
 }
 
 /// Validates a `tcp` section (absent: a plain connect) into its template.
-pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             tls: None,
             conversation: Vec::new(),
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -87,11 +83,8 @@ pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> Templa
             Some((trust, server_name.map(|(name, _)| name)))
         }
     };
-    Template {
-        ip,
-        tls,
-        conversation,
-    }
+    let template = Template { tls, conversation };
+    (ip, template)
 }
 
 /// One `query_response` step as ours: its `expect` (a regex over each line, as the exporter
