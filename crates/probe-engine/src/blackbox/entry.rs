@@ -244,7 +244,7 @@ impl Entry {
 pub(super) fn duration_text(duration: Duration) -> String {
     if duration.subsec_nanos() == 0 {
         format!("{}s", duration.as_secs())
-    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+    } else if duration.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", duration.as_millis())
     } else {
         humantime::format_duration(duration).to_string()

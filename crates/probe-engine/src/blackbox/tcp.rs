@@ -108,10 +108,10 @@ fn query_response(step: &Sp<RawQueryResponse>, out: &mut Vec<Step>, check: &mut 
         );
     }
     let expect = raw.expect.as_ref().filter(|e| !e.value.is_empty());
-    if let Some(expect) = expect {
-        if crate::config::bytes_regex(expect, "expect", &mut check.invalid).is_ok() {
-            out.push(Step::ExpectLine(expect.value.clone()));
-        }
+    if let Some(expect) = expect
+        && crate::config::bytes_regex(expect, "expect", &mut check.invalid).is_ok()
+    {
+        out.push(Step::ExpectLine(expect.value.clone()));
     }
     if let Some(send) = raw.send.as_ref().filter(|s| !s.value.is_empty()) {
         if expect.is_some() && send.value.contains('$') {
