@@ -67,7 +67,7 @@ pub fn import(blackbox: &Path, targets: Option<&Path>) -> Result<Import, ConfigE
     }
     let header = format!(
         "# Imported from {} by `probe-engine import blackbox`.\n",
-        blackbox.display()
+        one_line(&blackbox.display().to_string())
     );
     let Some(jobs) = jobs else {
         return Ok(Import {
@@ -134,15 +134,17 @@ pub fn import(blackbox: &Path, targets: Option<&Path>) -> Result<Import, ConfigE
 fn modules_summary(config: &Blackbox) -> String {
     let mut text = String::from("# No --targets: give them to import each module's targets.\n");
     for module in &config.modules {
+        // The name is quoted, its control characters escaped: a comment stays one line.
         let line = match &module.module {
             Ok(m) => format!(
-                "# module {:?} ({}): importable\n",
+                "# module {:?} ({}): importable",
                 module.name,
                 m.prober.as_str()
             ),
-            Err(_) => format!("# module {:?}: refused (see stderr)\n", module.name),
+            Err(_) => format!("# module {:?}: refused (see stderr)", module.name),
         };
-        text.push_str(&one_line(&line).replace("\\n", "\n"));
+        text.push_str(&one_line(&line));
+        text.push('\n');
     }
     text
 }
