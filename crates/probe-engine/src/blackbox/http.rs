@@ -36,6 +36,20 @@ impl Template {
             .to_owned();
         target::family(&host, ip)?;
         let mut section = self.section.clone();
+        let vhost = section
+            .headers
+            .0
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("host"))
+            .map(|(_, value)| value.replace("$$", "$"));
+        if url.scheme() == "https"
+            && let Some(vhost) = vhost.filter(|v| !v.eq_ignore_ascii_case(&host))
+        {
+            return Err(format!(
+                "the exporter checks the certificate against the Host header ({vhost:?}), ours \
+                 against the URL's host ({host:?})"
+            ));
+        }
         if !url.username().is_empty() || url.password().is_some() {
             let user = percent_decoded(url.username());
             let password = url.password().map(percent_decoded).unwrap_or_default();

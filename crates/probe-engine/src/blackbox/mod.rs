@@ -298,8 +298,13 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
             kind: Kind::Map(entries),
             ..
         }) => {
+            let mut names = std::collections::HashSet::new();
             for (key, node) in entries {
                 let name = key.text(text).unwrap_or_default().to_owned();
+                if !names.insert(name.clone()) {
+                    invalid.push((key.pos, format!("module {} is defined twice", quote(&name))));
+                    continue;
+                }
                 let mut check = Check {
                     dir,
                     invalid: Vec::new(),

@@ -118,7 +118,7 @@ modules:
             fallback: false
         }
     );
-    let ProbeSpec::Http(http) = spec(&m, "https://127.0.0.1:8443/ready") else {
+    let ProbeSpec::Http(http) = spec(&m, "http://127.0.0.1:8080/ready") else {
         panic!("not http");
     };
     assert!(!http.follow_redirects);
@@ -395,6 +395,10 @@ fn invalid_input_is_located() {
     let syntax = error("modules: [\n");
     assert!(syntax.contains(": invalid YAML"), "{syntax}");
     assert!(error("module: {}\n").starts_with("1:1: unknown field \"module\""));
+    assert_eq!(
+        error("modules:\n  m: {prober: http}\n  m: {prober: tcp}\n"),
+        "3:3: module \"m\" is defined twice"
+    );
 }
 
 #[test]

@@ -6,6 +6,9 @@
 //! prober. At thousands of probes per second, `TIME_WAIT` entries would otherwise pin ephemeral
 //! ports for a minute each and eventually fail connects with `EADDRNOTAVAIL`.
 //!
+//! Instead of one send and one expect, a spec may hold a conversation ([`Step`]s): lines read
+//! until one matches, bytes written, in order, for text protocols that greet and answer.
+//!
 //! The whole check (resolve, connect, send, read) shares one deadline; each phase reports its own
 //! failure reason and detail when it is the one that runs out. Names go through the engine's
 //! resolver ([`crate::resolve`]), which may answer with a stale address on resolver trouble.
