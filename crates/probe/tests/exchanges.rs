@@ -125,7 +125,9 @@ async fn reply_patterns_judge_the_reply_as_it_came() {
     .await;
     assert_eq!(passing.verdict, Verdict::Up, "{passing:?}");
 
-    let cases: [(fn(&mut HttpSpec), FailureReason, &str); 4] = [
+    /// A change to the passing spec, and the failure it must bring.
+    type Case = (fn(&mut HttpSpec), FailureReason, &'static str);
+    let cases: [Case; 4] = [
         (
             |spec| spec.patterns.body_not_matches = vec![regex::bytes::Regex::new("fine").unwrap()],
             FailureReason::Body,

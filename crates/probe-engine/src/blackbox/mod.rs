@@ -42,9 +42,9 @@
 //! # Layout
 //!
 //! `raw` is the file's schema; `http`, `tcp`, `dns`, `icmp` and `grpc` each validate their
-//! prober's section into its template (our section without its target); `target` fills a
-//! template in for one target; `entry` is our YAML's shape and its compilation; `duration` reads
-//! Go's durations.
+//! prober's section into its template (our section without its target), and each template fills
+//! template in for one target, with `target`'s reading of `HOST:PORT` and of the address family;
+//! `entry` is our YAML's shape and its compilation; `duration` reads Go's durations.
 
 mod dns;
 mod duration;
@@ -66,8 +66,8 @@ use probe::tier::ProbeSpec;
 use raw::{RawFile, RawModule, RawTlsConfig};
 
 use crate::config::{
-    ConfigError, ConfigErrors, Kind, Node, Pos, Sp, collect, did_you_mean, file_error, one_line,
-    quote, read_file, syntax_error, value_of, yaml_options,
+    ConfigErrors, Kind, Node, Pos, Sp, collect, did_you_mean, file_error, located, quote,
+    read_file, syntax_error, value_of, yaml_options,
 };
 
 /// The exporter subtracts this from the scrape timeout (its `--timeout-offset` default).
@@ -266,19 +266,7 @@ pub fn load(path: &Path) -> Result<Blackbox, ConfigErrors> {
 /// # Errors
 /// As [`load`].
 pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
-    let located = |diags: Vec<(Pos, String)>| {
-        let mut errors: Vec<ConfigError> = diags
-            .into_iter()
-            .map(|(pos, message)| ConfigError {
-                file: file.to_path_buf(),
-                line: pos.line,
-                column: pos.column,
-                message: one_line(&message),
-            })
-            .collect();
-        errors.sort_by_key(|e| (e.line, e.column));
-        ConfigErrors(errors)
-    };
+    let located = |diags: Vec<(Pos, String)>| located(file, diags);
     let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) if !matches!(root.kind, Kind::Null) => root,
         Ok(_) => {

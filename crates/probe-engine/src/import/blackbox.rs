@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::blackbox::{self, Blackbox, Entry, Schedule};
 use crate::config::{
     ConfigError, ConfigErrors, Entries, Kind, Node, OneOrMany, Pos, Sp, collect, file_error,
-    one_line, read_file, syntax_error, value_of, yaml_options,
+    located, one_line, read_file, syntax_error, value_of, yaml_options,
 };
 
 /// The module the exporter probes with when a query names none.
@@ -262,20 +262,6 @@ fn read_targets(path: &Path) -> Result<Jobs, ConfigErrors> {
     }
 }
 
-fn located(file: &Path, diags: Vec<(Pos, String)>) -> ConfigErrors {
-    let mut errors: Vec<ConfigError> = diags
-        .into_iter()
-        .map(|(pos, message)| ConfigError {
-            file: file.to_path_buf(),
-            line: pos.line,
-            column: pos.column,
-            message: one_line(&message),
-        })
-        .collect();
-    errors.sort_by_key(|e| (e.line, e.column));
-    ConfigErrors(errors)
-}
-
 fn parse_root(text: &str, diags: &mut Vec<(Pos, String)>) -> Option<Node> {
     match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) => Some(root),
@@ -428,12 +414,7 @@ fn prometheus(
                             );
                         }
                         for (pos, message) in sd_diags {
-                            let shown = ConfigError {
-                                file: file_path.clone(),
-                                line: pos.line,
-                                column: pos.column,
-                                message: one_line(&message),
-                            };
+                            let shown = ConfigError::at(&file_path, pos, &message);
                             diags.push((file.pos, format!("in {shown}")));
                         }
                     }
