@@ -3705,7 +3705,13 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "      expect:",
         "        rcode: [NOERROR, nxdomain]",
         "        records: {answer: {none_match: \"10\\\\.9\"}, additional: {some_match: [glue]}}",
+        "  - id: imaps",
+        "    tls: {address: \"127.0.0.1:993\", conversation: [{expect_line: \"^\\\\* OK\"}]}",
     ]));
+    let ProbeSpec::Tls(imaps) = &config.topology.targets[3].probe else {
+        panic!("not tls");
+    };
+    assert_eq!(imaps.conversation.len(), 1);
     let steps = tcp(&config, 0).conversation();
     assert_eq!(steps.len(), 2);
     assert!(matches!(&steps[0], probe::tier::tcp::Step::Send(b) if b == b"PING\r\n"));
@@ -3740,6 +3746,8 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "    http: {url: \"http://a/\", expect: {body_matches: [\"[\"], http_version: HTTP/2.0}}",
         "  - id: d",
         "    dns: {server: 127.0.0.1, name: a.test, expect: {rcode: [], records: {authority: {all_match: \"(\"}}}}",
+        "  - id: e",
+        "    tls: {address: \"127.0.0.1:1\", conversation: []}",
     ]))
     .unwrap_err();
     let shown: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
@@ -3751,6 +3759,7 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "t.yaml:10:74: unknown HTTP version \"HTTP/2.0\"",
         "t.yaml:12:60: rcode list is empty",
         "t.yaml:12:97: invalid regex \"(\" for \"records.authority.all_match\"",
+        "t.yaml:14:49: conversation is empty",
     ];
     assert_eq!(shown.len(), want.len(), "{shown:#?}");
     for (got, want) in shown.iter().zip(want) {

@@ -1,8 +1,9 @@
 //! `probe-engine import blackbox` against blackbox_exporter itself: one `blackbox.yml` and one
 //! `prometheus.yml`, written here, given to a real exporter (its `/probe`) and, imported, to our
 //! daemon. For every fixture on 127.0.0.1 (HTTP answering 200, 503, a redirect and a body a
-//! regex judges; a TCP conversation; DNS through dnsmasq with a right answer, a wrong one and
-//! NXDOMAIN; ICMP to the loopback) the exporter's `probe_success` and our verdict agree.
+//! regex judges; a TCP conversation, and one over TLS with a certificate for the right address
+//! and for another; DNS through dnsmasq with a right answer, a wrong one and NXDOMAIN; ICMP to
+//! the loopback) the exporter's `probe_success` and our verdict agree.
 //! And the command's own contract: the output passes `check`, ids are stable, what cannot be
 //! expressed goes to stderr (exit 1 with `--strict`), invalid input exits 2 with its place.
 
@@ -10,6 +11,9 @@ mod support;
 
 #[path = "../../probe/tests/support/dns.rs"]
 mod dns;
+
+#[path = "../../probe/tests/support/pki.rs"]
+mod pki;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -90,8 +94,44 @@ async fn tcp_server(good: bool) -> SocketAddr {
     addr
 }
 
-const BLACKBOX_YML: &str = r#"
+/// A TLS server presenting `leaf` that greets with `* OK ready` once the handshake is done.
+async fn tls_server(leaf: &pki::Leaf) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(leaf.server());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(stream).await {
+                    let _ = tls.write_all(b"* OK ready\r\n").await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The `blackbox.yml` of the comparison; `ca` is the CA file the TLS module trusts.
+fn blackbox_yml(ca: &Path) -> String {
+    format!(
+        r#"
 modules:
+  tls_banner:
+    prober: tcp
+    timeout: 2s
+    tcp:
+      tls: true
+      tls_config: {{ca_file: "{}"}}
+      query_response:
+        - expect: "^\\* OK"
+{BLACKBOX_MODULES}"#,
+        ca.display()
+    )
+}
+
+const BLACKBOX_MODULES: &str = r#"
   http_2xx:
     prober: http
     timeout: 2s
@@ -155,7 +195,12 @@ fn text(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_modules_agree_with_blackbox_exporter() {
-    let Some(exporter) = blackbox_or_skip(BLACKBOX_YML) else {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki::Ca::new("import test CA", 365);
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let config = blackbox_yml(&ca_file);
+    let Some(exporter) = blackbox_or_skip(&config) else {
         return;
     };
     // Installs the crypto provider the exporter's client, like every reqwest client here, needs.
@@ -164,10 +209,24 @@ async fn imported_modules_agree_with_blackbox_exporter() {
     let good_tcp = tcp_server(true).await;
     let bad_tcp = tcp_server(false).await;
     let dnsmasq = dns::DnsServer::start(&[("a.test", IpAddr::V4(Ipv4Addr::LOCALHOST))]);
+    let good_tls = tls_server(&ca.leaf(&["127.0.0.1"], -1, 90)).await;
+    let other_name = tls_server(&ca.leaf(&["127.0.0.2"], -1, 90)).await;
     let dns = dnsmasq.addr.to_string();
 
     // (module, target, the id `import` derives, whether the probe succeeds)
     let fixtures: Vec<(&str, String, String, bool)> = vec![
+        (
+            "tls_banner",
+            good_tls.to_string(),
+            format!("tls_banner-127.0.0.1-{}", good_tls.port()),
+            true,
+        ),
+        (
+            "tls_banner",
+            other_name.to_string(),
+            format!("tls_banner-127.0.0.1-{}", other_name.port()),
+            false,
+        ),
         (
             "http_2xx",
             format!("http://{http}/ok"),
@@ -255,9 +314,8 @@ async fn imported_modules_agree_with_blackbox_exporter() {
     }
 
     // The same file and targets, imported.
-    let dir = tempfile::tempdir().unwrap();
     let blackbox = dir.path().join("blackbox.yml");
-    std::fs::write(&blackbox, BLACKBOX_YML).unwrap();
+    std::fs::write(&blackbox, &config).unwrap();
     let mut prometheus =
         String::from("global: {scrape_interval: 1s, scrape_timeout: 1s}\nscrape_configs:\n");
     let mut modules: Vec<&str> = fixtures.iter().map(|f| f.0).collect();

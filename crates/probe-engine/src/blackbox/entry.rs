@@ -118,6 +118,8 @@ pub(crate) struct Tls {
     pub(crate) server_name: Option<String>,
     #[serde(flatten)]
     pub(crate) trust: TlsTrust,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) conversation: Vec<Step>,
 }
 
 /// The rules of one section of a DNS reply (`expect.records.answer` and the others).

@@ -1,5 +1,6 @@
-//! The `tcp` prober: a connect, a `query_response` conversation (our `tcp` section's
-//! `conversation`), or a TLS handshake (`tls: true`, our `tls` probe).
+//! The `tcp` prober: a connect and its `query_response` conversation (our `tcp` section's
+//! `conversation`), or with `tls: true` a TLS handshake and the conversation over it (our `tls`
+//! probe, which verifies the certificate as the exporter's Go client does).
 
 use super::entry::{Probe, Step, Tcp, Tls, TlsTrust};
 use super::raw::{RawQueryResponse, RawTcp};
@@ -9,7 +10,8 @@ use crate::config::Sp;
 /// A `tcp` module in our terms.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    /// `tls: true`: the trust and the `server_name`.
+    /// `tls: true`: the trust and the `server_name` (default: the target's host, an address
+    /// included, as the exporter's).
     tls: Option<(TlsTrust, Option<String>)>,
     conversation: Vec<Step>,
 }
@@ -26,17 +28,11 @@ impl Template {
                 conversation: self.conversation.clone(),
             }));
         };
-        if server_name.is_none() && host.parse::<std::net::IpAddr>().is_ok() {
-            return Err(
-                "our TLS probe checks the certificate against a name, and the target is an \
-                 address: set tls_config.server_name"
-                    .to_owned(),
-            );
-        }
         Ok(Probe::Tls(Tls {
             address,
             server_name: server_name.clone(),
             trust: trust.clone(),
+            conversation: self.conversation.clone(),
         }))
     }
 }
@@ -60,25 +56,13 @@ pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> (IpPro
         &[(&raw.source_ip_address, "source_ip_address")],
         "our probes connect from the address the route gives",
     );
-    let steps = raw.query_response.map(|q| (q.key, q.value));
     let mut conversation = Vec::new();
-    for step in steps.iter().flat_map(|(_, steps)| steps) {
+    for step in raw.query_response.iter().flat_map(|q| &q.value) {
         query_response(step, &mut conversation, check);
     }
     let tls = match raw.tls.filter(|t| t.value) {
         None => None,
-        Some(tls) => {
-            if let Some((key, _)) = steps.as_ref().filter(|(_, s)| !s.is_empty()) {
-                check.refuse(
-                    *key,
-                    "query_response",
-                    &format!(
-                        "with tls: true (line {}), our TCP probe converses in the clear only; a \
-                         TLS handshake alone is our tls probe",
-                        tls.key.line
-                    ),
-                );
-            }
+        Some(_) => {
             let (trust, server_name) = tls_config(raw.tls_config, check);
             Some((trust, server_name.map(|(name, _)| name)))
         }

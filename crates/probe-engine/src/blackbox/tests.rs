@@ -232,15 +232,25 @@ fn tcp_with_tls_is_our_tls_probe() {
     };
     assert_eq!(tls.server_name.as_deref(), Some("api.test"));
     assert_eq!(tls.trust.ca_file.as_deref(), Some("/etc/bbe/ca.pem"));
-    let bare = module(
-        "modules:\n  t:\n    prober: tcp\n    tcp: {tls: true}\n",
+    let imaps = module(
+        r#"
+modules:
+  t:
+    prober: tcp
+    tcp: {tls: true, query_response: [{expect: "^\\* OK"}]}
+"#,
         "t",
     );
-    let err = bare
-        .entry("127.0.0.1:443", "t", Schedule::default())
-        .unwrap_err();
-    assert!(err.contains("server_name"), "{err}");
-    assert!(bare.entry("api.test:443", "t", Schedule::default()).is_ok());
+    let ProbeSpec::Tls(tls) = spec(&imaps, "127.0.0.1:993") else {
+        panic!("not tls");
+    };
+    assert_eq!(tls.conversation.len(), 1, "the conversation runs over TLS");
+    let own = probe::tier::tls::TlsSpec::new("127.0.0.1:993".parse().unwrap()).unwrap();
+    assert_eq!(
+        tls.server_name(),
+        own.server_name(),
+        "an address is its own server name, as for the exporter"
+    );
 }
 
 #[test]

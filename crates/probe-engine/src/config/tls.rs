@@ -12,6 +12,7 @@ use super::files::Source;
 use super::http::{Checked, trust};
 use super::node::{Diags, Sp};
 use super::schedule::duration_at_most;
+use super::schema::RawStep;
 use super::words::one_of;
 
 /// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
@@ -28,6 +29,7 @@ pub(super) struct RawTlsProbe {
     expires_within: Option<Sp<String>>,
     starttls: Option<Sp<String>>,
     addresses: Option<Sp<String>>,
+    conversation: Option<Sp<Vec<Sp<RawStep>>>>,
 }
 
 /// Maps a raw `tls` section onto a spec, reporting every invalid value.
@@ -64,6 +66,9 @@ pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) ->
         .starttls
         .map_or(Ok(None), |s| starttls(&s, diags).map(Some));
     let policy = addresses::parse(raw.addresses.as_ref(), diags);
+    let conversation = raw.conversation.map_or(Ok(Vec::new()), |steps| {
+        super::reply::conversation(steps, false, diags)
+    });
     let mut spec = spec.ok()?;
     spec.trust = trust.ok()?;
     spec.addresses = policy.ok()?;
@@ -72,6 +77,7 @@ pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) ->
     }
     spec.expires_within = within.value();
     spec.starttls = starttls.ok()?;
+    spec.conversation = conversation.ok()?;
     Some(spec)
 }
 

@@ -5,7 +5,8 @@
 //! a plain-text protocol first when the spec asks (`starttls`), and completes a TLS handshake
 //! under the spec's trust. The certificate's verification is the verdict: expired, not yet
 //! valid, for another name or from an untrusted issuer fail as `tls`, and the detail names
-//! which. A certificate that verifies is DEGRADED while the earliest expiry in its chain is
+//! which. A spec with a conversation then runs it over the TLS connection, as the TCP tier runs
+//! one in the clear. A certificate that verifies is DEGRADED while the earliest expiry in its chain is
 //! within `expires_within`, so the warning comes before the outage.
 //!
 //! Every check makes a full handshake (session resumption is off): a resumed session shows no
@@ -27,7 +28,7 @@ use tokio_rustls::TlsConnector;
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, TlsFacts, Verdict};
 use crate::resolve::Names;
 use crate::tier::probe::Probe;
-use crate::tier::tcp::{CloseMode, connect_any, resolve};
+use crate::tier::tcp::{CloseMode, connect_any, conversation, resolve};
 use facts::Noting;
 pub use spec::{InvalidServerName, StartTls, TlsSpec};
 pub use trust::{CaBundle, InvalidCa, TlsTrust, client_config};
@@ -88,7 +89,10 @@ impl TlsProbe {
                 "TLS handshake timed out",
             )),
             Ok(Err(err)) => Err(handshake_failure(&err)),
-            Ok(Ok(_closed_with_a_reset)) => Ok(()),
+            Ok(Ok(mut stream)) => {
+                // Closed with a reset when dropped, whatever the conversation ended with.
+                conversation(&self.spec.conversation, &mut stream, deadline).await
+            }
         }
     }
 
