@@ -3707,7 +3707,13 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "        records: {answer: {none_match: \"10\\\\.9\"}, additional: {some_match: [glue]}}",
         "  - id: imaps",
         "    tls: {address: \"127.0.0.1:993\", conversation: [{expect_line: \"^\\\\* OK\"}]}",
+        "  - id: smtp",
+        "    tls: {address: \"127.0.0.1:25\", before_tls: [{expect_line: \"^220\"}, {send: \"STARTTLS\\r\\n\"}]}",
     ]));
+    let ProbeSpec::Tls(smtp) = &config.topology.targets[4].probe else {
+        panic!("not tls");
+    };
+    assert_eq!(smtp.before_tls.len(), 2);
     let ProbeSpec::Tls(imaps) = &config.topology.targets[3].probe else {
         panic!("not tls");
     };
@@ -3748,6 +3754,8 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "    dns: {server: 127.0.0.1, name: a.test, expect: {rcode: [], records: {authority: {all_match: \"(\"}}}}",
         "  - id: e",
         "    tls: {address: \"127.0.0.1:1\", conversation: []}",
+        "  - id: f",
+        "    tls: {address: \"127.0.0.1:1\", starttls: smtp, before_tls: [{send: x}]}",
     ]))
     .unwrap_err();
     let shown: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
@@ -3760,6 +3768,7 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "t.yaml:12:60: rcode list is empty",
         "t.yaml:12:97: invalid regex \"(\" for \"records.authority.all_match\"",
         "t.yaml:14:49: conversation is empty",
+        "t.yaml:16:51: \"before_tls\" and \"starttls\" are mutually exclusive",
     ];
     assert_eq!(shown.len(), want.len(), "{shown:#?}");
     for (got, want) in shown.iter().zip(want) {

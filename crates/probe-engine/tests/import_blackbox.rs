@@ -1,8 +1,8 @@
 //! `probe-engine import blackbox` against blackbox_exporter itself: one `blackbox.yml` and one
 //! `prometheus.yml`, written here, given to a real exporter (its `/probe`) and, imported, to our
 //! daemon. For every fixture on 127.0.0.1 (HTTP answering 200, 503, a redirect and a body a
-//! regex judges; a TCP conversation, and one over TLS with a certificate for the right address
-//! and for another; DNS through dnsmasq with a right answer, a wrong one and NXDOMAIN; ICMP to
+//! regex judges; a TCP conversation, one over TLS with a certificate for the right address and
+//! for another, and SMTP's STARTTLS granted and refused; DNS through dnsmasq with a right answer, a wrong one and NXDOMAIN; ICMP to
 //! the loopback) the exporter's `probe_success` and our verdict agree.
 //! And the command's own contract: the output passes `check`, ids are stable, what cannot be
 //! expressed goes to stderr (exit 1 with `--strict`), invalid input exits 2 with its place.
@@ -113,7 +113,47 @@ async fn tls_server(leaf: &pki::Leaf) -> SocketAddr {
     addr
 }
 
-/// The `blackbox.yml` of the comparison; `ca` is the CA file the TLS module trusts.
+/// An SMTP server that offers STARTTLS and, when `upgrades`, goes over to TLS (presenting
+/// `leaf`) and answers the second EHLO there; otherwise it refuses with 454.
+async fn smtp_server(leaf: &pki::Leaf, upgrades: bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(leaf.server());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let mut line = String::new();
+                {
+                    let (read, mut write) = stream.split();
+                    let mut reader = BufReader::new(read);
+                    let _ = write.write_all(b"220 fixture ESMTP\r\n").await;
+                    let _ = reader.read_line(&mut line).await;
+                    let _ = write.write_all(b"250-fixture\r\n250 STARTTLS\r\n").await;
+                    line.clear();
+                    let _ = reader.read_line(&mut line).await;
+                    if !upgrades {
+                        let _ = write.write_all(b"454 TLS not available\r\n").await;
+                        return;
+                    }
+                    let _ = write.write_all(b"220 go ahead\r\n").await;
+                }
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let (read, mut write) = tokio::io::split(tls);
+                let mut reader = BufReader::new(read);
+                line.clear();
+                if reader.read_line(&mut line).await.is_ok() && line.starts_with("EHLO") {
+                    let _ = write.write_all(b"250 fixture over TLS\r\n").await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The `blackbox.yml` of the comparison; `ca` is the CA file the TLS modules trust.
 fn blackbox_yml(ca: &Path) -> String {
     format!(
         r#"
@@ -123,11 +163,25 @@ modules:
     timeout: 2s
     tcp:
       tls: true
-      tls_config: {{ca_file: "{}"}}
+      tls_config: {{ca_file: "{ca}"}}
       query_response:
         - expect: "^\\* OK"
+  smtp_starttls:
+    prober: tcp
+    timeout: 2s
+    tcp:
+      tls_config: {{ca_file: "{ca}"}}
+      query_response:
+        - expect: "^220 "
+          send: "EHLO prober"
+        - expect: "^250 STARTTLS"
+          send: "STARTTLS"
+        - expect: "^220 "
+          starttls: true
+        - send: "EHLO prober"
+        - expect: "^250 fixture over TLS"
 {BLACKBOX_MODULES}"#,
-        ca.display()
+        ca = ca.display()
     )
 }
 
@@ -211,6 +265,8 @@ async fn imported_modules_agree_with_blackbox_exporter() {
     let dnsmasq = dns::DnsServer::start(&[("a.test", IpAddr::V4(Ipv4Addr::LOCALHOST))]);
     let good_tls = tls_server(&ca.leaf(&["127.0.0.1"], -1, 90)).await;
     let other_name = tls_server(&ca.leaf(&["127.0.0.2"], -1, 90)).await;
+    let smtp = smtp_server(&ca.leaf(&["127.0.0.1"], -1, 90), true).await;
+    let no_starttls = smtp_server(&ca.leaf(&["127.0.0.1"], -1, 90), false).await;
     let dns = dnsmasq.addr.to_string();
 
     // (module, target, the id `import` derives, whether the probe succeeds)
@@ -225,6 +281,18 @@ async fn imported_modules_agree_with_blackbox_exporter() {
             "tls_banner",
             other_name.to_string(),
             format!("tls_banner-127.0.0.1-{}", other_name.port()),
+            false,
+        ),
+        (
+            "smtp_starttls",
+            smtp.to_string(),
+            format!("smtp_starttls-127.0.0.1-{}", smtp.port()),
+            true,
+        ),
+        (
+            "smtp_starttls",
+            no_starttls.to_string(),
+            format!("smtp_starttls-127.0.0.1-{}", no_starttls.port()),
             false,
         ),
         (

@@ -424,3 +424,34 @@ async fn a_conversation_runs_over_tls_after_the_handshake() {
         "expected /^a1 OK/ in a line at step 3 before the peer closed, got \"a1 NOOP done\""
     );
 }
+
+/// Steps in the clear before the handshake: a protocol's own STARTTLS, spelled out.
+#[tokio::test]
+async fn before_tls_steps_upgrade_as_the_protocol_asks() {
+    use probe::tier::tcp::Step;
+    let ca = Ca::new("probe test CA", 365);
+    let leaf = ca.leaf(&["127.0.0.1"], -1, 90);
+    let re = |s: &str| regex::bytes::Regex::new(s).unwrap();
+    let smtp = |addr| {
+        let mut spec = spec(addr, &ca);
+        spec.before_tls = vec![
+            Step::ExpectLine(re("^220 ")),
+            Step::Send(b"EHLO prober\r\n".to_vec()),
+            Step::ExpectLine(re("^250 STARTTLS")),
+            Step::Send(b"STARTTLS\r\n".to_vec()),
+            Step::ExpectLine(re("^220 ")),
+        ];
+        spec
+    };
+    let granted = serve(&leaf, Before::Smtp("220")).await;
+    let result = check(smtp(granted)).await;
+    assert_eq!(result.verdict, Verdict::Up, "{result:?}");
+    assert!(result.tls.is_some());
+    let refused = serve(&leaf, Before::Smtp("454")).await;
+    let (reason, detail) = failure(&check(smtp(refused)).await);
+    assert_eq!(reason, FailureReason::Body);
+    assert_eq!(
+        detail,
+        "expected /^220 / in a line at step 5 before the peer closed, got \"454 over to TLS\""
+    );
+}

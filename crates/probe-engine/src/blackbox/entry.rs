@@ -119,6 +119,8 @@ pub(crate) struct Tls {
     #[serde(flatten)]
     pub(crate) trust: TlsTrust,
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) before_tls: Vec<Step>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) conversation: Vec<Step>,
 }
 

@@ -221,6 +221,37 @@ modules:
 }
 
 #[test]
+fn starttls_splits_the_conversation_around_the_handshake() {
+    let m = module(
+        r#"
+modules:
+  smtp_starttls:
+    prober: tcp
+    tcp:
+      tls_config: {server_name: mail.test}
+      query_response:
+        - expect: "^220 "
+          send: "EHLO prober"
+        - expect: "^250 STARTTLS"
+          send: "STARTTLS"
+        - expect: "^220"
+          starttls: true
+        - send: "EHLO prober"
+        - expect: "^250 "
+"#,
+        "smtp_starttls",
+    );
+    let ProbeSpec::Tls(tls) = spec(&m, "127.0.0.1:25") else {
+        panic!("not tls");
+    };
+    assert_eq!(tls.before_tls.len(), 5, "up to the go-ahead, in the clear");
+    assert_eq!(tls.conversation.len(), 2, "the rest over TLS");
+    assert!(tls.starttls.is_none());
+    let own = probe::tier::tls::TlsSpec::new("mail.test:25".parse().unwrap()).unwrap();
+    assert_eq!(tls.server_name(), own.server_name());
+}
+
+#[test]
 fn tcp_with_tls_is_our_tls_probe() {
     let m = module(
         "modules:\n  t:\n    prober: tcp\n    tcp: {tls: true, tls_config: {ca_file: ca.pem, server_name: api.test}}\n",
@@ -431,6 +462,7 @@ modules:
     tcp:
       source_ip_address: 10.0.0.1
       query_response: [{expect: "x", labels: [{name: a, value: b}]}, {starttls: true}]
+      tls: true
   dns:
     prober: dns
     dns: {query_name: a.test, query_type: CAA, dns_over_tls: true, valid_rcodes: [BADSIG]}
@@ -456,7 +488,7 @@ modules:
     assert_eq!(tcp.len(), 3, "{tcp:?}");
     assert!(tcp[0].starts_with("17:7: \"source_ip_address\""));
     assert!(tcp[1].contains("\"query_response.labels\""));
-    assert!(tcp[2].contains("\"query_response.starttls\""));
+    assert!(tcp[2].contains("\"query_response.starttls\" is not supported: with tls: true"));
     let dns = refusals(text, "dns");
     assert_eq!(dns.len(), 3, "{dns:?}");
     assert!(dns.iter().any(|r| r.contains("\"query_type: CAA\"")));

@@ -2,7 +2,8 @@
 //! that speaks TLS shares (trust, and what a handshake shows: `facts`).
 //!
 //! A check resolves the address, connects (through the TCP tier's non-blocking connect), upgrades
-//! a plain-text protocol first when the spec asks (`starttls`), and completes a TLS handshake
+//! a plain-text protocol first when the spec asks (`starttls`, or the steps of `before_tls`), and
+//! completes a TLS handshake
 //! under the spec's trust. The certificate's verification is the verdict: expired, not yet
 //! valid, for another name or from an untrusted issuer fail as `tls`, and the detail names
 //! which. A spec with a conversation then runs it over the TLS connection, as the TCP tier runs
@@ -77,11 +78,12 @@ impl TlsProbe {
         remarks: &mut Remarks,
     ) -> Result<(), Failure> {
         let addrs = resolve(&self.spec.address, &self.names, deadline, remarks).await?;
-        let nodelay = self.spec.starttls.is_some();
+        let nodelay = self.spec.starttls.is_some() || !self.spec.before_tls.is_empty();
         let mut stream = connect_any(&addrs, CloseMode::Reset, nodelay, deadline).await?;
         if let Some(protocol) = self.spec.starttls {
             starttls::upgrade(&mut stream, protocol, deadline).await?;
         }
+        conversation(&self.spec.before_tls, &mut stream, deadline).await?;
         let name = self.spec.server_name().clone();
         match timeout_at(deadline, connector.connect(name, stream)).await {
             Err(_) => Err(Failure::new(

@@ -29,6 +29,9 @@ pub struct TlsSpec {
     pub starttls: Option<StartTls>,
     /// Which of a host name's addresses are probed.
     pub addresses: Addresses,
+    /// Steps run in the clear before the handshake, instead of a known `starttls` protocol:
+    /// a protocol's own way to ask for TLS (a greeting, a command, its go-ahead).
+    pub before_tls: Vec<Step>,
     /// Steps run over the connection once the handshake verified: a text protocol spoken over
     /// TLS (IMAPS, a service's own banner). None by default: the handshake is the check.
     pub conversation: Vec<Step>,
@@ -58,6 +61,7 @@ impl TlsSpec {
             expires_within: None,
             starttls: None,
             addresses: Addresses::First,
+            before_tls: Vec::new(),
             conversation: Vec::new(),
         })
     }
