@@ -6,12 +6,12 @@
 //!   module is its `__param_module` label (what Prometheus sends as `module=`), else its
 //!   `module` label (what the usual relabelling copies there), else `http_2xx`, the exporter's
 //!   own default; the schedule is Prometheus' default (every minute, 10 s to answer); or
-//! - a `prometheus.yml`: each job with `metrics_path: /probe` is a blackbox job, its module the
-//!   first of `params.module` (else as above), its targets those of `static_configs` and of the
-//!   files its `file_sd_configs` name (relative to the file; globs are not expanded), its
-//!   schedule its `scrape_interval` and `scrape_timeout` (or `global`'s, or Prometheus'). The
-//!   usual relabelling (the target address as `__param_target`) is assumed; other
-//!   `relabel_configs` are not read.
+//! - a `prometheus.yml`: each job with `metrics_path: /probe` is a blackbox job, its module a
+//!   group's `__param_module` label, else the first of the job's `params.module`, else as above;
+//!   its targets those of `static_configs` and of the files its `file_sd_configs` name (relative
+//!   to the file; globs are not expanded), its schedule its `scrape_interval` and
+//!   `scrape_timeout` (or `global`'s, or Prometheus'). The usual relabelling (the target
+//!   address as `__param_target`) is assumed; other `relabel_configs` are not read.
 //!
 //! Without `--targets` there is nothing to probe: the output is an empty `targets` list that
 //! names, in comments, each module and whether it can be imported, so that the file is checked
@@ -327,9 +327,9 @@ fn add_group(group: RawGroup, module: Option<&str>, schedule: Schedule, jobs: &m
             .and_then(|l| l.0.iter().find(|(k, _)| k == name))
             .map(|(_, v)| v.value.clone())
     };
-    let module = module
-        .map(str::to_owned)
-        .or_else(|| label("__param_module"))
+    // A target's `__param_` label overrides the job's `params`, as in Prometheus.
+    let module = label("__param_module")
+        .or_else(|| module.map(str::to_owned))
         .or_else(|| label("module"))
         .unwrap_or_else(|| DEFAULT_MODULE.to_owned());
     for target in group.targets {
