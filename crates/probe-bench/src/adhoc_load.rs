@@ -241,7 +241,7 @@ fn wrk_run(
 
 /// Waits (10 s at most) until `addr` answers a `/probe` without a target with its 400.
 fn wait_answering(addr: SocketAddr) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(mut stream) = std::net::TcpStream::connect(addr) {
             let _ = write!(
@@ -254,7 +254,7 @@ fn wait_answering(addr: SocketAddr) -> anyhow::Result<()> {
                 return Ok(());
             }
         }
-        if std::time::Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline {
             bail!("{addr} did not answer /probe within 10 s");
         }
         // No signal to wait on from another process: poll, rarely enough to cost nothing.

@@ -147,6 +147,18 @@ enum ImportSource {
         #[arg(long)]
         strict: bool,
     },
+    /// A blackbox_exporter `blackbox.yml`, one target per (module, target).
+    Blackbox {
+        /// The `blackbox.yml`.
+        file: PathBuf,
+        /// The targets: a Prometheus file_sd list (JSON or YAML), or a prometheus.yml whose
+        /// jobs with `metrics_path: /probe` name them. Without it, only the modules are checked.
+        #[arg(long)]
+        targets: Option<PathBuf>,
+        /// Exit 1 when anything could not be expressed.
+        #[arg(long)]
+        strict: bool,
+    },
 }
 
 /// How long the config must be quiet before a watched change reloads it: an editor's save or a
@@ -159,9 +171,20 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Import { source } => match source {
-            ImportSource::Gatus { file, strict } => {
-                import(&file, strict, probe_engine::import::gatus::import(&file))
-            }
+            ImportSource::Gatus { file, strict } => import(
+                &file,
+                strict,
+                probe_engine::import::gatus::import(&file).and_then(|i| i.printed(&file)),
+            ),
+            ImportSource::Blackbox {
+                file,
+                targets,
+                strict,
+            } => import(
+                &file,
+                strict,
+                probe_engine::import::blackbox::import(&file, targets.as_deref()),
+            ),
         },
         Command::Run {
             config,
@@ -270,32 +293,27 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
 }
 
-/// Writes an import's YAML to stdout and its notes to stderr. Exit 0, or 1 with `strict` when
-/// there are notes, or 2 when the input could not be read.
+/// Writes an import's YAML to stdout and what it could not express to stderr, a line each.
+/// Exit 0, or 1 with `strict` when something could not be expressed, or 2 when the input could
+/// not be read.
 fn import(
     file: &std::path::Path,
     strict: bool,
-    imported: Result<probe_engine::import::Import, probe_engine::config::ConfigErrors>,
+    printed: Result<probe_engine::import::Printed, probe_engine::config::ConfigErrors>,
 ) -> ExitCode {
-    let imported = match imported {
-        Ok(imported) => imported,
+    let printed = match printed {
+        Ok(printed) => printed,
         Err(errors) => {
             eprintln!("{errors}");
             eprintln!("{} errors in {}", errors.0.len(), file.display());
             return ExitCode::from(2);
         }
     };
-    match imported.to_yaml(&file.display().to_string()) {
-        Ok(yaml) => print!("{yaml}"),
-        Err(e) => {
-            eprintln!("writing the imported config: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    for note in &imported.notes {
+    print!("{}", printed.yaml);
+    for note in &printed.notes {
         eprintln!("{note}");
     }
-    if strict && !imported.notes.is_empty() {
+    if strict && !printed.notes.is_empty() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -3785,3 +3785,103 @@ fn invalid_http_conditions_are_reported_where_they_are() {
     has("t.yaml:14:18: a JSON test needs at least one of eq, ne");
     assert_eq!(lines.len(), 8, "{errors}");
 }
+
+#[test]
+fn conversations_patterns_and_record_rules_are_mapped_and_located() {
+    let config = parse_ok(&doc(&[
+        "targets:",
+        "  - id: redis",
+        "    tcp:",
+        "      address: 127.0.0.1:6379",
+        "      conversation:",
+        "        - send: \"PING\\r\\n\"",
+        "        - expect_line: \"^\\\\+PONG$\"",
+        "  - id: web",
+        "    http:",
+        "      url: https://127.0.0.1:8443/",
+        "      expect:",
+        "        body_matches: ok",
+        "        body_not_matches: [error, fatal]",
+        "        header_matches: [{header: Content-Type, regex: json}]",
+        "        header_not_matches: [{header: x-mode, regex: readonly, allow_missing: true}]",
+        "        tls: true",
+        "        http_version: [HTTP/1.1]",
+        "  - id: ns",
+        "    dns:",
+        "      server: 127.0.0.1:53",
+        "      name: a.test",
+        "      type: any",
+        "      recursion_desired: false",
+        "      expect:",
+        "        rcode: [NOERROR, nxdomain]",
+        "        records: {answer: {none_match: \"10\\\\.9\"}, additional: {some_match: [glue]}}",
+        "  - id: imaps",
+        "    tls: {address: \"127.0.0.1:993\", conversation: [{expect_line: \"^\\\\* OK\"}]}",
+        "  - id: smtp",
+        "    tls: {address: \"127.0.0.1:25\", before_tls: [{expect_line: \"^220\"}, {send: \"STARTTLS\\r\\n\"}]}",
+    ]));
+    let ProbeSpec::Tls(smtp) = &config.topology.targets[4].probe else {
+        panic!("not tls");
+    };
+    assert_eq!(smtp.before_tls.len(), 2);
+    let ProbeSpec::Tls(imaps) = &config.topology.targets[3].probe else {
+        panic!("not tls");
+    };
+    assert_eq!(imaps.conversation.len(), 1);
+    let steps = tcp(&config, 0).conversation();
+    assert_eq!(steps.len(), 2);
+    assert!(matches!(&steps[0], probe::tier::tcp::Step::Send(b) if b == b"PING\r\n"));
+    assert!(
+        matches!(&steps[1], probe::tier::tcp::Step::ExpectLine(re) if re.as_str() == "^\\+PONG$")
+    );
+    let patterns = &http(&config, 1).patterns;
+    assert_eq!(patterns.body_matches.len(), 1);
+    assert_eq!(patterns.body_not_matches.len(), 2);
+    assert_eq!(patterns.header_matches[0].name.as_str(), "content-type");
+    assert!(patterns.header_not_matches[0].allow_missing);
+    assert_eq!(patterns.tls, Some(true));
+    assert_eq!(patterns.versions.len(), 1);
+    let ns = dns(&config, 2);
+    assert_eq!(ns.record_type, DnsType::Any);
+    assert!(!ns.recursion_desired);
+    assert_eq!(ns.expect.rcodes, [Rcode::NOERROR, Rcode::NXDOMAIN]);
+    assert_eq!(ns.expect.min_answers(), 0);
+    assert_eq!(ns.expect.records.answer.none_match[0].as_str(), "10\\.9");
+    assert_eq!(ns.expect.records.additional.some_match.len(), 1);
+
+    let errors = parse(&doc(&[
+        "targets:",
+        "  - id: a",
+        "    tcp:",
+        "      address: 127.0.0.1:1",
+        "      send: x",
+        "      conversation: [{send: y}]",
+        "  - id: b",
+        "    tcp: {address: \"127.0.0.1:1\", conversation: [{send: y, expect_line: z}, {expect_line: \"(\"}]}",
+        "  - id: c",
+        "    http: {url: \"http://a/\", expect: {body_matches: [\"[\"], http_version: HTTP/2.0}}",
+        "  - id: d",
+        "    dns: {server: 127.0.0.1, name: a.test, expect: {rcode: [], records: {authority: {all_match: \"(\"}}}}",
+        "  - id: e",
+        "    tls: {address: \"127.0.0.1:1\", conversation: []}",
+        "  - id: f",
+        "    tls: {address: \"127.0.0.1:1\", starttls: smtp, before_tls: [{send: x}]}",
+    ]))
+    .unwrap_err();
+    let shown: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+    let want = [
+        "t.yaml:6:7: \"conversation\" replaces \"send\", \"expect\" and \"expect_regex\"",
+        "t.yaml:8:50: a conversation step has exactly one of \"expect_line\" and \"send\"",
+        "t.yaml:8:91: invalid regex \"(\" for \"expect_line\"",
+        "t.yaml:10:54: invalid regex \"[\" for \"body_matches\"",
+        "t.yaml:10:74: unknown HTTP version \"HTTP/2.0\"",
+        "t.yaml:12:60: rcode list is empty",
+        "t.yaml:12:97: invalid regex \"(\" for \"records.authority.all_match\"",
+        "t.yaml:14:49: conversation is empty",
+        "t.yaml:16:51: \"before_tls\" and \"starttls\" are mutually exclusive",
+    ];
+    assert_eq!(shown.len(), want.len(), "{shown:#?}");
+    for (got, want) in shown.iter().zip(want) {
+        assert!(got.starts_with(want), "{got} does not start with {want}");
+    }
+}

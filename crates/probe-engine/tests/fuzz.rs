@@ -5,6 +5,9 @@
 //! Targets, and what must hold for every input:
 //! - the YAML config compiler: no panic, no hang, and every rejection located as `FILE:LINE:COL`
 //!   in the document;
+//! - the `blackbox.yml` loader: the same, for its errors and its refusals alike; and every module
+//!   it accepts gives, for a target of its prober, an entry the config compiler accepts or a
+//!   reason it cannot;
 //! - the etcd value decoder: no panic, no hang, every rejection located within the value (or
 //!   saying the value as a whole is not a JSON object / not UTF-8);
 //! - every JSON body the API accepts, sent to the real daemon: never a 5xx, every refusal a 4xx
@@ -40,14 +43,15 @@ type Check = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
 
 /// Runs `check` on the regression cases of `target`, then on inputs from `strategy` for a
 /// bounded time per seed. A panic is a failure; so is an input that takes more than
-/// [`HANG`]. The first failure is shrunk and reported with its seed.
+/// [`HANG`]. The first failure is shrunk and reported with its seed. Returns how many inputs
+/// were checked.
 /// `strategy` builds the generator on the fuzzing thread (proptest's boxed strategies stay on
 /// the thread that made them).
 fn fuzz(
     target: &str,
     strategy: impl FnOnce() -> BoxedStrategy<Vec<u8>> + Send + 'static,
     check: Check,
-) {
+) -> u64 {
     let per_seed = std::env::var("PROBE_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -84,6 +88,7 @@ fn fuzz(
         Ok(Ok(cases)) => {
             println!("fuzz {target}: {cases} inputs, no failure");
             let _ = worker.join();
+            cases
         }
         Ok(Err(failure)) => panic!("fuzz {target}: {failure}"),
         Err(_) => {
@@ -281,17 +286,17 @@ impl Yaml {
     }
 }
 
-fn yaml_tree() -> impl Strategy<Value = Yaml> {
+fn yaml_tree(keys: &'static [&'static str]) -> impl Strategy<Value = Yaml> {
     let leaf = prop_oneof![
         4 => proptest::sample::select(SCALARS).prop_map(|s| Yaml::Scalar(s.to_owned())),
         1 => "[ -~]{0,12}".prop_map(Yaml::Scalar),
     ];
-    leaf.prop_recursive(5, 48, 6, |inner| {
+    leaf.prop_recursive(5, 48, 6, move |inner| {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..5).prop_map(Yaml::Seq),
             proptest::collection::vec(
                 (
-                    proptest::sample::select(KEYS).prop_map(str::to_owned),
+                    proptest::sample::select(keys).prop_map(str::to_owned),
                     inner
                 ),
                 0..6
@@ -346,7 +351,12 @@ fn edits() -> impl Strategy<Value = Vec<Edit>> {
 
 /// Documents: a generated tree (block or flow) or one of `seeds`, then a few byte edits.
 fn documents(seeds: Vec<String>) -> BoxedStrategy<Vec<u8>> {
-    let generated = (yaml_tree(), any::<bool>()).prop_map(|(tree, flow)| {
+    documents_of(KEYS, seeds)
+}
+
+/// [`documents`], its mappings' keys from `keys`.
+fn documents_of(keys: &'static [&'static str], seeds: Vec<String>) -> BoxedStrategy<Vec<u8>> {
+    let generated = (yaml_tree(keys), any::<bool>()).prop_map(|(tree, flow)| {
         let mut out = String::new();
         tree.render(&mut out, 0, flow);
         out.into_bytes()
@@ -379,6 +389,47 @@ fn config_seeds() -> Vec<String> {
     seeds
 }
 
+/// Keys of a `blackbox.yml` (blackbox_exporter's, and a few near misses), and its probers.
+#[rustfmt::skip]
+const BLACKBOX_KEYS: &[&str] = &[
+    "modules", "prober", "timeout", "http", "tcp", "dns", "icmp", "grpc", "unix", "websocket",
+    "valid_status_codes", "valid_http_versions", "preferred_ip_protocol", "ip_protocol_fallback",
+    "no_follow_redirects", "follow_redirects", "fail_if_ssl", "fail_if_not_ssl", "method",
+    "headers", "fail_if_body_matches_regexp", "fail_if_body_not_matches_regexp",
+    "fail_if_header_matches", "fail_if_header_not_matches", "header", "regexp", "allow_missing",
+    "body", "body_file", "compression", "enable_http3", "enable_http2", "basic_auth", "username",
+    "password", "authorization", "type", "credentials", "bearer_token", "oauth2", "tls_config",
+    "ca_file", "insecure_skip_verify", "server_name", "cert_file", "min_version", "proxy_url",
+    "query_response", "expect", "send", "starttls", "labels", "expect_bytes", "tls",
+    "source_ip_address", "query_name", "query_type", "query_class", "transport_protocol",
+    "recursion_desired", "valid_rcodes", "validate_answer_rrs", "validate_authority_rrs",
+    "validate_additional_rrs", "fail_if_matches_regexp", "fail_if_all_match_regexp",
+    "fail_if_not_matches_regexp", "fail_if_none_matches_regexp", "dns_over_tls", "payload_size",
+    "dont_fragment", "ttl", "service", "metadata", "http_2xx", "tcp_connect", "modulez", "",
+];
+
+/// Valid `blackbox.yml` documents to mutate: a module of every prober, most options set.
+fn blackbox_seeds() -> Vec<String> {
+    vec![
+        "modules:\n\
+         \x20 http_2xx: {prober: http, timeout: 5s}\n\
+         \x20 http_post:\n\
+         \x20   prober: http\n\
+         \x20   http: {method: POST, headers: {X-A: b}, body: x, valid_status_codes: [200, 302], \
+         valid_http_versions: [HTTP/1.1], fail_if_ssl: true, follow_redirects: false, \
+         fail_if_body_matches_regexp: [err], fail_if_header_not_matches: [{header: a, regexp: b}], \
+         basic_auth: {username: u, password: p}, tls_config: {insecure_skip_verify: true}}\n\
+         \x20 tcp: {prober: tcp, tcp: {query_response: [{expect: \"^OK\"}, {send: PING}], \
+         preferred_ip_protocol: ip4}}\n\
+         \x20 tls: {prober: tcp, tcp: {tls: true, tls_config: {server_name: a.test}}}\n\
+         \x20 dns: {prober: dns, dns: {query_name: a.test, query_type: A, valid_rcodes: [NOERROR], \
+         validate_answer_rrs: {fail_if_none_matches_regexp: [\"127.0.0.1\"]}}}\n\
+         \x20 icmp: {prober: icmp, icmp: {payload_size: 56, ip_protocol_fallback: false}}\n\
+         \x20 grpc: {prober: grpc, grpc: {service: s, tls: true, metadata: {k: [v]}}}\n"
+            .to_owned(),
+    ]
+}
+
 // ---------------------------------------------------------------------------------------------
 // The targets.
 
@@ -407,6 +458,85 @@ fn the_config_compiler_locates_every_rejection() {
             Ok(())
         }),
     );
+}
+
+#[test]
+fn the_blackbox_loader_locates_every_refusal_and_compiles_what_it_accepts() {
+    use probe_engine::blackbox::{self, Prober, Schedule};
+    let file: &'static Path = Path::new("/fuzz/blackbox.yml");
+    let located = move |e: &probe_engine::config::ConfigError| {
+        e.file == file
+            && e.line > 0
+            && e.column > 0
+            && !e.message.trim().is_empty()
+            && !e.message.contains('\n')
+    };
+    // The seed is whole: mutations start from modules that load.
+    let seed = blackbox::parse(file, &blackbox_seeds()[0]).expect("the seed loads");
+    assert!(
+        seed.modules.len() == 7 && seed.modules.iter().all(|m| m.module.is_ok()),
+        "{seed:?}"
+    );
+    let cases = fuzz(
+        "blackbox",
+        || documents_of(BLACKBOX_KEYS, blackbox_seeds()),
+        Arc::new(move |input| {
+            let text = String::from_utf8_lossy(input);
+            let config = match blackbox::parse(file, &text) {
+                Ok(config) => config,
+                Err(errors) => {
+                    if errors.0.is_empty() {
+                        return Err("rejected without an error".into());
+                    }
+                    return match errors.0.iter().find(|e| !located(e)) {
+                        Some(e) => Err(format!("an error not located in the document: {e:?}")),
+                        None => Ok(()),
+                    };
+                }
+            };
+            for entry in &config.modules {
+                let module = match &entry.module {
+                    Ok(module) => module,
+                    Err(refusals) => {
+                        if refusals.0.is_empty() {
+                            return Err(format!(
+                                "module {:?} refused without a reason",
+                                entry.name
+                            ));
+                        }
+                        if let Some(e) = refusals.0.iter().find(|e| !located(e)) {
+                            return Err(format!("a refusal not located in the document: {e:?}"));
+                        }
+                        continue;
+                    }
+                };
+                let target = match module.prober {
+                    Prober::Http => "http://127.0.0.1:8080/health",
+                    Prober::Tcp | Prober::Grpc => "127.0.0.1:443",
+                    Prober::Dns | Prober::Icmp => "127.0.0.1",
+                };
+                match module.entry(target, "fuzz", Schedule::default()) {
+                    Ok(entry) => {
+                        if let Err(why) = entry.compile(Path::new("/fuzz")) {
+                            return Err(format!(
+                                "module {:?} gave an entry the compiler refuses: {why}: {entry:?}",
+                                module.name
+                            ));
+                        }
+                    }
+                    Err(why) if why.trim().is_empty() => {
+                        return Err(format!(
+                            "module {:?}: refused without a reason",
+                            module.name
+                        ));
+                    }
+                    Err(_) => {}
+                }
+            }
+            Ok(())
+        }),
+    );
+    assert!(cases >= 1_000, "only {cases} inputs checked");
 }
 
 #[test]

@@ -334,3 +334,44 @@ async fn replies_that_are_not_the_querys_are_ignored() {
         )
     );
 }
+
+/// Record rules see every record of a section in presentation format; ANY's answers are the
+/// whole answer section; a list of rcodes passes on any of them.
+#[tokio::test]
+async fn record_rules_rcode_sets_and_any_judge_the_whole_reply() {
+    let server = DnsServer::start(&[("a.test", ip("127.0.0.1"))]);
+    let re = |s: &str| regex::Regex::new(s).unwrap();
+
+    let mut right = spec(server.addr, "a.test", DnsType::A);
+    right.expect.records.answer.all_match =
+        vec![re("^a\\.test\\.\t[0-9]+\tIN\tA\t127\\.0\\.0\\.1$")];
+    right.expect.records.answer.none_match = vec![re("10\\.0\\.0\\.9")];
+    assert_up(&right).await;
+
+    let mut wrong = spec(server.addr, "a.test", DnsType::A);
+    wrong.expect.records.answer.some_match = vec![re("\tA\t10\\.0\\.0\\.9$")];
+    let (reason, detail) = failure(&wrong).await;
+    assert_eq!(reason, FailureReason::Assertion);
+    assert_eq!(
+        detail,
+        "answer section: no record matches /\tA\t10\\.0\\.0\\.9$/"
+    );
+
+    let mut nx = spec(server.addr, "missing.test", DnsType::A);
+    nx.expect.rcodes = vec![Rcode::NOERROR, Rcode::NXDOMAIN];
+    assert_up(&nx).await;
+    nx.expect.rcodes = vec![Rcode::NOERROR, Rcode::SERVFAIL];
+    let (_, detail) = failure(&nx).await;
+    assert!(
+        detail.starts_with("expected rcode NOERROR or SERVFAIL, got NXDOMAIN"),
+        "{detail}"
+    );
+
+    let mut any = spec(server.addr, "a.test", DnsType::Any);
+    any.expect.min_answers = Some(0);
+    let result = check(&any).await;
+    assert!(result.failure().is_none(), "{result:?}");
+    any.recursion_desired = false;
+    let result = check(&any).await;
+    assert!(result.failure().is_none(), "{result:?}");
+}

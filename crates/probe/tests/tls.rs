@@ -381,3 +381,84 @@ async fn the_engine_exports_the_certificate_under_blackbox_exporter_names() {
     cancel.cancel();
     engine.stopped().await;
 }
+
+/// A conversation runs over the connection once the certificate verified: the greeting a
+/// server sends only over TLS, a command and its answer.
+#[tokio::test]
+async fn a_conversation_runs_over_tls_after_the_handshake() {
+    use probe::tier::tcp::Step;
+    let ca = Ca::new("probe test CA", 365);
+    let leaf = ca.leaf(&["127.0.0.1"], -1, 90);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(leaf.server());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let (read, mut write) = tokio::io::split(tls);
+                let _ = write.write_all(b"* OK IMAP ready\r\n").await;
+                let mut lines = BufReader::new(read).lines();
+                if let Ok(Some(line)) = lines.next_line().await {
+                    let _ = write.write_all(format!("{line} done\r\n").as_bytes()).await;
+                }
+            });
+        }
+    });
+    let re = |s: &str| regex::bytes::Regex::new(s).unwrap();
+    let conversing = |last: &str| {
+        let mut spec = spec(addr, &ca);
+        spec.conversation = vec![
+            Step::ExpectLine(re("^\\* OK")),
+            Step::Send(b"a1 NOOP\r\n".to_vec()),
+            Step::ExpectLine(re(last)),
+        ];
+        spec
+    };
+    let result = check(conversing("^a1 NOOP done$")).await;
+    assert_eq!(result.verdict, Verdict::Up, "{result:?}");
+    assert!(result.tls.is_some(), "the certificate is reported");
+    let result = TlsProbe::new(conversing("^a1 OK"), Names::system())
+        .check(Duration::from_millis(500))
+        .await;
+    let (reason, detail) = failure(&result);
+    assert_eq!(reason, FailureReason::Body);
+    assert_eq!(
+        detail,
+        "expected /^a1 OK/ in a line at step 3 before the peer closed, got \"a1 NOOP done\""
+    );
+}
+
+/// Steps in the clear before the handshake: a protocol's own STARTTLS, spelled out.
+#[tokio::test]
+async fn before_tls_steps_upgrade_as_the_protocol_asks() {
+    use probe::tier::tcp::Step;
+    let ca = Ca::new("probe test CA", 365);
+    let leaf = ca.leaf(&["127.0.0.1"], -1, 90);
+    let re = |s: &str| regex::bytes::Regex::new(s).unwrap();
+    let smtp = |addr| {
+        let mut spec = spec(addr, &ca);
+        spec.before_tls = vec![
+            Step::ExpectLine(re("^220 ")),
+            Step::Send(b"EHLO prober\r\n".to_vec()),
+            Step::ExpectLine(re("^250 STARTTLS")),
+            Step::Send(b"STARTTLS\r\n".to_vec()),
+            Step::ExpectLine(re("^220 ")),
+        ];
+        spec
+    };
+    let granted = serve(&leaf, Before::Smtp("220")).await;
+    let result = check(smtp(granted)).await;
+    assert_eq!(result.verdict, Verdict::Up, "{result:?}");
+    assert!(result.tls.is_some());
+    let refused = serve(&leaf, Before::Smtp("454")).await;
+    let (reason, detail) = failure(&check(smtp(refused)).await);
+    assert_eq!(reason, FailureReason::Body);
+    assert_eq!(
+        detail,
+        "expected /^220 / in a line at step 5 before the peer closed, got \"454 over to TLS\""
+    );
+}

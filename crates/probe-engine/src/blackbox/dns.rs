@@ -29,7 +29,6 @@ const OTHER_CLASSES: &[&str] = &["CS", "CH", "HS", "NONE", "ANY"];
 /// A `dns` module in our terms: the section without its server.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     section: Dns,
 }
 
@@ -55,7 +54,7 @@ impl Template {
 }
 
 /// Validates a `dns` section into its template.
-pub(super) fn template(raw: Sp<RawDns>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Sp<RawDns>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let (key, raw) = (raw.key, raw.value);
     let ip = ip_protocol(
         raw.preferred_ip_protocol.as_ref(),
@@ -119,8 +118,7 @@ pub(super) fn template(raw: Sp<RawDns>, check: &mut Check<'_>) -> Template {
         "validate_additional_rrs",
         check,
     );
-    Template {
-        ip,
+    let template = Template {
         section: Dns {
             server: String::new(),
             name,
@@ -138,7 +136,8 @@ pub(super) fn template(raw: Sp<RawDns>, check: &mut Check<'_>) -> Template {
                 },
             },
         },
-    }
+    };
+    (ip, template)
 }
 
 /// `query_type`: ANY by default; one of ours as written (the exporter's names are upper case).

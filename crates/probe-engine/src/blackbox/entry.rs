@@ -118,6 +118,10 @@ pub(crate) struct Tls {
     pub(crate) server_name: Option<String>,
     #[serde(flatten)]
     pub(crate) trust: TlsTrust,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) before_tls: Vec<Step>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) conversation: Vec<Step>,
 }
 
 /// The rules of one section of a DNS reply (`expect.records.answer` and the others).
@@ -244,7 +248,7 @@ impl Entry {
 pub(super) fn duration_text(duration: Duration) -> String {
     if duration.subsec_nanos() == 0 {
         format!("{}s", duration.as_secs())
-    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+    } else if duration.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", duration.as_millis())
     } else {
         humantime::format_duration(duration).to_string()

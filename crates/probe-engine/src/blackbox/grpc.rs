@@ -1,14 +1,13 @@
 //! The `grpc` prober: a `grpc.health.v1` check, as our `grpc` section.
 
-use super::entry::{self, Grpc, Pairs, Probe, TlsTrust};
+use super::entry::{self, Grpc, Pairs, Probe};
 use super::raw::RawGrpc;
-use super::{Check, IpProtocol, ip_protocol, target, tls_config};
+use super::{Check, IpProtocol, header, ip_protocol, target, tls_config};
 use crate::config::Sp;
 
 /// A `grpc` module in our terms: the section without its address.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     section: Grpc,
 }
 
@@ -40,15 +39,12 @@ impl Template {
 }
 
 /// Validates a `grpc` section (absent: a plaintext check of the server as a whole).
-pub(super) fn template(raw: Option<Sp<RawGrpc>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawGrpc>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             section: Grpc::default(),
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -71,19 +67,27 @@ pub(super) fn template(raw: Option<Sp<RawGrpc>>, check: &mut Check<'_>) -> Templ
     };
     let mut metadata = Pairs::default();
     for (name, values) in raw.metadata.map(|m| m.value.0).unwrap_or_default() {
-        for value in values.value.0 {
-            metadata
-                .0
-                .push((name.clone(), entry::literal(&value.value)));
+        match values.value.0.as_slice() {
+            [] => {}
+            [value] => {
+                if header(&name, value, "metadata", check) {
+                    metadata.0.push((name, entry::literal(&value.value)));
+                }
+            }
+            [_, second, ..] => check.refuse(
+                second.pos,
+                &format!("metadata.{name}"),
+                "our gRPC probe sends one value per key",
+            ),
         }
     }
-    Template {
-        ip,
+    let template = Template {
         section: Grpc {
             address: String::new(),
             service: raw.service.map(|s| s.value).unwrap_or_default(),
-            tls: tls.map(|t: TlsTrust| t),
+            tls,
             metadata,
         },
-    }
+    };
+    (ip, template)
 }

@@ -4,7 +4,7 @@ use base64::Engine as _;
 
 use super::entry::{self, HeaderPattern, Http, HttpExpect, Pairs, Probe};
 use super::raw::{RawHeaderMatch, RawHttp};
-use super::{Check, IpProtocol, ip_protocol, regexes, target, tls_config};
+use super::{Check, IpProtocol, header, ip_protocol, regexes, target, tls_config};
 use crate::config::{Sp, quote};
 
 /// The methods our HTTP probe sends.
@@ -13,7 +13,6 @@ const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 /// An `http` module in our terms: the section without its URL.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     section: Http,
 }
 
@@ -37,6 +36,20 @@ impl Template {
             .to_owned();
         target::family(&host, ip)?;
         let mut section = self.section.clone();
+        let vhost = section
+            .headers
+            .0
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("host"))
+            .map(|(_, value)| value.replace("$$", "$"));
+        if url.scheme() == "https"
+            && let Some(vhost) = vhost.filter(|v| !v.eq_ignore_ascii_case(&host))
+        {
+            return Err(format!(
+                "the exporter checks the certificate against the Host header ({vhost:?}), ours \
+                 against the URL's host ({host:?})"
+            ));
+        }
         if !url.username().is_empty() || url.password().is_some() {
             let user = percent_decoded(url.username());
             let password = url.password().map(percent_decoded).unwrap_or_default();
@@ -86,18 +99,15 @@ fn basic(user: &str, password: &str) -> String {
 }
 
 /// Validates an `http` section (absent: every default) into its template.
-pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             section: Http {
                 follow_redirects: true,
                 ..Http::default()
             },
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -164,14 +174,12 @@ pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Templ
             None
         }
     });
-    let mut headers = Pairs(
-        raw.headers
-            .map(|h| h.value.0)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, value)| (name, entry::literal(&value.value)))
-            .collect(),
-    );
+    let mut headers = Pairs::default();
+    for (name, value) in raw.headers.map(|h| h.value.0).unwrap_or_default() {
+        if header(&name, &value, "headers", check) {
+            headers.0.push((name, entry::literal(&value.value)));
+        }
+    }
     let authorization = authorization(raw.basic_auth, raw.authorization, raw.bearer_token, check);
     if let Some(value) = authorization {
         headers
@@ -189,8 +197,7 @@ pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Templ
     }
     let no_follow = raw.no_follow_redirects.map(|n| !n.value);
     let follow = raw.follow_redirects.map(|f| f.value);
-    Template {
-        ip,
+    let template = Template {
         section: Http {
             url: String::new(),
             method,
@@ -200,7 +207,8 @@ pub(super) fn template(raw: Option<Sp<RawHttp>>, check: &mut Check<'_>) -> Templ
             follow_redirects: no_follow.or(follow).unwrap_or(true),
             expect,
         },
-    }
+    };
+    (ip, template)
 }
 
 /// What of an `http` section has no equivalent.
@@ -227,11 +235,12 @@ fn refusals(raw: &RawHttp, check: &mut Check<'_>) {
         "our HTTP probe reads bodies up to 1 MiB",
     );
     check.refuse_set(
-        &[
-            (&raw.oauth2, "oauth2"),
-            (&raw.bearer_token_file, "bearer_token_file"),
-        ],
-        "our HTTP probe sends credentials given in the file, as a header",
+        &[(&raw.oauth2, "oauth2")],
+        "our HTTP probe fetches no tokens: send one in \"authorization\" or \"headers\"",
+    );
+    check.refuse_set(
+        &[(&raw.bearer_token_file, "bearer_token_file")],
+        "give the token inline, with \"bearer_token\"",
     );
     check.refuse_set(
         &[

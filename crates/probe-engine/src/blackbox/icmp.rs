@@ -11,7 +11,6 @@ const DEFAULT_TTL: i64 = 64;
 /// An `icmp` module in our terms: the section without its host.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
     section: Icmp,
 }
 
@@ -30,15 +29,12 @@ impl Template {
 }
 
 /// Validates an `icmp` section (absent: one echo, as the exporter sends) into its template.
-pub(super) fn template(raw: Option<Sp<RawIcmp>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawIcmp>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             section: Icmp::default(),
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -83,11 +79,11 @@ pub(super) fn template(raw: Option<Sp<RawIcmp>>, check: &mut Check<'_>) -> Templ
                 None
             }
         });
-    Template {
-        ip,
+    let template = Template {
         section: Icmp {
             host: String::new(),
             size,
         },
-    }
+    };
+    (ip, template)
 }

@@ -42,9 +42,9 @@
 //! # Layout
 //!
 //! `raw` is the file's schema; `http`, `tcp`, `dns`, `icmp` and `grpc` each validate their
-//! prober's section into its template (our section without its target); `target` fills a
-//! template in for one target; `entry` is our YAML's shape and its compilation; `duration` reads
-//! Go's durations.
+//! prober's section into its template (our section without its target), and each template fills
+//! template in for one target, with `target`'s reading of `HOST:PORT` and of the address family;
+//! `entry` is our YAML's shape and its compilation; `duration` reads Go's durations.
 
 mod dns;
 mod duration;
@@ -55,6 +55,8 @@ mod icmp;
 mod raw;
 mod target;
 mod tcp;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,8 +66,8 @@ use probe::tier::ProbeSpec;
 use raw::{RawFile, RawModule, RawTlsConfig};
 
 use crate::config::{
-    ConfigError, ConfigErrors, Kind, Node, Pos, Sp, collect, did_you_mean, file_error, one_line,
-    quote, read_file, syntax_error, value_of, yaml_options,
+    ConfigErrors, Kind, Node, Pos, Sp, collect, did_you_mean, file_error, located, quote,
+    read_file, syntax_error, value_of, yaml_options,
 };
 
 /// The exporter subtracts this from the scrape timeout (its `--timeout-offset` default).
@@ -134,6 +136,16 @@ pub struct IpProtocol {
     pub ip6: bool,
     /// `ip_protocol_fallback`, default `true`.
     pub fallback: bool,
+}
+
+impl Default for IpProtocol {
+    /// The exporter's: IPv6 preferred, IPv4 allowed.
+    fn default() -> Self {
+        Self {
+            ip6: true,
+            fallback: true,
+        }
+    }
 }
 
 /// What a scrape job says about time: how often it scrapes and how long it waits.
@@ -254,19 +266,7 @@ pub fn load(path: &Path) -> Result<Blackbox, ConfigErrors> {
 /// # Errors
 /// As [`load`].
 pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
-    let located = |diags: Vec<(Pos, String)>| {
-        let mut errors: Vec<ConfigError> = diags
-            .into_iter()
-            .map(|(pos, message)| ConfigError {
-                file: file.to_path_buf(),
-                line: pos.line,
-                column: pos.column,
-                message: one_line(&message),
-            })
-            .collect();
-        errors.sort_by_key(|e| (e.line, e.column));
-        ConfigErrors(errors)
-    };
+    let located = |diags: Vec<(Pos, String)>| located(file, diags);
     let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) if !matches!(root.kind, Kind::Null) => root,
         Ok(_) => {
@@ -286,8 +286,13 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
             kind: Kind::Map(entries),
             ..
         }) => {
+            let mut names = std::collections::HashSet::new();
             for (key, node) in entries {
                 let name = key.text(text).unwrap_or_default().to_owned();
+                if !names.insert(name.clone()) {
+                    invalid.push((key.pos, format!("module {} is defined twice", quote(&name))));
+                    continue;
+                }
                 let mut check = Check {
                     dir,
                     invalid: Vec::new(),
@@ -375,18 +380,22 @@ fn module(name: &str, key: Pos, node: &Node, text: &str, check: &mut Check<'_>) 
         }
         return None;
     };
-    let template = match prober.value.as_str() {
-        "http" => Template::Http(http::template(raw.http, check)),
-        "tcp" => Template::Tcp(tcp::template(raw.tcp, check)),
+    let (ip, template) = match prober.value.as_str() {
+        "http" => wrap(http::template(raw.http, check), Template::Http),
+        "tcp" => wrap(tcp::template(raw.tcp, check), Template::Tcp),
         "dns" => match raw.dns {
-            Some(dns) => Template::Dns(dns::template(dns, check)),
+            Some(dns) => wrap(dns::template(dns, check), Template::Dns),
             None => {
-                check.error(prober.pos, "query name must be set for DNS module: add a \"dns\" section with \"query_name\"".to_owned());
+                check.error(
+                    prober.pos,
+                    "query name must be set for DNS module: add a \"dns\" section with \"query_name\""
+                        .to_owned(),
+                );
                 return None;
             }
         },
-        "icmp" => Template::Icmp(icmp::template(raw.icmp, check)),
-        "grpc" => Template::Grpc(grpc::template(raw.grpc, check)),
+        "icmp" => wrap(icmp::template(raw.icmp, check), Template::Icmp),
+        "grpc" => wrap(grpc::template(raw.grpc, check), Template::Grpc),
         "unix" | "websocket" => {
             check.refuse(
                 prober.pos,
@@ -407,13 +416,6 @@ fn module(name: &str, key: Pos, node: &Node, text: &str, check: &mut Check<'_>) 
             return None;
         }
     };
-    let ip = match &template {
-        Template::Http(t) => t.ip,
-        Template::Tcp(t) => t.ip,
-        Template::Dns(t) => t.ip,
-        Template::Icmp(t) => t.ip,
-        Template::Grpc(t) => t.ip,
-    };
     let timeout = match (raw.timeout.is_some(), timeout) {
         (true, None) => return None,
         (_, timeout) => timeout.filter(|t| !t.is_zero()),
@@ -431,6 +433,11 @@ fn module(name: &str, key: Pos, node: &Node, text: &str, check: &mut Check<'_>) 
         ip,
         template,
     })
+}
+
+/// A prober's template under its variant.
+fn wrap<T>((ip, template): (IpProtocol, T), variant: fn(T) -> Template) -> (IpProtocol, Template) {
+    (ip, variant(template))
 }
 
 /// `preferred_ip_protocol` and `ip_protocol_fallback`, shared by every prober.
@@ -515,6 +522,33 @@ fn tls_config(
         },
         server_name,
     )
+}
+
+/// Whether `name: value` is a header our probes can send, checked by the library's own
+/// [`RequestHeaders`](probe::tier::http::RequestHeaders); otherwise the problem is reported: an
+/// invalid name or value is an error, a header the probe manages itself is refused.
+fn header(name: &str, value: &Sp<String>, field: &str, check: &mut Check<'_>) -> bool {
+    use probe::tier::http::headers::InvalidHeader;
+    match probe::tier::http::RequestHeaders::new().append(name, &value.value) {
+        Ok(()) => true,
+        Err(InvalidHeader::Managed(_)) => {
+            check.refuse(
+                value.key,
+                &format!("{field}.{name}"),
+                "our probes set this header themselves",
+            );
+            false
+        }
+        // The message names the header, never its value: values may be secrets.
+        Err(e @ InvalidHeader::Name(_)) => {
+            check.error(value.key, e.to_string());
+            false
+        }
+        Err(e @ InvalidHeader::Value(_)) => {
+            check.error(value.pos, e.to_string());
+            false
+        }
+    }
 }
 
 /// The regexes of a list, each compiled (the exporter's are Go's RE2, which Rust's `regex`

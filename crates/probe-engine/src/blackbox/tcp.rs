@@ -1,5 +1,7 @@
-//! The `tcp` prober: a connect, a `query_response` conversation (our `tcp` section's
-//! `conversation`), or a TLS handshake (`tls: true`, our `tls` probe).
+//! The `tcp` prober: a connect and its `query_response` conversation (our `tcp` section's
+//! `conversation`); with `tls: true`, or a step that says `starttls`, our `tls` probe, which
+//! verifies the certificate as the exporter's Go client does: the steps up to the `starttls` in
+//! the clear (its `before_tls`), the rest over TLS (its `conversation`).
 
 use super::entry::{Probe, Step, Tcp, Tls, TlsTrust};
 use super::raw::{RawQueryResponse, RawTcp};
@@ -9,9 +11,11 @@ use crate::config::Sp;
 /// A `tcp` module in our terms.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Template {
-    pub(super) ip: IpProtocol,
-    /// `tls: true`: the trust and the `server_name`.
+    /// `tls: true`: the trust and the `server_name` (default: the target's host, an address
+    /// included, as the exporter's).
     tls: Option<(TlsTrust, Option<String>)>,
+    /// With TLS, the steps before the handshake (up to a `starttls`).
+    before_tls: Vec<Step>,
     conversation: Vec<Step>,
 }
 
@@ -27,32 +31,25 @@ impl Template {
                 conversation: self.conversation.clone(),
             }));
         };
-        if server_name.is_none() && host.parse::<std::net::IpAddr>().is_ok() {
-            return Err(
-                "our TLS probe checks the certificate against a name, and the target is an \
-                 address: set tls_config.server_name"
-                    .to_owned(),
-            );
-        }
         Ok(Probe::Tls(Tls {
             address,
             server_name: server_name.clone(),
             trust: trust.clone(),
+            before_tls: self.before_tls.clone(),
+            conversation: self.conversation.clone(),
         }))
     }
 }
 
 /// Validates a `tcp` section (absent: a plain connect) into its template.
-pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> Template {
+pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> (IpProtocol, Template) {
     let Some(raw) = raw else {
-        return Template {
-            ip: IpProtocol {
-                ip6: true,
-                fallback: true,
-            },
+        let template = Template {
             tls: None,
+            before_tls: Vec::new(),
             conversation: Vec::new(),
         };
+        return (IpProtocol::default(), template);
     };
     let raw = raw.value;
     let ip = ip_protocol(
@@ -64,38 +61,52 @@ pub(super) fn template(raw: Option<Sp<RawTcp>>, check: &mut Check<'_>) -> Templa
         &[(&raw.source_ip_address, "source_ip_address")],
         "our probes connect from the address the route gives",
     );
-    let steps = raw.query_response.map(|q| (q.key, q.value));
-    let mut conversation = Vec::new();
-    for step in steps.iter().flat_map(|(_, steps)| steps) {
-        query_response(step, &mut conversation, check);
-    }
-    let tls = match raw.tls.filter(|t| t.value) {
-        None => None,
-        Some(tls) => {
-            if let Some((key, _)) = steps.as_ref().filter(|(_, s)| !s.is_empty()) {
-                check.refuse(
-                    *key,
-                    "query_response",
-                    &format!(
-                        "with tls: true (line {}), our TCP probe converses in the clear only; a \
-                         TLS handshake alone is our tls probe",
-                        tls.key.line
-                    ),
-                );
-            }
-            let (trust, server_name) = tls_config(raw.tls_config, check);
-            Some((trust, server_name.map(|(name, _)| name)))
+    let tls_on = raw.tls.as_ref().filter(|t| t.value).map(|t| t.key);
+    let (mut steps, mut upgrade) = (Vec::new(), None);
+    for step in raw.query_response.iter().flat_map(|q| &q.value) {
+        query_response(step, &mut steps, check);
+        let Some(starttls) = step.value.starttls.as_ref().filter(|s| s.value) else {
+            continue;
+        };
+        match (tls_on, upgrade) {
+            (Some(tls), _) => check.refuse(
+                starttls.key,
+                "query_response.starttls",
+                &format!(
+                    "with tls: true (line {}), it would be TLS within TLS",
+                    tls.line
+                ),
+            ),
+            (None, Some(_)) => check.refuse(
+                starttls.key,
+                "query_response.starttls",
+                "our tls probe upgrades once",
+            ),
+            (None, None) => upgrade = Some(steps.len()),
         }
-    };
-    Template {
-        ip,
-        tls,
-        conversation,
     }
+    let (tls, before_tls, conversation) = if tls_on.is_some() || upgrade.is_some() {
+        let (trust, server_name) = tls_config(raw.tls_config, check);
+        let conversation = steps.split_off(upgrade.unwrap_or(0));
+        (
+            Some((trust, server_name.map(|(name, _)| name))),
+            steps,
+            conversation,
+        )
+    } else {
+        (None, Vec::new(), steps)
+    };
+    let template = Template {
+        tls,
+        before_tls,
+        conversation,
+    };
+    (ip, template)
 }
 
 /// One `query_response` step as ours: its `expect` (a regex over each line, as the exporter
-/// reads lines) then its `send` (with the line end the exporter adds).
+/// reads lines) then its `send` (with the line end the exporter adds); its `starttls` is the
+/// caller's.
 fn query_response(step: &Sp<RawQueryResponse>, out: &mut Vec<Step>, check: &mut Check<'_>) {
     let raw = &step.value;
     check.refuse_set(
@@ -106,19 +117,11 @@ fn query_response(step: &Sp<RawQueryResponse>, out: &mut Vec<Step>, check: &mut 
         &[(&raw.labels, "query_response.labels")],
         "our probes export no probe_expect_info",
     );
-    if let Some(starttls) = raw.starttls.as_ref().filter(|s| s.value) {
-        check.refuse(
-            starttls.key,
-            "query_response.starttls",
-            "our TCP probe converses in the clear; the tls probe upgrades SMTP, IMAP, POP3 and \
-             PostgreSQL with its starttls",
-        );
-    }
     let expect = raw.expect.as_ref().filter(|e| !e.value.is_empty());
-    if let Some(expect) = expect {
-        if crate::config::bytes_regex(expect, "expect", &mut check.invalid).is_ok() {
-            out.push(Step::ExpectLine(expect.value.clone()));
-        }
+    if let Some(expect) = expect
+        && crate::config::bytes_regex(expect, "expect", &mut check.invalid).is_ok()
+    {
+        out.push(Step::ExpectLine(expect.value.clone()));
     }
     if let Some(send) = raw.send.as_ref().filter(|s| !s.value.is_empty()) {
         if expect.is_some() && send.value.contains('$') {

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::node::Pos;
+
 /// One configuration problem, located so that an editor or a person can jump to it.
 ///
 /// Displays as `FILE:LINE:COL: message`, the format editors and CI annotations understand. Lines
@@ -42,6 +44,29 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    /// A problem at `pos` in `file`, its message kept to one bounded line.
+    pub(crate) fn at(file: &Path, pos: Pos, message: &str) -> Self {
+        Self {
+            file: file.to_path_buf(),
+            line: pos.line,
+            column: pos.column,
+            message: one_line(message),
+        }
+    }
+}
+
+/// Every problem of one file, in the order of their positions.
+pub(crate) fn located(file: &Path, mut diags: Vec<(Pos, String)>) -> ConfigErrors {
+    diags.sort_by_key(|(pos, _)| *pos);
+    ConfigErrors(
+        diags
+            .iter()
+            .map(|(pos, message)| ConfigError::at(file, *pos, message))
+            .collect(),
+    )
+}
 
 /// Every problem found while loading, so that one run shows all of them.
 ///

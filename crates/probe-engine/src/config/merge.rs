@@ -16,7 +16,7 @@ use probe::target::TargetId;
 
 use super::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
 use super::cluster::{self, ClusterConfig, ParsedCluster};
-use super::diagnostics::{ConfigError, ConfigErrors, one_line, quote};
+use super::diagnostics::{ConfigError, ConfigErrors, quote};
 use super::files::Source;
 use super::history::{self, HistorySection};
 use super::metrics::MetricsConfig;
@@ -402,12 +402,12 @@ pub(super) fn finish(
         outcome.diags.sort_by_key(|(pos, _)| *pos);
         // The same defaults error can be reached through several targets.
         outcome.diags.dedup();
-        errors.extend(outcome.diags.drain(..).map(|(pos, message)| ConfigError {
-            file: file.clone(),
-            line: pos.line,
-            column: pos.column,
-            message: one_line(&message),
-        }));
+        errors.extend(
+            outcome
+                .diags
+                .drain(..)
+                .map(|(pos, message)| ConfigError::at(file, pos, &message)),
+        );
     }
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));

@@ -127,7 +127,7 @@ mod words;
 use std::path::Path;
 
 pub use diagnostics::{ConfigError, ConfigErrors};
-pub(crate) use diagnostics::{did_you_mean, file_error, one_line, quote};
+pub(crate) use diagnostics::{did_you_mean, file_error, located, one_line, quote};
 pub(crate) use node::{
     Entries, Kind, Node, OneOrMany, Pos, Sp, collect, syntax_error, value_of, yaml_options,
 };

@@ -1,10 +1,13 @@
 //! What a reply must hold, for the sections that read one (`tcp`, `udp`): `expect` or
-//! `expect_regex`; and regex errors in words, for every section that takes a regex.
+//! `expect_regex`, or a `conversation` (`tcp`, `tls`); and regexes compiled with their errors in
+//! words, for every section that takes one.
 
 use probe::tier::reply::ReplyExpect;
+use probe::tier::tcp::Step;
 
 use super::diagnostics::quote;
 use super::node::{Diags, Sp};
+use super::schema::RawStep;
 
 /// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -79,4 +82,48 @@ pub(crate) fn regex_message(e: &regex::Error) -> String {
             || text.split_whitespace().collect::<Vec<_>>().join(" "),
             str::to_owned,
         )
+}
+
+/// A `conversation`: its steps in order, each `expect_line` (a regex over each line read) or
+/// `send`, for the sections that converse (`tcp`, `tls`); `with_exchange` says the section also
+/// has `send`, `expect` or `expect_regex`, which a conversation replaces.
+pub(super) fn conversation(
+    steps: Sp<Vec<Sp<RawStep>>>,
+    with_exchange: bool,
+    diags: &mut Diags,
+) -> Result<Vec<Step>, ()> {
+    if with_exchange {
+        diags.push((
+            steps.key,
+            r#""conversation" replaces "send", "expect" and "expect_regex": keep only one"#
+                .to_owned(),
+        ));
+        return Err(());
+    }
+    if steps.value.is_empty() {
+        diags.push((
+            steps.pos,
+            "conversation is empty: give at least one step".to_owned(),
+        ));
+        return Err(());
+    }
+    let mut parsed = Vec::new();
+    let mut ok = true;
+    for step in steps.value {
+        match (step.value.expect_line, step.value.send) {
+            (Some(line), None) => match bytes_regex(&line, "expect_line", diags) {
+                Ok(re) => parsed.push(Step::ExpectLine(re)),
+                Err(()) => ok = false,
+            },
+            (None, Some(send)) => parsed.push(Step::Send(send.value.into_bytes())),
+            _ => {
+                diags.push((
+                    step.pos,
+                    r#"a conversation step has exactly one of "expect_line" and "send""#.to_owned(),
+                ));
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(parsed).ok_or(())
 }

@@ -16,20 +16,18 @@ use probe::graph::NodeKind;
 use probe::passive::PoolPolicy;
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
-use probe::tier::tcp::{CloseMode, Step, TcpSpec};
+use probe::tier::tcp::{CloseMode, TcpSpec};
 use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 
 use super::alerts::{TargetAlert, target_alert};
 use super::cluster::Votes;
 use super::diagnostics::{did_you_mean, one_line, quote};
 use super::files::{Source, process_env};
-use super::node::{
-    Diags, Kind, Node, Pos, Sp, collect, each, syntax_error, value_of, yaml_options,
-};
+use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options};
 use super::passive::{self, Passive};
 use super::reply::reply_expect;
 use super::schedule::{Sched, duration_at_most};
-use super::schema::{RawStep, RawTarget, RawTcp, RawWindow};
+use super::schema::{RawTarget, RawTcp, RawWindow};
 use super::{addresses, dns, graph, grpc, http, icmp, tls, udp};
 
 /// The probe kinds a target can have, exactly one of which it must have.
@@ -408,7 +406,7 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
     let policy = addresses::parse(raw.addresses.as_ref(), diags);
     let conversation = match raw.conversation {
         None => Ok(Vec::new()),
-        Some(steps) => conversation(
+        Some(steps) => super::reply::conversation(
             steps,
             send.is_some() || expect.as_ref().is_ok_and(Option::is_some),
             diags,
@@ -429,49 +427,6 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
         spec = spec.with_conversation(conversation);
     }
     Some(spec)
-}
-
-/// A `conversation`: its steps in order, each `expect_line` (a regex over each line read) or
-/// `send`; not with `send`, `expect` or `expect_regex`, which it replaces.
-fn conversation(
-    steps: Sp<Vec<Sp<RawStep>>>,
-    with_exchange: bool,
-    diags: &mut Diags,
-) -> Result<Vec<Step>, ()> {
-    if with_exchange {
-        diags.push((
-            steps.key,
-            r#""conversation" replaces "send", "expect" and "expect_regex": keep only one"#
-                .to_owned(),
-        ));
-        return Err(());
-    }
-    if steps.value.is_empty() {
-        diags.push((
-            steps.pos,
-            "conversation is empty: give at least one step".to_owned(),
-        ));
-        return Err(());
-    }
-    let mut parsed = Vec::new();
-    let mut ok = true;
-    for step in steps.value {
-        match (step.value.expect_line, step.value.send) {
-            (Some(line), None) => match super::reply::bytes_regex(&line, "expect_line", diags) {
-                Ok(re) => parsed.push(Step::ExpectLine(re)),
-                Err(()) => ok = false,
-            },
-            (None, Some(send)) => parsed.push(Step::Send(send.value.into_bytes())),
-            _ => {
-                diags.push((
-                    step.pos,
-                    r#"a conversation step has exactly one of "expect_line" and "send""#.to_owned(),
-                ));
-                ok = false;
-            }
-        }
-    }
-    ok.then_some(parsed).ok_or(())
 }
 
 /// One `maintenance` entry: `{start: RFC 3339 UTC time, duration}` or `{daily: "HH:MM", duration}`.

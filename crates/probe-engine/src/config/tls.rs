@@ -12,6 +12,7 @@ use super::files::Source;
 use super::http::{Checked, trust};
 use super::node::{Diags, Sp};
 use super::schedule::duration_at_most;
+use super::schema::RawStep;
 use super::words::one_of;
 
 /// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
@@ -28,6 +29,8 @@ pub(super) struct RawTlsProbe {
     expires_within: Option<Sp<String>>,
     starttls: Option<Sp<String>>,
     addresses: Option<Sp<String>>,
+    before_tls: Option<Sp<Vec<Sp<RawStep>>>>,
+    conversation: Option<Sp<Vec<Sp<RawStep>>>>,
 }
 
 /// Maps a raw `tls` section onto a spec, reporting every invalid value.
@@ -60,10 +63,25 @@ pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) ->
         MAX_EXPIRES_WITHIN,
         diags,
     );
+    let has_starttls = raw.starttls.is_some();
     let starttls = raw
         .starttls
         .map_or(Ok(None), |s| starttls(&s, diags).map(Some));
     let policy = addresses::parse(raw.addresses.as_ref(), diags);
+    let conversation = raw.conversation.map_or(Ok(Vec::new()), |steps| {
+        super::reply::conversation(steps, false, diags)
+    });
+    let before_tls = match (raw.before_tls, has_starttls) {
+        (None, _) => Ok(Vec::new()),
+        (Some(steps), true) => {
+            diags.push((
+                steps.key,
+                r#""before_tls" and "starttls" are mutually exclusive: keep only one"#.to_owned(),
+            ));
+            Err(())
+        }
+        (Some(steps), false) => super::reply::conversation(steps, false, diags),
+    };
     let mut spec = spec.ok()?;
     spec.trust = trust.ok()?;
     spec.addresses = policy.ok()?;
@@ -72,6 +90,8 @@ pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) ->
     }
     spec.expires_within = within.value();
     spec.starttls = starttls.ok()?;
+    spec.before_tls = before_tls.ok()?;
+    spec.conversation = conversation.ok()?;
     Some(spec)
 }
 

@@ -1,6 +1,6 @@
 //! `probe-engine import`: configs of other monitoring tools turned into this daemon's YAML.
 //!
-//! Each source (`gatus`) reads its tool's file with the config's own located parser
+//! Each source (`gatus`, `blackbox`) reads its tool's file with the config's own located parser
 //! ([`crate::config`]'s tree and diagnostics), so bad input is refused as `FILE:LINE:COL:
 //! message`, and maps what it can onto the [`Document`] written here. What a source cannot
 //! express is not dropped in silence: it becomes a [`Note`], located at the key it is about, which
@@ -10,6 +10,7 @@
 //! always passes `probe-engine check`: a target the daemon would refuse is left out with a note
 //! that says why, rather than breaking the whole file.
 
+pub mod blackbox;
 pub mod gatus;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,16 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 
 use crate::config::{ConfigError, ConfigErrors};
+
+/// What `probe-engine import` prints, whatever the source: the YAML on stdout, and what could not
+/// be expressed on stderr, a line each.
+#[derive(Debug)]
+pub struct Printed {
+    /// Our probes YAML, ready for `probe-engine check` and `run`.
+    pub yaml: String,
+    /// One line per thing that could not be expressed, with the reason.
+    pub notes: Vec<String>,
+}
 
 /// What an import produced: the document, and what it could not express.
 #[derive(Debug)]
@@ -39,6 +50,28 @@ impl Import {
         Ok(format!(
             "# Imported by `probe-engine import` from {source}.\n{body}"
         ))
+    }
+}
+
+impl Import {
+    /// What the command prints for this import of `file`.
+    ///
+    /// # Errors
+    /// Only if the serializer fails, which a [`Document`] gives it no reason to; the error is
+    /// placed at the file.
+    pub fn printed(&self, file: &Path) -> Result<Printed, ConfigErrors> {
+        let yaml = self.to_yaml(&file.display().to_string()).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                file: file.to_path_buf(),
+                line: 0,
+                column: 0,
+                message: format!("writing the imported config: {e}"),
+            }])
+        })?;
+        Ok(Printed {
+            yaml,
+            notes: self.notes.iter().map(ToString::to_string).collect(),
+        })
     }
 }
 

@@ -21,6 +21,9 @@
 //! the address; CNAME, NS and PTR the name, without its trailing dot; MX `PREF HOST`; TXT the
 //! record's strings joined; SRV `PRIO WEIGHT PORT TARGET`; SOA `MNAME RNAME SERIAL REFRESH
 //! RETRY EXPIRE MINIMUM`.
+//!
+//! Last, [`RecordRules`] judge every record of each section (answer, authority, additional) in
+//! presentation format, whatever its type: what a regex over a whole `dig` line can say.
 
 pub mod records;
 pub(crate) mod spec;

@@ -6,6 +6,9 @@
 //! prober. At thousands of probes per second, `TIME_WAIT` entries would otherwise pin ephemeral
 //! ports for a minute each and eventually fail connects with `EADDRNOTAVAIL`.
 //!
+//! Instead of one send and one expect, a spec may hold a conversation ([`Step`]s): lines read
+//! until one matches, bytes written, in order, for text protocols that greet and answer.
+//!
 //! The whole check (resolve, connect, send, read) shares one deadline; each phase reports its own
 //! failure reason and detail when it is the one that runs out. Names go through the engine's
 //! resolver ([`crate::resolve`]), which may answer with a stale address on resolver trouble.
@@ -17,7 +20,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
@@ -98,11 +101,12 @@ impl TcpProbe {
     }
 }
 
-/// Runs a conversation's steps in order. The bytes read past a matching line stay for the next
-/// `ExpectLine`; at most [`MAX_REPLY`] bytes are read while looking for one line.
-async fn conversation(
+/// Runs a conversation's steps in order, over TCP or (the TLS tier's) TLS. The bytes read past
+/// a matching line stay for the next `ExpectLine`; at most [`MAX_REPLY`] bytes are read while
+/// looking for one line.
+pub(crate) async fn conversation<S: AsyncRead + AsyncWrite + Unpin>(
     steps: &[Step],
-    stream: &mut TcpStream,
+    stream: &mut S,
     deadline: Instant,
 ) -> Result<(), Failure> {
     let mut pending: Vec<u8> = Vec::new();
@@ -121,20 +125,21 @@ async fn conversation(
                 Ok(Ok(())) => {}
             },
             Step::ExpectLine(re) => {
-                let mut scanned = 0;
+                let (mut scanned, mut last) = (0, Vec::new());
                 loop {
                     if let Some(line) = next_line(&mut pending, closed) {
                         if re.is_match(&line) {
                             break;
                         }
                         scanned += line.len();
+                        last = line;
                         continue;
                     }
                     let expect = TcpExpect::Regex(re.clone());
                     if closed {
                         return Err(mismatch(
                             &expect,
-                            &pending,
+                            &last,
                             &format!("in a line at step {number} before the peer closed"),
                         ));
                     }
@@ -155,6 +160,8 @@ async fn conversation(
                             ));
                         }
                         Ok(Ok(0)) => closed = true,
+                        // A TLS peer that closes without close_notify (many do) has closed.
+                        Ok(Err(err)) if err.kind() == io::ErrorKind::UnexpectedEof => closed = true,
                         Ok(Ok(_)) => {}
                         Ok(Err(err)) => {
                             return Err(Failure::io(&format!("step {number}: read"), &err));

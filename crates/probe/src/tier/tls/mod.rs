@@ -2,10 +2,12 @@
 //! that speaks TLS shares (trust, and what a handshake shows: `facts`).
 //!
 //! A check resolves the address, connects (through the TCP tier's non-blocking connect), upgrades
-//! a plain-text protocol first when the spec asks (`starttls`), and completes a TLS handshake
+//! a plain-text protocol first when the spec asks (`starttls`, or the steps of `before_tls`), and
+//! completes a TLS handshake
 //! under the spec's trust. The certificate's verification is the verdict: expired, not yet
 //! valid, for another name or from an untrusted issuer fail as `tls`, and the detail names
-//! which. A certificate that verifies is DEGRADED while the earliest expiry in its chain is
+//! which. A spec with a conversation then runs it over the TLS connection, as the TCP tier runs
+//! one in the clear. A certificate that verifies is DEGRADED while the earliest expiry in its chain is
 //! within `expires_within`, so the warning comes before the outage.
 //!
 //! Every check makes a full handshake (session resumption is off): a resumed session shows no
@@ -28,7 +30,7 @@ use tokio_rustls::TlsConnector;
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, TlsFacts, Verdict};
 use crate::resolve::Names;
 use crate::tier::probe::Probe;
-use crate::tier::tcp::{CloseMode, connect_any, resolve};
+use crate::tier::tcp::{CloseMode, connect_any, conversation, resolve};
 use facts::Noting;
 pub use spec::{InvalidServerName, StartTls, TlsSpec};
 pub use trust::{CaBundle, InvalidCa, TlsTrust, client_config};
@@ -77,11 +79,12 @@ impl TlsProbe {
         remarks: &mut Remarks,
     ) -> Result<(), Failure> {
         let addrs = resolve(&self.spec.address, &self.names, deadline, remarks).await?;
-        let nodelay = self.spec.starttls.is_some();
+        let nodelay = self.spec.starttls.is_some() || !self.spec.before_tls.is_empty();
         let mut stream = connect_any(&addrs, CloseMode::Reset, nodelay, deadline).await?;
         if let Some(protocol) = self.spec.starttls {
             starttls::upgrade(&mut stream, protocol, deadline).await?;
         }
+        conversation(&self.spec.before_tls, &mut stream, deadline).await?;
         let name = self.spec.server_name().clone();
         match timeout_at(deadline, connector.connect(name, stream)).await {
             Err(_) => Err(Failure::new(
@@ -89,7 +92,10 @@ impl TlsProbe {
                 "TLS handshake timed out",
             )),
             Ok(Err(err)) => Err(handshake_failure(&err)),
-            Ok(Ok(_closed_with_a_reset)) => Ok(()),
+            Ok(Ok(mut stream)) => {
+                // Closed with a reset when dropped, whatever the conversation ended with.
+                conversation(&self.spec.conversation, &mut stream, deadline).await
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use rustls::pki_types::ServerName;
 
 use super::trust::TlsTrust;
 use crate::target::{Address, Addresses};
+use crate::tier::tcp::Step;
 
 /// A TLS certificate probe: a handshake with the server at `address`, judged on its certificate.
 ///
@@ -28,6 +29,12 @@ pub struct TlsSpec {
     pub starttls: Option<StartTls>,
     /// Which of a host name's addresses are probed.
     pub addresses: Addresses,
+    /// Steps run in the clear before the handshake, instead of a known `starttls` protocol:
+    /// a protocol's own way to ask for TLS (a greeting, a command, its go-ahead).
+    pub before_tls: Vec<Step>,
+    /// Steps run over the connection once the handshake verified: a text protocol spoken over
+    /// TLS (IMAPS, a service's own banner). None by default: the handshake is the check.
+    pub conversation: Vec<Step>,
 }
 
 /// A server name that cannot be sent as SNI or checked: not a DNS name nor an IP address.
@@ -54,6 +61,8 @@ impl TlsSpec {
             expires_within: None,
             starttls: None,
             addresses: Addresses::First,
+            before_tls: Vec::new(),
+            conversation: Vec::new(),
         })
     }
 
