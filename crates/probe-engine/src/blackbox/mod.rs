@@ -266,7 +266,7 @@ pub fn load(path: &Path) -> Result<Blackbox, ConfigErrors> {
 /// # Errors
 /// As [`load`].
 pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
-    let located = |diags: Vec<(Pos, String)>| located(file, diags);
+    let place = |diags: Vec<(Pos, String)>| located(file, diags);
     // The exporter reads a `!!binary` scalar into a string as its bytes; the tree keeps such a
     // scalar as its base64 text, and the sections that take one (`send`) refuse it by its tag.
     let mut options = yaml_options();
@@ -279,7 +279,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
                 modules: Vec::new(),
             });
         }
-        Err(e) => return Err(located(vec![syntax_error(&e)])),
+        Err(e) => return Err(place(vec![syntax_error(&e)])),
     };
     let (_, mut invalid) = collect::<RawFile>(&root, text);
     let dir = file.parent().unwrap_or(Path::new(""));
@@ -307,7 +307,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
                 invalid.append(&mut check.invalid);
                 let module = match module {
                     Some(module) if check.refused.is_empty() => Ok(module),
-                    _ => Err(located(check.refused)),
+                    _ => Err(place(check.refused)),
                 };
                 modules.push(ModuleEntry { name, module });
             }
@@ -318,7 +318,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
         )),
     }
     if !invalid.is_empty() {
-        return Err(located(invalid));
+        return Err(place(invalid));
     }
     Ok(Blackbox {
         file: file.to_path_buf(),
