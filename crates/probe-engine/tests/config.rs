@@ -3796,6 +3796,7 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "      conversation:",
         "        - send: \"PING\\r\\n\"",
         "        - expect_line: \"^\\\\+PONG$\"",
+        "        - reply: \"ACK $1\"",
         "  - id: web",
         "    http:",
         "      url: https://127.0.0.1:8443/",
@@ -3829,7 +3830,8 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
     };
     assert_eq!(imaps.conversation.len(), 1);
     let steps = tcp(&config, 0).conversation();
-    assert_eq!(steps.len(), 2);
+    assert_eq!(steps.len(), 3);
+    assert!(matches!(&steps[2], probe::tier::tcp::Step::Reply(b) if b == b"ACK $1"));
     assert!(matches!(&steps[0], probe::tier::tcp::Step::Send(b) if b == b"PING\r\n"));
     assert!(
         matches!(&steps[1], probe::tier::tcp::Step::ExpectLine(re) if re.as_str() == "^\\+PONG$")
@@ -3866,12 +3868,14 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "    tls: {address: \"127.0.0.1:1\", conversation: []}",
         "  - id: f",
         "    tls: {address: \"127.0.0.1:1\", starttls: smtp, before_tls: [{send: x}]}",
+        "  - id: g",
+        "    tcp: {address: \"127.0.0.1:1\", conversation: [{reply: x}]}",
     ]))
     .unwrap_err();
     let shown: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
     let want = [
         "t.yaml:6:7: \"conversation\" replaces \"send\", \"expect\" and \"expect_regex\"",
-        "t.yaml:8:50: a conversation step has exactly one of \"expect_line\" and \"send\"",
+        "t.yaml:8:50: a conversation step has exactly one of \"expect_line\", \"send\" and \"reply\"",
         "t.yaml:8:91: invalid regex \"(\" for \"expect_line\"",
         "t.yaml:10:54: invalid regex \"[\" for \"body_matches\"",
         "t.yaml:10:74: unknown HTTP version \"HTTP/2.0\"",
@@ -3879,6 +3883,7 @@ fn conversations_patterns_and_record_rules_are_mapped_and_located() {
         "t.yaml:12:97: invalid regex \"(\" for \"records.authority.all_match\"",
         "t.yaml:14:49: conversation is empty",
         "t.yaml:16:51: \"before_tls\" and \"starttls\" are mutually exclusive",
+        "t.yaml:18:51: \"reply\" fills in groups of a matched line",
     ];
     assert_eq!(shown.len(), want.len(), "{shown:#?}");
     for (got, want) in shown.iter().zip(want) {

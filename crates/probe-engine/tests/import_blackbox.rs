@@ -1,7 +1,7 @@
 //! `probe-engine import blackbox` against blackbox_exporter itself: one `blackbox.yml` and one
 //! `prometheus.yml`, written here, given to a real exporter (its `/probe`) and, imported, to our
 //! daemon. For every fixture on 127.0.0.1 (HTTP answering 200, 503, a redirect and a body a
-//! regex judges; a TCP conversation, one over TLS with a certificate for the right address and
+//! regex judges; TCP conversations (IRC's answer to a PING among them), one over TLS with a certificate for the right address and
 //! for another, and SMTP's STARTTLS granted and refused; DNS through dnsmasq with a right answer, a wrong one and NXDOMAIN; ICMP to
 //! the loopback) the exporter's `probe_success` and our verdict agree.
 //! And the command's own contract: the output passes `check`, ids are stable, what cannot be
@@ -113,6 +113,33 @@ async fn tls_server(leaf: &pki::Leaf) -> SocketAddr {
     addr
 }
 
+/// An IRC server: after NICK and USER it sends a PING, and welcomes whoever answers its PONG.
+async fn irc_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                for _ in 0..2 {
+                    let _ = lines.next_line().await;
+                }
+                let _ = write.write_all(b"PING :cookie-42\r\n").await;
+                if let Ok(Some(pong)) = lines.next_line().await {
+                    let answer: &[u8] = if pong == "PONG cookie-42" {
+                        b":irc.test 001 prober :Welcome\r\n"
+                    } else {
+                        b"ERROR :wrong pong\r\n"
+                    };
+                    let _ = write.write_all(answer).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// An SMTP server that offers STARTTLS and, when `upgrades`, goes over to TLS (presenting
 /// `leaf`) and answers the second EHLO there; otherwise it refuses with 454.
 async fn smtp_server(leaf: &pki::Leaf, upgrades: bool) -> SocketAddr {
@@ -208,6 +235,16 @@ const BLACKBOX_MODULES: &str = r#"
         - expect: "^\\+OK"
         - send: "PING"
         - expect: "^\\+PONG$"
+  irc_banner:
+    prober: tcp
+    timeout: 2s
+    tcp:
+      query_response:
+        - send: "NICK prober"
+        - send: "USER prober prober prober :prober"
+        - expect: "PING :([^ ]+)"
+          send: "PONG ${1}"
+        - expect: "^:[^ ]+ 001"
   dns_right:
     prober: dns
     timeout: 2s
@@ -262,6 +299,7 @@ async fn imported_modules_agree_with_blackbox_exporter() {
     let http = http_server().await;
     let good_tcp = tcp_server(true).await;
     let bad_tcp = tcp_server(false).await;
+    let irc = irc_server().await;
     let dnsmasq = dns::DnsServer::start(&[("a.test", IpAddr::V4(Ipv4Addr::LOCALHOST))]);
     let good_tls = tls_server(&ca.leaf(&["127.0.0.1"], -1, 90)).await;
     let other_name = tls_server(&ca.leaf(&["127.0.0.2"], -1, 90)).await;
@@ -342,6 +380,12 @@ async fn imported_modules_agree_with_blackbox_exporter() {
             bad_tcp.to_string(),
             format!("tcp_ping-127.0.0.1-{}", bad_tcp.port()),
             false,
+        ),
+        (
+            "irc_banner",
+            irc.to_string(),
+            format!("irc_banner-127.0.0.1-{}", irc.port()),
+            true,
         ),
         (
             "dns_right",

@@ -1,5 +1,5 @@
 //! A TCP conversation and an HTTP probe's reply patterns against real servers on loopback: the
-//! steps in order over a line protocol, and the body, header, TLS and version conditions over a
+//! steps in order over a line protocol (a reply made of what the peer said among them), and the body, header, TLS and version conditions over a
 //! reply as it comes from a socket.
 
 use std::net::SocketAddr;
@@ -31,12 +31,12 @@ async fn line_server() -> SocketAddr {
                 let mut reader = BufReader::new(read);
                 let mut line = String::new();
                 while reader.read_line(&mut line).await.is_ok_and(|n| n > 0) {
-                    let answer: &[u8] = if line.trim_end() == "PING" {
-                        b"+PONG\r\n"
-                    } else {
-                        b"-ERR\r\n"
+                    let answer = match line.trim_end() {
+                        "PING" => "+PONG\r\nPING :cookie-42\r\n".to_owned(),
+                        pong if pong.starts_with("PONG ") => format!("+{pong}\r\n"),
+                        _ => "-ERR\r\n".to_owned(),
                     };
-                    let _ = write.write_all(answer).await;
+                    let _ = write.write_all(answer.as_bytes()).await;
                     line.clear();
                 }
             });
@@ -53,6 +53,21 @@ fn conversation(addr: SocketAddr, send: &str, expect: &str) -> TcpProbe {
         Step::ExpectLine(re(expect)),
     ]);
     TcpProbe::new(spec, names())
+}
+
+#[tokio::test]
+async fn a_reply_fills_in_what_the_peer_said() {
+    let addr = line_server().await;
+    let re = |s: &str| regex::bytes::Regex::new(s).unwrap();
+    let spec = TcpSpec::connect(probe::Address::Socket(addr)).with_conversation(vec![
+        Step::ExpectLine(re("^\\+OK")),
+        Step::Send(b"PING\n".to_vec()),
+        Step::ExpectLine(re("^PING :(?<cookie>.+)$")),
+        Step::Reply(b"PONG ${cookie}\n".to_vec()),
+        Step::ExpectLine(re("^\\+PONG cookie-42$")),
+    ]);
+    let result = TcpProbe::new(spec, names()).check(TIMEOUT).await;
+    assert_eq!(result.verdict, Verdict::Up, "{result:?}");
 }
 
 #[tokio::test]

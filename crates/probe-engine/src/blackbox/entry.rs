@@ -100,6 +100,7 @@ pub(crate) struct Http {
 pub(crate) enum Step {
     ExpectLine(String),
     Send(String),
+    Reply(String),
 }
 
 /// A `tcp` section.

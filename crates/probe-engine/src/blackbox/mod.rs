@@ -266,8 +266,12 @@ pub fn load(path: &Path) -> Result<Blackbox, ConfigErrors> {
 /// # Errors
 /// As [`load`].
 pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
-    let located = |diags: Vec<(Pos, String)>| located(file, diags);
-    let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
+    let place = |diags: Vec<(Pos, String)>| located(file, diags);
+    // The exporter reads a `!!binary` scalar into a string as its bytes; the tree keeps such a
+    // scalar as its base64 text, and the sections that take one (`send`) refuse it by its tag.
+    let mut options = yaml_options();
+    options.ignore_binary_tag_for_string = true;
+    let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, options) {
         Ok(Some(root)) if !matches!(root.kind, Kind::Null) => root,
         Ok(_) => {
             return Ok(Blackbox {
@@ -275,7 +279,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
                 modules: Vec::new(),
             });
         }
-        Err(e) => return Err(located(vec![syntax_error(&e)])),
+        Err(e) => return Err(place(vec![syntax_error(&e)])),
     };
     let (_, mut invalid) = collect::<RawFile>(&root, text);
     let dir = file.parent().unwrap_or(Path::new(""));
@@ -295,6 +299,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
                 }
                 let mut check = Check {
                     dir,
+                    text,
                     invalid: Vec::new(),
                     refused: Vec::new(),
                 };
@@ -302,7 +307,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
                 invalid.append(&mut check.invalid);
                 let module = match module {
                     Some(module) if check.refused.is_empty() => Ok(module),
-                    _ => Err(located(check.refused)),
+                    _ => Err(place(check.refused)),
                 };
                 modules.push(ModuleEntry { name, module });
             }
@@ -313,7 +318,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
         )),
     }
     if !invalid.is_empty() {
-        return Err(located(invalid));
+        return Err(place(invalid));
     }
     Ok(Blackbox {
         file: file.to_path_buf(),
@@ -326,6 +331,8 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
 struct Check<'a> {
     /// Where relative paths start: the file's directory.
     dir: &'a Path,
+    /// The file's text, for what the tree does not keep (a scalar's tag).
+    text: &'a str,
     invalid: Vec<(Pos, String)>,
     refused: Vec<(Pos, String)>,
 }
@@ -344,6 +351,27 @@ impl Check<'_> {
                 self.refuse(value.key, name, why);
             }
         }
+    }
+
+    /// Whether the value at `pos` is tagged `!!binary`.
+    fn binary(&self, pos: Pos) -> bool {
+        let line = usize::try_from(pos.line)
+            .ok()
+            .and_then(|l| l.checked_sub(1));
+        let column = usize::try_from(pos.column)
+            .ok()
+            .and_then(|c| c.checked_sub(1));
+        let (Some(line), Some(column)) = (line, column) else {
+            return false;
+        };
+        // The position is the scalar's, after its tag (or the tag's own).
+        let tags = ["!!binary", "!<tag:yaml.org,2002:binary>"];
+        self.text.lines().nth(line).is_some_and(|text| {
+            let before: String = text.chars().take(column).collect();
+            let at: String = text.chars().skip(column).collect();
+            tags.iter()
+                .any(|tag| before.trim_end().ends_with(tag) || at.starts_with(tag))
+        })
     }
 
     /// An error in the input at `pos`.

@@ -123,14 +123,20 @@ fn query_response(step: &Sp<RawQueryResponse>, out: &mut Vec<Step>, check: &mut 
     {
         out.push(Step::ExpectLine(expect.value.clone()));
     }
+    if let Some(send) = raw.send.as_ref().filter(|s| check.binary(s.pos)) {
+        check.refuse(
+            send.key,
+            "query_response.send",
+            "a !!binary payload: our conversation sends text",
+        );
+    }
     if let Some(send) = raw.send.as_ref().filter(|s| !s.value.is_empty()) {
-        if expect.is_some() && send.value.contains('$') {
-            check.refuse(
-                send.key,
-                "query_response.send",
-                "it expands groups of the expect's match (${1}); ours sends text as it is",
-            );
-        }
-        out.push(Step::Send(format!("{}\n", send.value)));
+        // The exporter expands `${1}` from the match of the step's own `expect` only.
+        let text = format!("{}\n", send.value);
+        out.push(if expect.is_some() && send.value.contains('$') {
+            Step::Reply(text)
+        } else {
+            Step::Send(text)
+        });
     }
 }

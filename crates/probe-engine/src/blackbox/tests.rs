@@ -188,6 +188,8 @@ modules:
           send: "EHLO prober"
         - expect: "^250 "
         - send: "QUIT"
+        - expect: "^PING :(.+)$"
+          send: "PONG ${1}"
 "#,
         "smtp_banner",
     );
@@ -201,6 +203,7 @@ modules:
         .map(|s| match s {
             Step::ExpectLine(re) => format!("expect {}", re.as_str()),
             Step::Send(bytes) => format!("send {:?}", String::from_utf8_lossy(bytes)),
+            Step::Reply(bytes) => format!("reply {:?}", String::from_utf8_lossy(bytes)),
         })
         .collect();
     assert_eq!(
@@ -209,7 +212,9 @@ modules:
             "expect ^220 ",
             "send \"EHLO prober\\n\"",
             "expect ^250 ",
-            "send \"QUIT\\n\""
+            "send \"QUIT\\n\"",
+            "expect ^PING :(.+)$",
+            "reply \"PONG ${1}\\n\""
         ]
     );
     let plain = module("modules:\n  c:\n    prober: tcp\n", "c");
@@ -496,4 +501,16 @@ modules:
     assert!(dns.iter().any(|r| r.contains("\"valid_rcodes: BADSIG\"")));
     let icmp = refusals(text, "icmp");
     assert_eq!(icmp.len(), 2, "{icmp:?}");
+}
+
+#[test]
+fn a_binary_payload_is_refused_by_its_tag() {
+    let text = "modules:\n  pg:\n    prober: tcp\n    tcp:\n      query_response:\n        - send: !!binary AAAACATSFi8=\n";
+    let refused = refusals(text, "pg");
+    assert_eq!(
+        refused,
+        [
+            "6:11: \"query_response.send\" is not supported: a !!binary payload: our conversation sends text"
+        ]
+    );
 }

@@ -84,8 +84,8 @@ pub(crate) fn regex_message(e: &regex::Error) -> String {
         )
 }
 
-/// A `conversation`: its steps in order, each `expect_line` (a regex over each line read) or
-/// `send`, for the sections that converse (`tcp`, `tls`); `with_exchange` says the section also
+/// A `conversation`: its steps in order, each `expect_line` (a regex over each line read),
+/// `send` or `reply` (sent with the groups of the last matched line filled in), for the sections that converse (`tcp`, `tls`); `with_exchange` says the section also
 /// has `send`, `expect` or `expect_regex`, which a conversation replaces.
 pub(super) fn conversation(
     steps: Sp<Vec<Sp<RawStep>>>,
@@ -110,16 +110,33 @@ pub(super) fn conversation(
     let mut parsed = Vec::new();
     let mut ok = true;
     for step in steps.value {
-        match (step.value.expect_line, step.value.send) {
-            (Some(line), None) => match bytes_regex(&line, "expect_line", diags) {
+        let RawStep {
+            expect_line,
+            send,
+            reply,
+        } = step.value;
+        match (expect_line, send, reply) {
+            (Some(line), None, None) => match bytes_regex(&line, "expect_line", diags) {
                 Ok(re) => parsed.push(Step::ExpectLine(re)),
                 Err(()) => ok = false,
             },
-            (None, Some(send)) => parsed.push(Step::Send(send.value.into_bytes())),
+            (None, Some(send), None) => parsed.push(Step::Send(send.value.into_bytes())),
+            (None, None, Some(reply)) => {
+                if !parsed.iter().any(|s| matches!(s, Step::ExpectLine(_))) {
+                    diags.push((
+                        reply.key,
+                        r#""reply" fills in groups of a matched line: put an "expect_line" before it"#
+                            .to_owned(),
+                    ));
+                    ok = false;
+                }
+                parsed.push(Step::Reply(reply.value.into_bytes()));
+            }
             _ => {
                 diags.push((
                     step.pos,
-                    r#"a conversation step has exactly one of "expect_line" and "send""#.to_owned(),
+                    r#"a conversation step has exactly one of "expect_line", "send" and "reply""#
+                        .to_owned(),
                 ));
                 ok = false;
             }

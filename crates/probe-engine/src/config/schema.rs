@@ -162,4 +162,5 @@ pub(super) struct RawTcp {
 pub(super) struct RawStep {
     pub(super) expect_line: Option<Sp<String>>,
     pub(super) send: Option<Sp<String>>,
+    pub(super) reply: Option<Sp<String>>,
 }

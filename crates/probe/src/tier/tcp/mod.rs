@@ -111,10 +111,24 @@ pub(crate) async fn conversation<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), Failure> {
     let mut pending: Vec<u8> = Vec::new();
     let mut closed = false;
+    // The regex and the line of the last match, for `Reply`.
+    let mut matched: Option<(&regex::bytes::Regex, Vec<u8>)> = None;
     for (index, step) in steps.iter().enumerate() {
         let number = index + 1;
-        match step {
-            Step::Send(payload) => match timeout_at(deadline, stream.write_all(payload)).await {
+        let payload: Option<std::borrow::Cow<'_, [u8]>> = match step {
+            Step::Send(payload) => Some(payload.into()),
+            Step::Reply(template) => {
+                let mut out = Vec::new();
+                match matched.as_ref().and_then(|(re, line)| re.captures(line)) {
+                    Some(caps) => caps.expand(template, &mut out),
+                    None => out.clone_from(template),
+                }
+                Some(out.into())
+            }
+            Step::ExpectLine(_) => None,
+        };
+        if let Some(payload) = payload {
+            match timeout_at(deadline, stream.write_all(&payload)).await {
                 Err(_) => {
                     return Err(Failure::new(
                         FailureReason::Timeout,
@@ -122,51 +136,51 @@ pub(crate) async fn conversation<S: AsyncRead + AsyncWrite + Unpin>(
                     ));
                 }
                 Ok(Err(err)) => return Err(Failure::io(&format!("step {number}: send"), &err)),
-                Ok(Ok(())) => {}
-            },
-            Step::ExpectLine(re) => {
-                let (mut scanned, mut last) = (0, Vec::new());
-                loop {
-                    if let Some(line) = next_line(&mut pending, closed) {
-                        if re.is_match(&line) {
-                            break;
-                        }
-                        scanned += line.len();
-                        last = line;
-                        continue;
-                    }
-                    let expect = TcpExpect::Regex(re.clone());
-                    if closed {
-                        return Err(mismatch(
-                            &expect,
-                            &last,
-                            &format!("in a line at step {number} before the peer closed"),
-                        ));
-                    }
-                    if scanned + pending.len() >= MAX_REPLY {
-                        return Err(Failure::new(
-                            FailureReason::Body,
-                            format_args!(
-                                "step {number}: no line matching {expect} in {MAX_REPLY} bytes"
-                            ),
-                        ));
-                    }
-                    pending.reserve(1024);
-                    match timeout_at(deadline, stream.read_buf(&mut pending)).await {
-                        Err(_) => {
-                            return Err(Failure::new(
-                                FailureReason::Timeout,
-                                format_args!("step {number}: no line matching {expect} in time"),
-                            ));
-                        }
-                        Ok(Ok(0)) => closed = true,
-                        // A TLS peer that closes without close_notify (many do) has closed.
-                        Ok(Err(err)) if err.kind() == io::ErrorKind::UnexpectedEof => closed = true,
-                        Ok(Ok(_)) => {}
-                        Ok(Err(err)) => {
-                            return Err(Failure::io(&format!("step {number}: read"), &err));
-                        }
-                    }
+                Ok(Ok(())) => continue,
+            }
+        }
+        let Step::ExpectLine(re) = step else {
+            continue;
+        };
+        let (mut scanned, mut last) = (0, Vec::new());
+        loop {
+            if let Some(line) = next_line(&mut pending, closed) {
+                if re.is_match(&line) {
+                    matched = Some((re, line));
+                    break;
+                }
+                scanned += line.len();
+                last = line;
+                continue;
+            }
+            let expect = TcpExpect::Regex(re.clone());
+            if closed {
+                return Err(mismatch(
+                    &expect,
+                    &last,
+                    &format!("in a line at step {number} before the peer closed"),
+                ));
+            }
+            if scanned + pending.len() >= MAX_REPLY {
+                return Err(Failure::new(
+                    FailureReason::Body,
+                    format_args!("step {number}: no line matching {expect} in {MAX_REPLY} bytes"),
+                ));
+            }
+            pending.reserve(1024);
+            match timeout_at(deadline, stream.read_buf(&mut pending)).await {
+                Err(_) => {
+                    return Err(Failure::new(
+                        FailureReason::Timeout,
+                        format_args!("step {number}: no line matching {expect} in time"),
+                    ));
+                }
+                Ok(Ok(0)) => closed = true,
+                // A TLS peer that closes without close_notify (many do) has closed.
+                Ok(Err(err)) if err.kind() == io::ErrorKind::UnexpectedEof => closed = true,
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => {
+                    return Err(Failure::io(&format!("step {number}: read"), &err));
                 }
             }
         }

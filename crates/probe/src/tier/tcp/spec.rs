@@ -52,13 +52,17 @@ pub enum Step {
     ExpectLine(regex::bytes::Regex),
     /// Writes these bytes, as they are.
     Send(Vec<u8>),
+    /// Writes these bytes with `$1`, `${1}` or `${name}` replaced by that group of the line the
+    /// last `ExpectLine` matched (`$$` is a `$`): an answer made of what the peer said, such as
+    /// IRC's `PONG` to its `PING`.
+    Reply(Vec<u8>),
 }
 
 impl PartialEq for Step {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Self::ExpectLine(a), Self::ExpectLine(b)) => a.as_str() == b.as_str(),
-            (Self::Send(a), Self::Send(b)) => a == b,
+            (Self::Send(a), Self::Send(b)) | (Self::Reply(a), Self::Reply(b)) => a == b,
             _ => false,
         }
     }
