@@ -12,6 +12,9 @@
 //!   saying the value as a whole is not a JSON object / not UTF-8);
 //! - every JSON body the API accepts, sent to the real daemon: never a 5xx, every refusal a 4xx
 //!   with a JSON `error`, and the daemon still answers after;
+//! - blackbox_exporter's `/probe` query (parameters and the scrape-timeout header), sent to the
+//!   real daemon: never a 5xx, every refusal a 4xx with a JSON `error`, every answer with a
+//!   `probe_success`;
 //! - the HTTP tier's JSON-path and status-pattern parsers: no panic, and what they accept
 //!   displays as text they parse back to the same value.
 //!
@@ -744,4 +747,122 @@ fn every_api_body_gets_an_answer_and_never_a_server_error() {
         .block_on(async { daemon.get("/livez").await.status() });
     assert_eq!(alive, 200);
     drop((one, two));
+}
+
+#[rustfmt::skip]
+const PROBE_PARAMETERS: &[&str] = &["module", "target", "hostname", "debug", "modul", "", "a%00"];
+#[rustfmt::skip]
+const PROBE_VALUES: &[&str] = &[
+    "tcp_connect", "http_2xx", "nope", "", "127.0.0.1:1", "LISTENER", "http://LISTENER/",
+    "https://LISTENER/x?y=1", "[::1]:1", "::1", "10.0.0.1:80", "db.internal:5432", "localhost:1",
+    "http://user@127.0.0.1:1/", "true", "false", "yes", "%00", "%ZZ", "é", "a:b:c",
+    "127.0.0.1:99999", "http://[::1", "grpcs://", "example.com",
+];
+#[rustfmt::skip]
+const SCRAPE_TIMEOUTS: &[&str] = &["", "1", "0.5", "0", "-1", "NaN", "inf", "1e308", "x", "10"];
+
+/// A `/probe` query as text, a newline, then an `X-Prometheus-Scrape-Timeout-Seconds` value
+/// (none when empty).
+fn probe_queries() -> BoxedStrategy<Vec<u8>> {
+    (
+        proptest::collection::vec(
+            (
+                proptest::sample::select(PROBE_PARAMETERS),
+                proptest::sample::select(PROBE_VALUES),
+            ),
+            0..5,
+        ),
+        proptest::sample::select(SCRAPE_TIMEOUTS),
+        edits(),
+    )
+        .prop_map(|(pairs, timeout, edits)| {
+            let query: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut input = apply_edits(query.join("&").into_bytes(), &edits);
+            input.push(b'\n');
+            input.extend_from_slice(timeout.as_bytes());
+            input
+        })
+        .boxed()
+}
+
+#[test]
+fn every_probe_query_gets_an_answer_and_never_a_server_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("probes.yaml"), "targets: []\n").unwrap();
+    std::fs::write(
+        dir.path().join("blackbox.yml"),
+        "modules:\n  tcp_connect:\n    prober: tcp\n    timeout: 300ms\n  http_2xx:\n    prober: \
+         http\n    timeout: 300ms\n",
+    )
+    .unwrap();
+    // Loopback only, so that no fuzzed target is ever reached beyond this machine.
+    let daemon = support::Daemon::start_with(
+        &dir.path().join("probes.yaml"),
+        &[
+            "--blackbox-config",
+            dir.path().join("blackbox.yml").to_str().unwrap(),
+            "--blackbox-allow",
+            "127.0.0.0/8,::1",
+        ],
+    );
+    let base = daemon.url("/probe?");
+    let runtime = Arc::new(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    );
+    let http = support::client();
+    let cases = fuzz(
+        "probe-queries",
+        probe_queries,
+        Arc::new(move |input| {
+            let (query, timeout) = input
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or((input, &[][..]), |i| (&input[..i], &input[i + 1..]));
+            let query = String::from_utf8_lossy(query).replace("LISTENER", &target);
+            // A query the URL parser itself refuses is no request at all.
+            let Ok(url) = reqwest::Url::parse(&format!("{base}{query}")) else {
+                return Ok(());
+            };
+            let mut request = http.get(url).timeout(Duration::from_secs(5));
+            if !timeout.is_empty() {
+                // Nor is a header value no client can send.
+                let Ok(value) = reqwest::header::HeaderValue::from_bytes(timeout) else {
+                    return Ok(());
+                };
+                request = request.header("X-Prometheus-Scrape-Timeout-Seconds", value);
+            }
+            let (status, text) = runtime.block_on(async {
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|e| format!("no answer: {e}"))?;
+                let status = response.status();
+                let text = response.text().await.map_err(|e| format!("{e}"))?;
+                Ok::<_, String>((status, text))
+            })?;
+            match status.as_u16() {
+                200 if text.contains("probe_success ") => Ok(()),
+                400 | 403 | 429 => {
+                    let error: Value = serde_json::from_str(&text)
+                        .map_err(|_| format!("{query}: {status} without a JSON body: {text}"))?;
+                    if error["error"].as_str().is_none_or(str::is_empty) {
+                        return Err(format!("{query}: {status} without a reason: {text}"));
+                    }
+                    Ok(())
+                }
+                _ => Err(format!("{query}: {status}: {text}")),
+            }
+        }),
+    );
+    assert!(cases >= 300, "only {cases} queries checked");
+    let alive = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { daemon.get("/livez").await.status() });
+    assert_eq!(alive, 200);
+    drop(listener);
 }
