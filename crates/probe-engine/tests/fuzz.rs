@@ -681,6 +681,27 @@ fn requests() -> BoxedStrategy<Vec<u8>> {
         .boxed()
 }
 
+/// The status and body of `request`'s answer.
+async fn answer(request: reqwest::RequestBuilder) -> Result<(reqwest::StatusCode, String), String> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("no answer: {e}"))?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| format!("{e}"))?;
+    Ok((status, text))
+}
+
+/// `Ok` when a refusal of `what` says why: a JSON body with a non-empty `error`.
+fn with_reason(what: &str, status: reqwest::StatusCode, text: &str) -> Result<(), String> {
+    let error: Value = serde_json::from_str(text)
+        .map_err(|_| format!("{what}: {status} without a JSON body: {text}"))?;
+    if error["error"].as_str().is_none_or(str::is_empty) {
+        return Err(format!("{what}: {status} without a reason: {text}"));
+    }
+    Ok(())
+}
+
 #[test]
 fn every_api_body_gets_an_answer_and_never_a_server_error() {
     let one = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -716,27 +737,12 @@ fn every_api_body_gets_an_answer_and_never_a_server_error() {
                 .header("content-type", "application/json")
                 .body(body.to_vec())
                 .timeout(Duration::from_secs(5));
-            let (status, text) = runtime.block_on(async {
-                let response = request
-                    .send()
-                    .await
-                    .map_err(|e| format!("no answer: {e}"))?;
-                let status = response.status();
-                let text = response.text().await.map_err(|e| format!("{e}"))?;
-                Ok::<_, String>((status, text))
-            })?;
+            let (status, text) = runtime.block_on(answer(request))?;
             if status.is_server_error() {
                 return Err(format!("{method} {path}: {status}: {text}"));
             }
             if status.is_client_error() {
-                let error: Value = serde_json::from_str(&text).map_err(|_| {
-                    format!("{method} {path}: {status} without a JSON body: {text}")
-                })?;
-                if error["error"].as_str().is_none_or(str::is_empty) {
-                    return Err(format!(
-                        "{method} {path}: {status} without a reason: {text}"
-                    ));
-                }
+                return with_reason(&format!("{method} {path}"), status, &text);
             }
             Ok(())
         }),
@@ -836,25 +842,10 @@ fn every_probe_query_gets_an_answer_and_never_a_server_error() {
                 };
                 request = request.header("X-Prometheus-Scrape-Timeout-Seconds", value);
             }
-            let (status, text) = runtime.block_on(async {
-                let response = request
-                    .send()
-                    .await
-                    .map_err(|e| format!("no answer: {e}"))?;
-                let status = response.status();
-                let text = response.text().await.map_err(|e| format!("{e}"))?;
-                Ok::<_, String>((status, text))
-            })?;
+            let (status, text) = runtime.block_on(answer(request))?;
             match status.as_u16() {
                 200 if text.contains("probe_success ") => Ok(()),
-                400 | 403 | 429 => {
-                    let error: Value = serde_json::from_str(&text)
-                        .map_err(|_| format!("{query}: {status} without a JSON body: {text}"))?;
-                    if error["error"].as_str().is_none_or(str::is_empty) {
-                        return Err(format!("{query}: {status} without a reason: {text}"));
-                    }
-                    Ok(())
-                }
+                400 | 403 | 429 => with_reason(&query, status, &text),
                 _ => Err(format!("{query}: {status}: {text}")),
             }
         }),
