@@ -219,6 +219,20 @@ const GOALS: &[(&str, &str, Op, f64, &str)] = &[
     ),
     ("api", "readyz_p99", Op::AtMost, 5.0, "<= 5 ms"),
     (
+        "adhoc",
+        "tcp_connect_cpu_ratio",
+        Op::AtLeast,
+        8.0,
+        ">= 8x: blackbox_exporter's CPU a /probe over the daemon's",
+    ),
+    (
+        "adhoc",
+        "http_2xx_cpu_ratio",
+        Op::AtLeast,
+        8.0,
+        ">= 8x: blackbox_exporter's CPU a /probe over the daemon's",
+    ),
+    (
         "hygiene",
         "engine_failed",
         Op::AtMost,
