@@ -13,6 +13,7 @@
 //! The file is read at start (a module we cannot run refuses the start, located) and again on
 //! each reload, where an invalid file keeps the modules in force.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,9 +21,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
+use parking_lot::Mutex;
 use probe::engine::Engine;
 use probe::outcome::{CheckResult, Observed};
 use probe::resolve::Names;
+use probe::tier::{Probe, ProbeSpec};
 use tokio::sync::Semaphore;
 
 use crate::blackbox::{self, Blackbox, Module, Prober, Schedule};
@@ -42,12 +45,36 @@ pub struct AdHocOptions {
 /// The `GET /probe` prober: the modules in force, the allow list and the bound.
 pub struct AdHoc {
     path: PathBuf,
-    modules: ArcSwap<Blackbox>,
+    modules: ArcSwap<Loaded>,
     allow: AllowList,
     slots: Semaphore,
     max_in_flight: usize,
     engine: Engine,
     names: Names,
+}
+
+/// The modules in force, and the probes built from them.
+struct Loaded {
+    blackbox: Blackbox,
+    /// Each (module, target, hostname) asked for, built once: compiling a module's entry and
+    /// building its probe (an HTTP client, a TLS configuration) cost more than most checks. A
+    /// probe keeps no connection between checks (HTTP checks use a fresh one, as the exporter
+    /// does), so a kept probe answers as a new one would. Replaced whole with the modules on a
+    /// reload; emptied when it reaches [`MAX_BUILT`], so a scraper asking for ever new targets
+    /// cannot grow it. The lock is held only to take a probe out or put it back.
+    built: Mutex<HashMap<(String, String, Option<String>), Arc<dyn Probe>>>,
+}
+
+/// The most probes kept built.
+const MAX_BUILT: usize = 4096;
+
+impl Loaded {
+    fn new(blackbox: Blackbox) -> Self {
+        Self {
+            blackbox,
+            built: Mutex::default(),
+        }
+    }
 }
 
 /// Why an ad-hoc probe did not run.
@@ -99,7 +126,7 @@ impl AdHoc {
         let names = Names::new(engine.resolver().clone(), Duration::ZERO);
         Ok(Self {
             path: options.config.clone(),
-            modules: ArcSwap::from_pointee(modules),
+            modules: ArcSwap::from_pointee(Loaded::new(modules)),
             allow,
             slots: Semaphore::new(options.max_in_flight),
             max_in_flight: options.max_in_flight,
@@ -113,7 +140,7 @@ impl AdHoc {
         match load(&self.path) {
             Ok(modules) => {
                 let count = modules.modules.len();
-                self.modules.store(Arc::new(modules));
+                self.modules.store(Arc::new(Loaded::new(modules)));
                 tracing::info!(modules = count, file = %self.path.display(), "blackbox modules reloaded");
             }
             Err(errors) => tracing::error!(
@@ -126,7 +153,7 @@ impl AdHoc {
 
     /// Whether `module` names a module of the file in force: only those are counted by name.
     pub fn knows(&self, module: &str) -> bool {
-        self.modules.load().module(module).is_some()
+        self.modules.load().blackbox.module(module).is_some()
     }
 
     /// Probes `target` through `module`, with `hostname` as the HTTP `Host` when given, under
@@ -142,8 +169,9 @@ impl AdHoc {
         hostname: Option<&str>,
         scrape_timeout: Option<Duration>,
     ) -> Result<Ran, Refusal> {
-        let modules = self.modules.load_full();
-        let module = modules
+        let loaded = self.modules.load_full();
+        let module = loaded
+            .blackbox
             .module(module)
             .ok_or_else(|| Refusal::BadRequest(format!("Unknown module {module:?}")))?;
         let module: &Module = module.module.as_ref().map_err(|e| {
@@ -160,23 +188,6 @@ impl AdHoc {
         let timeout = module
             .timeout_within(scrape_timeout)
             .map_err(Refusal::BadRequest)?;
-        let schedule = Schedule {
-            // Any interval over the timeout: an ad-hoc probe is not scheduled.
-            interval: timeout + Duration::from_secs(1),
-            scrape_timeout,
-        };
-        let mut spec = module
-            .spec(
-                target,
-                schedule,
-                modules.file.parent().unwrap_or(Path::new("")),
-            )
-            .map_err(Refusal::BadRequest)?;
-        if let (Some(hostname), probe::tier::ProbeSpec::Http(http)) = (hostname, &mut spec) {
-            http.headers
-                .append("host", hostname)
-                .map_err(|e| Refusal::BadRequest(format!("hostname {hostname:?}: {e}")))?;
-        }
         let scheduler = self.engine.scheduler();
         if scheduler.in_flight() >= scheduler.in_flight_cap() {
             return Err(Refusal::Busy(
@@ -190,9 +201,38 @@ impl AdHoc {
                 self.max_in_flight
             )));
         };
-        let probe = probe::tier::build(&spec, &self.names);
+        let key = (
+            module.name.clone(),
+            target.to_owned(),
+            hostname.map(str::to_owned),
+        );
+        // Taken out while it runs: a probe notes what its check saw (a handshake's certificate)
+        // for that check, so two checks must not share one. A second request for the same
+        // target meanwhile builds its own.
+        let kept = loaded.built.lock().remove(&key);
+        let probe = match kept {
+            Some(probe) => probe,
+            None => self.build(
+                module,
+                target,
+                hostname,
+                Schedule {
+                    // Any interval over the timeout: an ad-hoc probe is not scheduled.
+                    interval: timeout + Duration::from_secs(1),
+                    scrape_timeout,
+                },
+                loaded.blackbox.file.parent().unwrap_or(Path::new("")),
+            )?,
+        };
         let started = tokio::time::Instant::now();
         let (result, observed) = probe.observe(timeout).await;
+        {
+            let mut built = loaded.built.lock();
+            if built.len() >= MAX_BUILT {
+                built.clear();
+            }
+            built.insert(key, probe);
+        }
         Ok(Ran {
             prober: module.prober,
             result,
@@ -201,6 +241,30 @@ impl AdHoc {
             duration: started.elapsed(),
             timeout,
         })
+    }
+
+    /// The probe `module` makes of `target`: its entry compiled, with `hostname` as the HTTP
+    /// `Host`, and a fresh connection per HTTP check, as the exporter makes one.
+    fn build(
+        &self,
+        module: &Module,
+        target: &str,
+        hostname: Option<&str>,
+        schedule: Schedule,
+        dir: &Path,
+    ) -> Result<Arc<dyn Probe>, Refusal> {
+        let mut spec = module
+            .spec(target, schedule, dir)
+            .map_err(Refusal::BadRequest)?;
+        if let ProbeSpec::Http(http) = &mut spec {
+            http.fresh_connection = true;
+            if let Some(hostname) = hostname {
+                http.headers
+                    .append("host", hostname)
+                    .map_err(|e| Refusal::BadRequest(format!("hostname {hostname:?}: {e}")))?;
+            }
+        }
+        Ok(probe::tier::build(&spec, &self.names))
     }
 }
 
