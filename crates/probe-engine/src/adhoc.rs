@@ -62,8 +62,11 @@ struct Loaded {
     /// does), so a kept probe answers as a new one would. Replaced whole with the modules on a
     /// reload; emptied when it reaches [`MAX_BUILT`], so a scraper asking for ever new targets
     /// cannot grow it. The lock is held only to take a probe out or put it back.
-    built: Mutex<HashMap<(String, String, Option<String>), Arc<dyn Probe>>>,
+    built: Mutex<HashMap<Asked, Arc<dyn Probe>>>,
 }
+
+/// What a query asks for: the module, the target and the hostname.
+type Asked = (String, String, Option<String>);
 
 /// The most probes kept built.
 const MAX_BUILT: usize = 4096;
