@@ -2,7 +2,7 @@
 //!
 //! Each source (`gatus`, `blackbox`) reads its tool's file with the config's own located parser
 //! ([`crate::config`]'s tree and diagnostics), so bad input is refused as `FILE:LINE:COL:
-//! message`, and maps what it can onto the [`Document`] written here. What a source cannot
+//! message`, and maps what it can onto the `Document` written here. What a source cannot
 //! express is not dropped in silence: it becomes a [`Note`], located at the key it is about, which
 //! the command prints on stderr (and `--strict` turns into a failure).
 //!
@@ -44,7 +44,7 @@ impl Import {
     /// The document as YAML, headed by a comment naming where it came from.
     ///
     /// # Errors
-    /// Only if the serializer fails, which a [`Document`] gives it no reason to.
+    /// Only if the serializer fails, which a `Document` gives it no reason to.
     pub fn to_yaml(&self, source: &str) -> Result<String, serde_saphyr::ser::Error> {
         let body = serde_saphyr::to_string(&self.document)?;
         Ok(format!(
@@ -57,7 +57,7 @@ impl Import {
     /// What the command prints for this import of `file`.
     ///
     /// # Errors
-    /// Only if the serializer fails, which a [`Document`] gives it no reason to; the error is
+    /// Only if the serializer fails, which a `Document` gives it no reason to; the error is
     /// placed at the file.
     pub fn printed(&self, file: &Path) -> Result<Printed, ConfigErrors> {
         let yaml = self.to_yaml(&file.display().to_string()).map_err(|e| {
