@@ -73,7 +73,22 @@ pub(super) fn template(raw: Sp<RawDns>, check: &mut Check<'_>) -> (IpProtocol, T
         );
     }
     let name = match raw.query_name.filter(|n| !n.value.trim().is_empty()) {
-        Some(name) => name.value.trim().to_owned(),
+        Some(name) => {
+            // The exporter asks about names our probe cannot (a label with a quote, say): such
+            // a module is refused here, not left for the compiler to refuse at every target.
+            let any_server = std::net::SocketAddr::from(([127, 0, 0, 1], 53));
+            if let Err(invalid) = probe::tier::dns::DnsSpec::new(
+                any_server,
+                &name.value,
+                probe::tier::dns::DnsType::A,
+            ) {
+                check.refused.push((
+                    name.pos,
+                    format!("\"query_name\": our DNS probe cannot ask about it: {invalid}"),
+                ));
+            }
+            name.value.trim().to_owned()
+        }
         None => {
             check.error(
                 key,

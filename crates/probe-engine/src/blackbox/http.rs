@@ -337,6 +337,19 @@ fn header_patterns(
         if crate::config::regex(&regexp, "regexp", &mut check.invalid).is_err() {
             continue;
         }
+        // Go matches a name that is no valid header name against nothing; ours refuses it.
+        if probe::tier::http::header::HeaderName::from_bytes(header.value.trim().as_bytes())
+            .is_err()
+        {
+            check.error(
+                header.pos,
+                format!(
+                    "invalid header name {}",
+                    crate::config::quote(&header.value)
+                ),
+            );
+            continue;
+        }
         out.push(HeaderPattern {
             header: header.value.trim().to_owned(),
             regex: regexp.value,

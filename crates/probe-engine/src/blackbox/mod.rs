@@ -240,6 +240,27 @@ impl Module {
         })
     }
 
+    /// `Ok` when the module compiles for a target of its prober's form, or cannot take that
+    /// target at all (refused per target): the loader's last check, so that a module it accepts
+    /// is never one whose every entry the compiler would refuse (a value the exporter takes and
+    /// our sections do not, such as a server name with a space).
+    fn compiles(&self, dir: &Path) -> Result<(), String> {
+        let target = match self.prober {
+            Prober::Http => "http://127.0.0.1:8080/health",
+            Prober::Tcp | Prober::Grpc => "127.0.0.1:443",
+            Prober::Dns | Prober::Icmp => "127.0.0.1",
+        };
+        match self.entry(target, "check", Schedule::default()) {
+            Ok(entry) => entry.compile(dir).map(drop).map_err(|why| {
+                format!(
+                    "the module cannot run here: our probe refuses it: {}",
+                    crate::config::one_line(&why)
+                )
+            }),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// The library's spec for `target`: [`Module::entry`] compiled by the config compiler,
     /// with relative paths from `dir`.
     ///
@@ -305,6 +326,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Blackbox, ConfigErrors> {
                 };
                 let module = module(&name, key.pos, node, text, &mut check);
                 invalid.append(&mut check.invalid);
+                if let Some(found) = &module
+                    && check.refused.is_empty()
+                    && let Err(why) = found.compiles(dir)
+                {
+                    check.refused.push((key.pos, why));
+                }
                 let module = match module {
                     Some(module) if check.refused.is_empty() => Ok(module),
                     _ => Err(place(check.refused)),

@@ -258,16 +258,40 @@ modules:
 
 #[test]
 fn tcp_with_tls_is_our_tls_probe() {
-    let m = module(
-        "modules:\n  t:\n    prober: tcp\n    tcp: {tls: true, tls_config: {ca_file: ca.pem, server_name: api.test}}\n",
-        "t",
+    let text = "modules:\n  t:\n    prober: tcp\n    tcp: {tls: true, tls_config: {ca_file: ca.pem, server_name: api.test}}\n";
+    // A CA file that cannot be read refuses the module at load, naming it, rather than failing
+    // every probe of it.
+    let missing = parsed(text).unwrap();
+    let Some(Err(why)) = missing.module("t").map(|m| &m.module) else {
+        panic!("a module whose CA file is missing was accepted");
+    };
+    assert!(
+        why.to_string().contains(
+            "cannot run here: our probe refuses it: 1:83: cannot read CA file /etc/bbe/ca.pem"
+        ),
+        "{why}"
     );
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    std::fs::write(
+        dir.path().join("ca.pem"),
+        ca.self_signed(&key).unwrap().pem(),
+    )
+    .unwrap();
+    let file = dir.path().join("blackbox.yml");
+    let loaded = parse(&file, text).unwrap_or_else(|e| panic!("{e}"));
+    let Some(Ok(m)) = loaded.module("t").map(|m| &m.module) else {
+        panic!("refused with its CA file there");
+    };
     let entry = m.entry("127.0.0.1:443", "t", Schedule::default()).unwrap();
     let entry::Probe::Tls(tls) = &entry.probe else {
         panic!("not tls");
     };
     assert_eq!(tls.server_name.as_deref(), Some("api.test"));
-    assert_eq!(tls.trust.ca_file.as_deref(), Some("/etc/bbe/ca.pem"));
+    let ca_file = dir.path().join("ca.pem");
+    assert_eq!(tls.trust.ca_file.as_deref(), ca_file.to_str());
     let imaps = module(
         r#"
 modules:
