@@ -7,7 +7,19 @@
 
 use std::path::{Path, PathBuf};
 
-use super::node::Pos;
+/// A 1-based line and column in the source text (read from the YAML in `node`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Pos {
+    /// 1-based line; 0 when unknown.
+    pub line: u64,
+    /// 1-based column; 0 when unknown.
+    pub column: u64,
+}
+
+impl Pos {
+    /// A file-level position: no line or column applies.
+    pub const NONE: Self = Self { line: 0, column: 0 };
+}
 
 /// One configuration problem, located so that an editor or a person can jump to it.
 ///

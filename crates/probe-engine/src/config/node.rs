@@ -25,19 +25,9 @@ use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 
 use super::diagnostics::{did_you_mean, quote};
 
-/// A 1-based line and column in the source text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Pos {
-    /// 1-based line; 0 when unknown.
-    pub line: u64,
-    /// 1-based column; 0 when unknown.
-    pub column: u64,
-}
+pub(crate) use super::diagnostics::Pos;
 
 impl Pos {
-    /// A file-level position: no line or column applies.
-    pub const NONE: Self = Self { line: 0, column: 0 };
-
     fn of(location: serde_saphyr::Location) -> Self {
         Self {
             line: location.line(),

@@ -7,7 +7,6 @@ use probe::tier::tcp::Step;
 
 use super::diagnostics::quote;
 use super::node::{Diags, Sp};
-use super::schema::RawStep;
 
 /// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -143,4 +142,13 @@ pub(super) fn conversation(
         }
     }
     ok.then_some(parsed).ok_or(())
+}
+
+/// One step of a `tcp` section's `conversation`: exactly one of its keys.
+#[derive(serde::Deserialize)]
+#[serde(rename = "step", deny_unknown_fields)]
+pub(super) struct RawStep {
+    pub(super) expect_line: Option<Sp<String>>,
+    pub(super) send: Option<Sp<String>>,
+    pub(super) reply: Option<Sp<String>>,
 }

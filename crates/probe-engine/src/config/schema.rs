@@ -15,6 +15,7 @@ use super::http::RawHttp;
 use super::icmp::RawIcmp;
 use super::node::{BoolOr, Sp};
 use super::passive;
+use super::reply::RawStep;
 use super::schedule::{RawBackoff, RawFlap, RawSchedule};
 use super::tls::RawTlsProbe;
 use super::udp::RawUdp;
@@ -154,13 +155,4 @@ pub(super) struct RawTcp {
     pub(super) close: Option<Sp<String>>,
     pub(super) addresses: Option<Sp<String>>,
     pub(super) conversation: Option<Sp<Vec<Sp<RawStep>>>>,
-}
-
-/// One step of a `tcp` section's `conversation`: exactly one of its keys.
-#[derive(Deserialize)]
-#[serde(rename = "step", deny_unknown_fields)]
-pub(super) struct RawStep {
-    pub(super) expect_line: Option<Sp<String>>,
-    pub(super) send: Option<Sp<String>>,
-    pub(super) reply: Option<Sp<String>>,
 }

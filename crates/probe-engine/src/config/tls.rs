@@ -11,8 +11,8 @@ use super::addresses;
 use super::files::Source;
 use super::http::{Checked, trust};
 use super::node::{Diags, Sp};
+use super::reply::RawStep;
 use super::schedule::duration_at_most;
-use super::schema::RawStep;
 use super::words::one_of;
 
 /// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
