@@ -279,6 +279,13 @@ pub struct CertificateFacts {
     pub not_before: SystemTime,
     /// The end of its validity.
     pub not_after: SystemTime,
+    /// The SHA-256 of its DER encoding: the fingerprint that `openssl x509 -fingerprint
+    /// -sha256` shows and blackbox_exporter's `probe_ssl_last_chain_info` carries.
+    pub sha256: [u8; 32],
+    /// Its serial number, big-endian, without leading zero bytes.
+    pub serial: Vec<u8>,
+    /// The DNS names of its subjectAltName.
+    pub dns_names: Vec<String>,
 }
 
 impl TlsFacts {
@@ -332,6 +339,10 @@ pub struct Observed {
     pub dns: Option<DnsObserved>,
     /// What a gRPC health check was answered.
     pub grpc: Option<GrpcObserved>,
+    /// What an ICMP check's phases took.
+    pub icmp: Option<IcmpObserved>,
+    /// What a TCP or TLS check's conversation read.
+    pub conversation: Option<ConversationObserved>,
 }
 
 /// An HTTP check's final reply (after the redirects it followed).
@@ -348,6 +359,50 @@ pub struct HttpObserved {
     pub content_length: Option<u64>,
     /// Whether it failed a body or header regular expression (`body_matches`,
     /// `header_matches`, and their `not` forms).
+    pub failed_due_to_regex: bool,
+    /// How long each phase took, summed over the redirects followed; measured only on a fresh
+    /// connection (`fresh_connection`), where every phase happens within the check (zero
+    /// otherwise).
+    pub phases: HttpPhases,
+}
+
+/// The phases of an HTTP exchange, as blackbox_exporter's `probe_http_duration_seconds{phase}`
+/// divides it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HttpPhases {
+    /// Looking the host up.
+    pub resolve: Duration,
+    /// The TCP handshake.
+    pub connect: Duration,
+    /// The TLS handshake.
+    pub tls: Duration,
+    /// From the connection being ready to the reply's head.
+    pub processing: Duration,
+    /// Reading the body.
+    pub transfer: Duration,
+}
+
+/// The phases of an ICMP check, as blackbox_exporter's `probe_icmp_duration_seconds{phase}`
+/// divides it (its `resolve` phase is the lookup before the check).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IcmpObserved {
+    /// Opening the socket and building the request.
+    pub setup: Duration,
+    /// From sending the echo request to its reply.
+    pub rtt: Duration,
+}
+
+/// What a conversation (TCP or TLS `conversation` steps) read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConversationObserved {
+    /// The line each `expect` step matched, in order, up to the first that did not.
+    pub matched: Vec<Vec<u8>>,
+    /// Whether a step's `expect` found no matching line before the peer closed (or within the
+    /// most bytes read): blackbox_exporter's `probe_failed_due_to_regex` for `tcp`. A step
+    /// that ran out of time did not fail on its regex.
     pub failed_due_to_regex: bool,
 }
 

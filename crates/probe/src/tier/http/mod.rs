@@ -54,7 +54,7 @@ pub use patterns::{HeaderPattern, HttpVersion, ReplyPatterns};
 pub use reqwest::{Method, Url, header};
 pub use spec::{HttpSpec, HttpUrl, InvalidUrl};
 
-use crate::outcome::{CheckResult, Failure, HttpObserved, Observed, Remarks, Verdict};
+use crate::outcome::{CheckResult, Failure, HttpObserved, HttpPhases, Observed, Remarks, Verdict};
 use crate::tier::probe::Probe;
 use conditions::Reply;
 use transport::exchange::{Pooled, Transport};
@@ -123,14 +123,27 @@ impl HttpProbe {
             timeout,
         };
         let mut remarks = Remarks::default();
-        let received = match transport.exchange(&self.spec, limits, &mut remarks).await {
+        let mut phases = HttpPhases::default();
+        let exchanged = transport
+            .exchange(&self.spec, limits, &mut remarks, &mut phases)
+            .await;
+        let received = match exchanged {
             Ok(received) => received,
             Err(failure) => {
                 let result = CheckResult {
                     remarks,
                     ..CheckResult::failed(failure)
                 };
-                return (result, Observed::default());
+                // No reply, but the phases it went through.
+                let http = HttpObserved {
+                    phases,
+                    ..HttpObserved::default()
+                };
+                let observed = Observed {
+                    http: Some(http),
+                    ..Observed::default()
+                };
+                return (result, observed);
             }
         };
         let latency = started.elapsed();
@@ -149,6 +162,7 @@ impl HttpProbe {
                     .get(reqwest::header::CONTENT_LENGTH)
                     .and_then(|v| v.to_str().ok()?.parse().ok()),
                 failed_due_to_regex: false,
+                phases,
             }),
             ..Observed::default()
         };

@@ -43,7 +43,9 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, sleep_until};
 
-use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, Verdict};
+use crate::outcome::{
+    CheckResult, Failure, FailureReason, IcmpObserved, Observed, Remarks, Verdict,
+};
 use crate::resolve::Names;
 use crate::tier::lookup;
 use crate::tier::probe::Probe;
@@ -194,7 +196,13 @@ impl IcmpProbe {
         self
     }
 
-    async fn run(&self, timeout: Duration, remarks: &mut Remarks) -> Result<Verdict, Failure> {
+    /// One run; `observed` gets the address pinged and the phases' times as they are known.
+    async fn run(
+        &self,
+        timeout: Duration,
+        remarks: &mut Remarks,
+        observed: &mut Observed,
+    ) -> Result<Verdict, Failure> {
         let deadline = Instant::now() + timeout;
         let flavour = match self.flavour {
             Some(flavour) => flavour,
@@ -206,8 +214,18 @@ impl IcmpProbe {
             IcmpHost::Ip(ip) => Arc::new([*ip]),
             IcmpHost::Name(name) => lookup::addresses(&self.names, name, deadline, remarks).await?,
         };
+        let opening = Instant::now();
         let (ip, socket) = open_any(&ips, flavour)?;
+        let setup = opening.elapsed();
+        observed.addr = Some(ip);
         let tally = self.exchange(ip, &socket, flavour, deadline, timeout).await;
+        observed.icmp = Some(IcmpObserved {
+            setup,
+            rtt: tally
+                .round_trips
+                .checked_div(u32::from(tally.answered))
+                .unwrap_or_default(),
+        });
         self.judge(ip, tally)
     }
 
@@ -449,8 +467,13 @@ fn echo_reply(packet: &[u8], v6: bool, flavour: Flavour, id: u16) -> Option<u16>
 #[async_trait::async_trait]
 impl Probe for IcmpProbe {
     async fn check(&self, timeout: Duration) -> CheckResult {
+        self.observe(timeout).await.0
+    }
+
+    async fn observe(&self, timeout: Duration) -> (CheckResult, Observed) {
         let mut remarks = Remarks::default();
-        let mut result = match self.run(timeout, &mut remarks).await {
+        let mut observed = Observed::default();
+        let mut result = match self.run(timeout, &mut remarks, &mut observed).await {
             Ok(verdict) => CheckResult {
                 verdict,
                 ..CheckResult::up()
@@ -458,7 +481,7 @@ impl Probe for IcmpProbe {
             Err(failure) => CheckResult::failed(failure),
         };
         result.remarks = remarks;
-        result
+        (result, observed)
     }
 }
 

@@ -18,6 +18,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+use x509_parser::extensions::GeneralName;
+
+use super::name::go_form;
 use crate::outcome::{CertificateFacts, TlsFacts};
 
 /// A verifier that notes what each handshake showed, then lets `inner` decide.
@@ -143,11 +146,30 @@ fn read(chain: &[CertificateDer<'_>], version: Option<&'static str>) -> TlsFacts
         .filter_map(|der| {
             let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
             let validity = cert.validity();
+            let mut sha256 = [0; 32];
+            sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, der).as_ref());
+            let serial = cert.raw_serial();
+            let leading_zeros = serial.iter().take_while(|b| **b == 0).count();
+            let dns_names = match cert.subject_alternative_name() {
+                Ok(Some(san)) => san
+                    .value
+                    .general_names
+                    .iter()
+                    .filter_map(|name| match name {
+                        GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             Some(CertificateFacts {
-                subject: cert.subject().to_string(),
-                issuer: cert.issuer().to_string(),
+                subject: go_form(cert.subject()),
+                issuer: go_form(cert.issuer()),
                 not_before: unix(validity.not_before.timestamp()),
                 not_after: unix(validity.not_after.timestamp()),
+                sha256,
+                serial: serial[leading_zeros..].to_vec(),
+                dns_names,
             })
         })
         .collect();

@@ -15,6 +15,7 @@
 //! tier's, so checks leave no `TIME_WAIT` entries.
 
 pub(crate) mod facts;
+pub(crate) mod name;
 pub(crate) mod refusal;
 pub(crate) mod spec;
 pub(crate) mod starttls;

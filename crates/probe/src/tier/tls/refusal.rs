@@ -383,8 +383,8 @@ impl Certificate {
             _ => Vec::new(),
         };
         Self {
-            subject: cert.subject().to_string(),
-            issuer: cert.issuer().to_string(),
+            subject: super::name::go_form(cert.subject()),
+            issuer: super::name::go_form(cert.issuer()),
             not_before: super::facts::unix(validity.not_before.timestamp()),
             not_after: super::facts::unix(validity.not_after.timestamp()),
             is_ca: cert.is_ca(),

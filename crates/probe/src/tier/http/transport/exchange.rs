@@ -11,7 +11,7 @@ use tokio::time::timeout_at;
 
 use super::wire::{Hop, Limits, Received, Request, read_body, redirect, timed_out};
 use super::{client, fresh};
-use crate::outcome::{Failure, FailureReason, Remarks};
+use crate::outcome::{Failure, FailureReason, HttpPhases, Remarks};
 use crate::tier::http::spec::HttpSpec;
 
 /// How a probe reaches its target.
@@ -31,12 +31,14 @@ pub(crate) struct Pooled {
 }
 
 impl Transport {
-    /// Sends the spec's request, follows redirects if asked, and reads the reply.
+    /// Sends the spec's request, follows redirects if asked, and reads the reply; the phases a
+    /// fresh connection went through are added to `phases`.
     pub(crate) async fn exchange(
         &self,
         spec: &HttpSpec,
         limits: Limits,
         remarks: &mut Remarks,
+        phases: &mut HttpPhases,
     ) -> Result<Received, Failure> {
         let mut url = spec.url.as_url().clone();
         let mut method = spec.method.clone();
@@ -51,8 +53,8 @@ impl Transport {
                 body: body.clone(),
             };
             let hop = match self {
-                Self::Pooled(pooled) => pooled.hop(request, limits, remarks).await?,
-                Self::Fresh(fresh) => fresh.hop(request, limits).await?,
+                Self::Pooled(pooled) => pooled.hop(request, limits, remarks, phases).await?,
+                Self::Fresh(fresh) => fresh.hop(request, limits, phases).await?,
             };
             let (status, next) = match hop {
                 Hop::Done(received) => {
@@ -100,6 +102,7 @@ impl Pooled {
         request: Request<'_>,
         limits: Limits,
         remarks: &mut Remarks,
+        phases: &mut HttpPhases,
     ) -> Result<Hop, Failure> {
         let mut outgoing = reqwest::Request::new(request.method.clone(), request.url.clone());
         if let Some(headers) = request.headers {
@@ -115,7 +118,7 @@ impl Pooled {
                 let reused = self.opened.count() == opened;
                 if reused && request.method.is_idempotent() && client::closed_under_us(&err) {
                     remarks.stale_connection_retried = true;
-                    return self.fresh.hop(request, limits).await;
+                    return self.fresh.hop(request, limits, phases).await;
                 }
                 return Err(client::classify(&err, "request"));
             }

@@ -31,14 +31,14 @@ use reqwest::Url;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
-use tokio::time::timeout_at;
+use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::client;
 use super::dns::ProbeDns;
 use super::wire::{Chunks, Hop, Limits, Received, Request, read_body, redirect, timed_out};
-use crate::outcome::{Failure, FailureReason};
+use crate::outcome::{Failure, FailureReason, HttpPhases};
 use crate::tier::http::spec::HttpSpec;
 
 /// Opens a connection per check.
@@ -59,12 +59,18 @@ impl Fresh {
         }
     }
 
-    /// One request on one new connection.
-    pub(crate) async fn hop(&self, request: Request<'_>, limits: Limits) -> Result<Hop, Failure> {
+    /// One request on one new connection, adding the time of each phase to `phases`.
+    pub(crate) async fn hop(
+        &self,
+        request: Request<'_>,
+        limits: Limits,
+        phases: &mut HttpPhases,
+    ) -> Result<Hop, Failure> {
         let no_reply = || timed_out("no response within", limits.timeout);
-        let stream = timeout_at(limits.deadline, self.connect(request.url))
+        let stream = timeout_at(limits.deadline, self.connect(request.url, phases))
             .await
             .map_err(|_| no_reply())??;
+        let ready = Instant::now();
         let remote = stream.peer();
         // No I/O happens here: the handshake only sets up the connection state.
         let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
@@ -81,6 +87,8 @@ impl Fresh {
             .await
             .map_err(|_| no_reply())??;
         let (parts, mut incoming) = response.into_parts();
+        let head = Instant::now();
+        phases.processing += head - ready;
         if let Some(next) = redirect(
             limits.follow_redirects,
             request.url,
@@ -97,6 +105,7 @@ impl Fresh {
             Err(_) => Err(timed_out("body not complete within", limits.timeout)),
             Ok(body) => body,
         };
+        phases.transfer += head.elapsed();
         Ok(Hop::Done(Received {
             status: parts.status,
             headers: parts.headers,
@@ -108,8 +117,10 @@ impl Fresh {
         }))
     }
 
-    /// Resolves, connects (trying each address in turn) and, for `https`, completes TLS.
-    async fn connect(&self, url: &Url) -> Result<Stream, Failure> {
+    /// Resolves, connects (trying each address in turn) and, for `https`, completes TLS, adding
+    /// the time of each to `phases`.
+    async fn connect(&self, url: &Url, phases: &mut HttpPhases) -> Result<Stream, Failure> {
+        let started = Instant::now();
         let port = url.port_or_known_default().unwrap_or(80);
         let (name, addrs) = match url.host() {
             Some(url::Host::Ipv4(ip)) => (
@@ -132,6 +143,8 @@ impl Fresh {
             }
             None => return Err(Failure::new(FailureReason::Dns, "connect: URL has no host")),
         };
+        let resolved = Instant::now();
+        phases.resolve += resolved - started;
         let mut last = None;
         let mut tcp = None;
         for addr in addrs {
@@ -158,6 +171,8 @@ impl Fresh {
                 ));
             }
         };
+        let connected = Instant::now();
+        phases.connect += connected - resolved;
         if url.scheme() != "https" {
             return Ok(Stream::Plain(tcp));
         }
@@ -167,8 +182,9 @@ impl Fresh {
                 "connect: TLS is not configured for this probe",
             )
         })?;
-        tls.connect(name, tcp)
-            .await
+        let handshake = tls.connect(name, tcp).await;
+        phases.tls += connected.elapsed();
+        handshake
             .map(|stream| Stream::Tls(Box::new(stream)))
             .map_err(|e| client::classify_error(&e, "connect"))
     }
