@@ -341,8 +341,6 @@ pub struct Observed {
     pub grpc: Option<GrpcObserved>,
     /// What an ICMP check's phases took.
     pub icmp: Option<IcmpObserved>,
-    /// What a TCP or TLS check's conversation read.
-    pub conversation: Option<ConversationObserved>,
 }
 
 /// An HTTP check's final reply (after the redirects it followed).
@@ -392,18 +390,6 @@ pub struct IcmpObserved {
     pub setup: Duration,
     /// From sending the echo request to its reply.
     pub rtt: Duration,
-}
-
-/// What a conversation (TCP or TLS `conversation` steps) read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConversationObserved {
-    /// The line each `expect` step matched, in order, up to the first that did not.
-    pub matched: Vec<Vec<u8>>,
-    /// Whether a step's `expect` found no matching line before the peer closed (or within the
-    /// most bytes read): blackbox_exporter's `probe_failed_due_to_regex` for `tcp`. A step
-    /// that ran out of time did not fail on its regex.
-    pub failed_due_to_regex: bool,
 }
 
 /// What a DNS reply held.
