@@ -20,7 +20,7 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use x509_parser::extensions::GeneralName;
 
-use super::name::go_form;
+use super::name::{alt_names, go_form};
 use crate::outcome::{CertificateFacts, TlsFacts};
 
 /// A verifier that notes what each handshake showed, then lets `inner` decide.
@@ -150,18 +150,13 @@ fn read(chain: &[CertificateDer<'_>], version: Option<&'static str>) -> TlsFacts
             sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, der).as_ref());
             let serial = cert.raw_serial();
             let leading_zeros = serial.iter().take_while(|b| **b == 0).count();
-            let dns_names = match cert.subject_alternative_name() {
-                Ok(Some(san)) => san
-                    .value
-                    .general_names
-                    .iter()
-                    .filter_map(|name| match name {
-                        GeneralName::DNSName(dns) => Some((*dns).to_owned()),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
+            let dns_names = alt_names(&cert)
+                .iter()
+                .filter_map(|name| match name {
+                    GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                    _ => None,
+                })
+                .collect();
             Some(CertificateFacts {
                 subject: go_form(cert.subject()),
                 issuer: go_form(cert.issuer()),

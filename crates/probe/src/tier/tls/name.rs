@@ -13,7 +13,18 @@
 
 use std::fmt::Write as _;
 
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::GeneralName;
 use x509_parser::x509::X509Name;
+
+/// A certificate's subject alternative names: none when it has no such extension, or one that
+/// cannot be read (a verifier refuses that certificate anyway).
+pub(super) fn alt_names<'a>(cert: &'a X509Certificate<'a>) -> &'a [GeneralName<'a>] {
+    match cert.subject_alternative_name() {
+        Ok(Some(san)) => &san.value.general_names,
+        _ => &[],
+    }
+}
 
 /// The attributes Go reads into fields, in the order it writes them, with their short names.
 const KNOWN: [(&str, &str); 9] = [

@@ -369,19 +369,14 @@ impl Certificate {
             Ok(PublicKey::RSA(rsa)) => Some(rsa.key_size()),
             _ => None,
         };
-        let names = match cert.subject_alternative_name() {
-            Ok(Some(san)) => san
-                .value
-                .general_names
-                .iter()
-                .filter_map(|name| match name {
-                    GeneralName::DNSName(dns) => Some((*dns).to_owned()),
-                    GeneralName::IPAddress(ip) => ip_text(ip),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let names = super::name::alt_names(cert)
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                GeneralName::IPAddress(ip) => ip_text(ip),
+                _ => None,
+            })
+            .collect();
         Self {
             subject: super::name::go_form(cert.subject()),
             issuer: super::name::go_form(cert.issuer()),
