@@ -104,7 +104,11 @@ pub struct Ran {
     pub observed: Observed,
     /// The target's host as the query gave it (an address, or a name).
     pub host: String,
-    /// How long the check took.
+    /// The first address the host resolved to, when it did.
+    pub resolved: Option<IpAddr>,
+    /// How long looking the host up took.
+    pub lookup: Duration,
+    /// How long the lookup and the check took.
     pub duration: Duration,
     /// The timeout it ran under.
     pub timeout: Duration,
@@ -227,8 +231,12 @@ impl AdHoc {
                 loaded.blackbox.file.parent().unwrap_or(Path::new("")),
             )?,
         };
+        // Looked up first, and timed, as the exporter does: its `probe_dns_lookup_time_seconds`.
+        // The check's own lookup then finds the answer in the resolver's cache.
         let started = tokio::time::Instant::now();
-        let (result, observed) = probe.observe(timeout).await;
+        let resolved = self.names.lookup(host, started + timeout).await;
+        let lookup = started.elapsed();
+        let (result, observed) = probe.observe(timeout.saturating_sub(lookup)).await;
         {
             let mut built = loaded.built.lock();
             if built.len() >= MAX_BUILT {
@@ -241,6 +249,8 @@ impl AdHoc {
             result,
             observed,
             host: host.to_owned(),
+            resolved: resolved.ok().and_then(|r| r.addrs.first().copied()),
+            lookup,
             duration: started.elapsed(),
             timeout,
         })

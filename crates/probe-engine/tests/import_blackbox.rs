@@ -1,9 +1,11 @@
 //! `probe-engine import blackbox` against blackbox_exporter itself: one `blackbox.yml` and one
 //! `prometheus.yml`, written here, given to a real exporter (its `/probe`) and, imported, to our
 //! daemon. For every fixture on 127.0.0.1 (HTTP answering 200, 503, a redirect and a body a
-//! regex judges; TCP conversations (IRC's answer to a PING among them), one over TLS with a certificate for the right address and
-//! for another, and SMTP's STARTTLS granted and refused; DNS through dnsmasq with a right answer, a wrong one and NXDOMAIN; ICMP to
-//! the loopback) the exporter's `probe_success` and our verdict agree.
+//! regex judges; TCP conversations (IRC's answer to a PING among them), one over TLS with a
+//! certificate for the right address and for another, and SMTP's STARTTLS granted and refused;
+//! DNS through dnsmasq with a right answer, a wrong one, NXDOMAIN and an SOA; ICMP to the
+//! loopback) the exporter's `probe_success` and our scheduled verdict agree, and our `/probe` on
+//! the same file answers with the exporter's series.
 //! And the command's own contract: the output passes `check`, ids are stable, what cannot be
 //! expressed goes to stderr (exit 1 with `--strict`), invalid input exits 2 with its place.
 
@@ -20,6 +22,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use probe_engine::testing::blackbox_or_skip;
+use support::prom::assert_same_probe_series;
 use support::{BIN, Daemon};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -267,6 +270,12 @@ const BLACKBOX_MODULES: &str = r#"
     dns:
       query_name: missing.test
       query_type: A
+  dns_soa:
+    prober: dns
+    timeout: 2s
+    dns:
+      query_name: test
+      query_type: SOA
   icmp:
     prober: icmp
     timeout: 2s
@@ -300,7 +309,15 @@ async fn imported_modules_agree_with_blackbox_exporter() {
     let good_tcp = tcp_server(true).await;
     let bad_tcp = tcp_server(false).await;
     let irc = irc_server().await;
-    let dnsmasq = dns::DnsServer::start(&[("a.test", IpAddr::V4(Ipv4Addr::LOCALHOST))]);
+    // Authoritative for `test` too, so that an SOA query has an answer with a serial.
+    let dnsmasq = dns::DnsServer::start_with(
+        &[("a.test", IpAddr::V4(Ipv4Addr::LOCALHOST))],
+        &[
+            "--auth-zone=test",
+            "--auth-server=ns.test,127.0.0.1",
+            "--auth-soa=2026120601",
+        ],
+    );
     let good_tls = tls_server(&ca.leaf(&["127.0.0.1"], -1, 90)).await;
     let other_name = tls_server(&ca.leaf(&["127.0.0.2"], -1, 90)).await;
     let smtp = smtp_server(&ca.leaf(&["127.0.0.1"], -1, 90), true).await;
@@ -406,6 +423,12 @@ async fn imported_modules_agree_with_blackbox_exporter() {
             false,
         ),
         (
+            "dns_soa",
+            dns.clone(),
+            format!("dns_soa-127.0.0.1-{}", dnsmasq.addr.port()),
+            true,
+        ),
+        (
             "icmp",
             "127.0.0.1".to_owned(),
             "icmp-127.0.0.1".to_owned(),
@@ -490,7 +513,17 @@ async fn imported_modules_agree_with_blackbox_exporter() {
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{output}");
 
     // Our daemon's scheduled verdicts: UP where the exporter succeeds, DOWN where it fails.
-    let daemon = Daemon::start(&probes);
+    let daemon = Daemon::start_with(&probes, &["--blackbox-config", blackbox.to_str().unwrap()]);
+    // And its `/probe` on the same file: the exporter's answer, series for series.
+    for (module, target, _, _) in &fixtures {
+        let theirs = exporter.probe(module, target).await.unwrap();
+        let ours = daemon
+            .get(&format!("/probe?module={module}&target={target}"))
+            .await;
+        assert_eq!(ours.status(), 200, "{module} {target}");
+        let ours = ours.text().await.unwrap();
+        assert_same_probe_series(&format!("{module} {target}"), &ours, &theirs.body, &[]);
+    }
     let want: Vec<(&str, &str)> = fixtures
         .iter()
         .map(|(_, _, id, success)| (id.as_str(), if *success { "UP" } else { "DOWN" }))

@@ -10,6 +10,8 @@
 //! One case differs on purpose: a 1024-bit RSA server key, which Go accepts and we refuse (the
 //! README says why).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,6 +25,7 @@ use probe_engine::testing::{OpensslServer, blackbox_or_skip, openssl};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
+use support::prom::assert_same_probe_series;
 use time::OffsetDateTime;
 
 /// A CA made by rcgen, written where `openssl` can sign with it.
@@ -648,6 +651,25 @@ async fn the_tls_tier_agrees_with_blackbox_exporter_on_openssl_servers() {
     let Some(blackbox) = blackbox_or_skip(&config) else {
         return;
     };
+    // Our `/probe` on the same file, which must answer as the exporter does.
+    std::fs::write(d.join("blackbox.yml"), &config).unwrap();
+    std::fs::write(d.join("probes.yaml"), "targets: []\n").unwrap();
+    let daemon = support::Daemon::start_with(
+        &d.join("probes.yaml"),
+        &[
+            "--blackbox-config",
+            d.join("blackbox.yml").to_str().unwrap(),
+        ],
+    );
+    let same_series = async |module: &str, target: &str, theirs: &str, varying: &[&str]| {
+        let ours = daemon
+            .get(&format!("/probe?module={module}&target={target}"))
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert_same_probe_series(module, &ours, theirs, varying);
+    };
 
     let mut disagreements = Vec::new();
     for case in &cases {
@@ -657,6 +679,15 @@ async fn the_tls_tier_agrees_with_blackbox_exporter_on_openssl_servers() {
             .unwrap();
         assert_eq!(theirs.status, 200, "{}: {}", case.name, theirs.body);
         let their_success = theirs.success().expect("probe_success");
+        if !case.we_refuse {
+            same_series(
+                case.name,
+                &case.server.addr().to_string(),
+                &theirs.body,
+                &[],
+            )
+            .await;
+        }
         let result = ours(case).await;
         let our_success = !matches!(result.verdict, Verdict::Failed(_));
         if their_success != case.passes {
@@ -719,6 +750,14 @@ async fn the_tls_tier_agrees_with_blackbox_exporter_on_openssl_servers() {
     let url = format!("https://{}/", cases[0].server.addr());
     let theirs = blackbox.probe("https_self_signed", &url).await.unwrap();
     assert_eq!(theirs.success(), Some(true), "{}", theirs.body);
+    // `s_server -www`'s page lists the client's own cipher suites: its length is the client's.
+    same_series(
+        "https_self_signed",
+        &url,
+        &theirs.body,
+        &["probe_http_uncompressed_body_length"],
+    )
+    .await;
     let mut https = HttpSpec::get(url.parse().unwrap());
     https.tls = TlsTrust::WithCa(CaBundle::from_file(&self_signed.cert).unwrap());
     let result = HttpProbe::new(https, Names::system())
@@ -733,6 +772,7 @@ async fn the_tls_tier_agrees_with_blackbox_exporter_on_openssl_servers() {
         .await
         .unwrap();
     assert_eq!(theirs.success(), Some(true), "{}", theirs.body);
+    same_series("smtp_starttls", &smtp.1.to_string(), &theirs.body, &[]).await;
     let mut spec = TlsSpec::new(Address::Socket(smtp.1))
         .unwrap()
         .with_server_name("localhost")

@@ -259,13 +259,19 @@ pub struct CheckResult {
 ///
 /// Kept with a target's latest result: these are what `probe_ssl_earliest_cert_expiry` (and the
 /// rest of blackbox_exporter's TLS series) and the API's `tls` field report.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TlsFacts {
     /// The protocol version agreed, as blackbox_exporter spells it ("TLS 1.3"); `None` when the
     /// handshake ended before that was known (a refused certificate).
     pub version: Option<&'static str>,
     /// The certificates the server sent, the leaf first.
     pub chain: Vec<CertificateFacts>,
+    /// The SHA-256 of the leaf's DER encoding: the fingerprint that `openssl x509 -fingerprint
+    /// -sha256` shows and blackbox_exporter's `probe_ssl_last_chain_info` carries. Kept for the
+    /// leaf alone, the one certificate anything reports it for.
+    pub leaf_sha256: Option<[u8; 32]>,
+    /// The DNS names of the leaf's subjectAltName.
+    pub leaf_dns_names: Vec<String>,
 }
 
 /// One certificate of a server's chain.
@@ -279,13 +285,6 @@ pub struct CertificateFacts {
     pub not_before: SystemTime,
     /// The end of its validity.
     pub not_after: SystemTime,
-    /// The SHA-256 of its DER encoding: the fingerprint that `openssl x509 -fingerprint
-    /// -sha256` shows and blackbox_exporter's `probe_ssl_last_chain_info` carries.
-    pub sha256: [u8; 32],
-    /// Its serial number, big-endian, without leading zero bytes.
-    pub serial: Vec<u8>,
-    /// The DNS names of its subjectAltName.
-    pub dns_names: Vec<String>,
 }
 
 impl TlsFacts {
@@ -351,10 +350,16 @@ pub struct HttpObserved {
     pub status: u16,
     /// Its HTTP version, as blackbox_exporter writes it: 1.0, 1.1, 2 or 3.
     pub version: f64,
-    /// How many redirects were followed to reach it.
+    /// How many redirects it met: those followed to reach it, and itself when it is one that
+    /// was not to be followed.
     pub redirects: usize,
     /// Its `Content-Length`, when it had one.
     pub content_length: Option<u64>,
+    /// How many bytes of body were read, decoded: blackbox_exporter's
+    /// `probe_http_uncompressed_body_length`.
+    pub body_length: usize,
+    /// Whether it came over TLS.
+    pub tls: bool,
     /// Whether it failed a body or header regular expression (`body_matches`,
     /// `header_matches`, and their `not` forms).
     pub failed_due_to_regex: bool,
@@ -388,14 +393,24 @@ pub struct HttpPhases {
 pub struct IcmpObserved {
     /// Opening the socket and building the request.
     pub setup: Duration,
-    /// From sending the echo request to its reply.
+    /// From sending the echo request to its reply (the mean, over several).
     pub rtt: Duration,
+    /// The TTL (IPv4) or hop limit (IPv6) of the first reply, as it arrived.
+    pub hop_limit: Option<u8>,
 }
 
-/// What a DNS reply held.
+/// What a DNS exchange took, and what its reply held.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DnsObserved {
+    /// Whether a reply to the query came back (whatever its code).
+    pub replied: bool,
+    /// Making the socket ready: a UDP socket's bind and connect, or the TCP handshake.
+    pub connect: Duration,
+    /// From then to the reply, or to giving up.
+    pub request: Duration,
+    /// For an SOA query, the serial of the SOA in the answer (0 without one).
+    pub serial: Option<u32>,
     /// Records in its answer section.
     pub answer: usize,
     /// Records in its authority section.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -11,7 +12,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use probe::outcome::{TlsFacts, Verdict};
+use probe::outcome::{FailureReason, TlsFacts, Verdict};
 
 use super::auth::Readable;
 use super::shared::{ApiState, error};
@@ -159,134 +160,276 @@ struct Family {
     samples: Vec<(String, f64)>,
 }
 
+impl Family {
+    /// A family of one series without labels.
+    fn one(name: &'static str, help: &'static str, value: f64) -> Self {
+        Self {
+            name,
+            help,
+            samples: vec![(String::new(), value)],
+        }
+    }
+
+    /// A family with one series per value of `label`.
+    fn by(
+        name: &'static str,
+        help: &'static str,
+        label: &str,
+        values: impl IntoIterator<Item = (&'static str, f64)>,
+    ) -> Self {
+        Self {
+            name,
+            help,
+            samples: values
+                .into_iter()
+                .map(|(key, value)| (format!("{{{label}=\"{key}\"}}"), value))
+                .collect(),
+        }
+    }
+}
+
+/// 1 for yes, 0 for no.
+fn flag(yes: bool) -> f64 {
+    if yes { 1.0 } else { 0.0 }
+}
+
 /// The exporter's series for what `ran` found, each family after its `# HELP` and `# TYPE`
-/// (every one a gauge, as the exporter's are), in name order as the exporter writes them.
+/// (every one a gauge, as the exporter's are), in name order as the exporter writes them. Each
+/// prober writes the families the exporter's writes, also when the probe failed early (zero
+/// then, as the exporter leaves them), so that a dashboard finds the same series either way.
 fn series(ran: &Ran) -> String {
-    let gauge = |name, help, value: f64| Family {
-        name,
-        help,
-        samples: vec![(String::new(), value)],
-    };
-    let flag = |yes: bool| if yes { 1.0 } else { 0.0 };
     let mut families = vec![
-        gauge(
+        Family::one(
             "probe_success",
             "Displays whether or not the probe was a success",
             flag(succeeded(ran)),
         ),
-        gauge(
+        Family::one(
             "probe_duration_seconds",
             "Returns how long the probe took to complete in seconds",
             ran.duration.as_secs_f64(),
         ),
+        Family::one(
+            "probe_dns_lookup_time_seconds",
+            "Returns the time taken for probe dns lookup in seconds",
+            ran.lookup.as_secs_f64(),
+        ),
     ];
     let observed = &ran.observed;
-    // The address reached, else the target's own when it is one.
-    if let Some(ip) = observed.addr.or_else(|| ran.host.parse().ok()) {
-        families.push(gauge(
-            "probe_ip_protocol",
-            "Specifies whether probe ip protocol is IP4 or IP6",
-            if ip.is_ipv4() { 4.0 } else { 6.0 },
-        ));
-        families.push(gauge(
-            "probe_ip_addr_hash",
-            "Specifies the hash of IP address. It's useful to detect if the IP address changes.",
-            f64::from(fnv1a(&match ip {
-                std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
-                std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
-            })),
-        ));
-    }
+    // The address reached, else the target's own, else the one it resolved to; 0 for neither
+    // when it did not resolve, as the exporter writes them.
+    let ip = observed
+        .addr
+        .or_else(|| ran.host.parse().ok())
+        .or(ran.resolved);
+    families.push(Family::one(
+        "probe_ip_protocol",
+        "Specifies whether probe ip protocol is IP4 or IP6",
+        match ip {
+            Some(IpAddr::V4(_)) => 4.0,
+            Some(IpAddr::V6(_)) => 6.0,
+            None => 0.0,
+        },
+    ));
+    families.push(Family::one(
+        "probe_ip_addr_hash",
+        "Specifies the hash of IP address. It's useful to detect if the IP address changes.",
+        match ip {
+            Some(IpAddr::V4(v4)) => f64::from(fnv1a(&v4.octets())),
+            Some(IpAddr::V6(v6)) => f64::from(fnv1a(&v6.octets())),
+            None => 0.0,
+        },
+    ));
+    let resolve = ran.lookup.as_secs_f64();
+    // The handshake's facts, once it completed (the version is known only then).
+    let handshake = ran.result.tls.as_deref().filter(|f| f.version.is_some());
     match ran.prober {
         Prober::Http => {
             let http = observed.http.clone().unwrap_or_default();
+            let answered = http.status != 0;
+            let phases = http.phases;
+            families.push(Family::by(
+                "probe_http_duration_seconds",
+                "Duration of http request by phase, summed over all redirects",
+                "phase",
+                if ran.resolved.is_some() || ip.is_some() {
+                    vec![
+                        ("connect", phases.connect.as_secs_f64()),
+                        ("processing", phases.processing.as_secs_f64()),
+                        ("resolve", resolve + phases.resolve.as_secs_f64()),
+                        ("tls", phases.tls.as_secs_f64()),
+                        ("transfer", phases.transfer.as_secs_f64()),
+                    ]
+                } else {
+                    // The exporter stops at a failed lookup, with that phase alone.
+                    vec![("resolve", resolve)]
+                },
+            ));
             families.extend([
-                gauge(
+                Family::one(
                     "probe_http_ssl",
                     "Indicates if SSL was used for the final redirect",
-                    flag(ran.result.tls.is_some()),
+                    flag(http.tls),
                 ),
-                gauge(
+                Family::one(
                     "probe_http_status_code",
                     "Response HTTP status code",
                     f64::from(http.status),
                 ),
-                gauge(
+                Family::one(
                     "probe_http_version",
                     "Returns the version of HTTP of the probe response",
                     http.version,
                 ),
-                gauge(
+                Family::one(
                     "probe_http_redirects",
                     "The number of redirects",
                     http.redirects as f64,
                 ),
-                gauge(
+                // Go's -1 for a reply that did not say; 0 without a reply.
+                Family::one(
                     "probe_http_content_length",
                     "Length of http content response",
-                    http.content_length.map_or(-1.0, |l| l as f64),
+                    match http.content_length {
+                        Some(length) => length as f64,
+                        None if answered => -1.0,
+                        None => 0.0,
+                    },
                 ),
-                gauge(
+                Family::one(
+                    "probe_http_uncompressed_body_length",
+                    "Length of uncompressed response body",
+                    http.body_length as f64,
+                ),
+                Family::one(
                     "probe_failed_due_to_regex",
                     "Indicates if probe failed due to regex",
                     flag(http.failed_due_to_regex),
                 ),
             ]);
+            if let (true, Some(facts)) = (answered && http.tls, handshake) {
+                families.extend(tls_families(facts, true));
+            }
+        }
+        Prober::Tcp => {
+            // A `query_response` expect that found no line: the exporter's regex failure.
+            let regex = matches!(&ran.result.verdict, Verdict::Failed(f) if f.reason == FailureReason::Body);
+            families.push(Family::one(
+                "probe_failed_due_to_regex",
+                "Indicates if probe failed due to regex",
+                flag(regex),
+            ));
+            if let Some(facts) = handshake {
+                families.extend(tls_families(facts, true));
+            }
+        }
+        Prober::Icmp => {
+            let icmp = observed.icmp.unwrap_or_default();
+            families.push(Family::by(
+                "probe_icmp_duration_seconds",
+                "Duration of icmp request by phase",
+                "phase",
+                [
+                    ("resolve", resolve),
+                    ("rtt", icmp.rtt.as_secs_f64()),
+                    ("setup", icmp.setup.as_secs_f64()),
+                ],
+            ));
+            if let Some(hops) = icmp.hop_limit {
+                families.push(Family::one(
+                    "probe_icmp_reply_hop_limit",
+                    "Replied packet hop limit (TTL for ipv4)",
+                    f64::from(hops),
+                ));
+            }
         }
         Prober::Dns => {
             let dns = observed.dns.clone().unwrap_or_default();
             families.extend([
-                gauge(
+                Family::by(
+                    "probe_dns_duration_seconds",
+                    "Duration of DNS request by phase",
+                    "phase",
+                    [
+                        ("connect", dns.connect.as_secs_f64()),
+                        ("request", dns.request.as_secs_f64()),
+                        ("resolve", resolve),
+                    ],
+                ),
+                Family::one(
                     "probe_dns_answer_rrs",
                     "Returns number of entries in the answer resource record list",
                     dns.answer as f64,
                 ),
-                gauge(
+                Family::one(
                     "probe_dns_authority_rrs",
                     "Returns number of entries in the authority resource record list",
                     dns.authority as f64,
                 ),
-                gauge(
+                Family::one(
                     "probe_dns_additional_rrs",
                     "Returns number of entries in the additional resource record list",
                     dns.additional as f64,
                 ),
-                gauge(
+                Family::one(
                     "probe_dns_query_succeeded",
                     "Displays whether or not the query was executed successfully",
-                    flag(observed.dns.is_some()),
+                    flag(dns.replied),
                 ),
             ]);
+            if let Some(serial) = dns.serial {
+                families.push(Family::one(
+                    "probe_dns_serial",
+                    "Returns the serial number of the zone",
+                    f64::from(serial),
+                ));
+            }
         }
         Prober::Grpc => {
-            if let Some(grpc) = &observed.grpc {
-                families.push(gauge(
+            let grpc = observed.grpc.clone().unwrap_or_default();
+            let mut phases = vec![("resolve", resolve)];
+            if ran.resolved.is_some() || ip.is_some() {
+                phases.push((
+                    "check",
+                    ran.duration.saturating_sub(ran.lookup).as_secs_f64(),
+                ));
+            }
+            phases.sort_by_key(|(phase, _)| *phase);
+            families.extend([
+                Family::by(
+                    "probe_grpc_duration_seconds",
+                    "Duration of gRPC request by phase",
+                    "phase",
+                    phases,
+                ),
+                Family::one(
                     "probe_grpc_status_code",
                     "Response gRPC status code",
                     f64::from(grpc.status_code),
-                ));
-                families.push(Family {
-                    name: "probe_grpc_healthcheck_response",
-                    help: "Response HealthCheck response",
-                    samples: ["NOT_SERVING", "SERVICE_UNKNOWN", "SERVING", "UNKNOWN"]
-                        .into_iter()
-                        .map(|status| {
-                            (
-                                format!("{{serving_status=\"{status}\"}}"),
-                                flag(grpc.serving_status == Some(status)),
-                            )
-                        })
-                        .collect(),
-                });
+                ),
+                Family::by(
+                    "probe_grpc_healthcheck_response",
+                    "Response HealthCheck response",
+                    "serving_status",
+                    ["NOT_SERVING", "SERVICE_UNKNOWN", "SERVING", "UNKNOWN"]
+                        .map(|status| (status, flag(grpc.serving_status == Some(status)))),
+                ),
+                Family::one(
+                    "probe_grpc_ssl",
+                    "Indicates if SSL was used for the connection",
+                    flag(handshake.is_some()),
+                ),
+            ]);
+            match handshake {
+                Some(facts) => families.extend(tls_families(facts, false)),
+                // The exporter writes this one for every gRPC probe: 0 without TLS.
+                None => families.push(Family::one(
+                    "probe_ssl_earliest_cert_expiry",
+                    EARLIEST_EXPIRY_HELP,
+                    0.0,
+                )),
             }
         }
-        Prober::Tcp | Prober::Icmp => {}
-    }
-    let tls_prober = matches!(ran.prober, Prober::Http | Prober::Tcp | Prober::Grpc);
-    if let (true, Some(facts)) = (tls_prober, ran.result.tls.as_deref())
-        && succeeded(ran)
-    {
-        families.extend(tls_families(facts));
     }
     families.sort_by_key(|f| f.name);
     let mut out = String::new();
@@ -309,35 +452,73 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     })
 }
 
-/// The certificate series the exporter writes once a handshake succeeded.
-fn tls_families(facts: &TlsFacts) -> Vec<Family> {
+const EARLIEST_EXPIRY_HELP: &str = "Returns last SSL chain expiry in unixtime";
+
+/// The certificate series the exporter writes once a handshake completed; `chain_expiry` for
+/// the probers whose exporter writes `probe_ssl_last_chain_expiry_timestamp_seconds` (all but
+/// gRPC).
+fn tls_families(facts: &TlsFacts, chain_expiry: bool) -> Vec<Family> {
     let unix = |at: SystemTime| {
         at.duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64())
     };
-    let mut families = Vec::new();
-    if let Some(at) = facts.earliest_expiry() {
-        families.push(Family {
-            name: "probe_ssl_earliest_cert_expiry",
-            help: "Returns last SSL chain expiry in unixtime",
-            samples: vec![(String::new(), unix(at))],
-        });
-    }
-    if let Some(at) = facts.chain_expiry() {
-        families.push(Family {
-            name: "probe_ssl_last_chain_expiry_timestamp_seconds",
-            help: "Returns last SSL chain expiry in timestamp",
-            samples: vec![(String::new(), unix(at))],
-        });
+    let mut families = vec![Family::one(
+        "probe_ssl_earliest_cert_expiry",
+        EARLIEST_EXPIRY_HELP,
+        facts.earliest_expiry().map_or(0.0, unix),
+    )];
+    if chain_expiry {
+        families.push(Family::one(
+            "probe_ssl_last_chain_expiry_timestamp_seconds",
+            "Returns last SSL chain expiry in timestamp",
+            facts.chain_expiry().map_or(0.0, unix),
+        ));
     }
     if let Some(version) = facts.version {
+        families.push(Family::by(
+            "probe_tls_version_info",
+            "Returns the TLS version used or NaN when unknown",
+            "version",
+            [(version, 1.0)],
+        ));
+    }
+    if let Some(leaf) = facts.leaf() {
+        let fingerprint: String = facts
+            .leaf_sha256
+            .unwrap_or_default()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         families.push(Family {
-            name: "probe_tls_version_info",
-            help: "Returns the TLS version used, or NaN when unknown",
-            samples: vec![(format!("{{version=\"{version}\"}}"), 1.0)],
+            name: "probe_ssl_last_chain_info",
+            help: "Contains SSL leaf certificate information",
+            samples: vec![(
+                format!(
+                    "{{fingerprint_sha256=\"{fingerprint}\",issuer=\"{}\",subject=\"{}\",\
+                     subjectalternative=\"{}\"}}",
+                    label_value(&leaf.issuer),
+                    label_value(&leaf.subject),
+                    label_value(&facts.leaf_dns_names.join(",")),
+                ),
+                1.0,
+            )],
         });
     }
     families
+}
+
+/// A label value escaped as the exposition format asks: backslash, double quote and newline.
+fn label_value(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A sample's value as the exposition format writes it.

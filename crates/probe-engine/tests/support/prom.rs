@@ -125,6 +125,49 @@ impl Metrics {
     }
 }
 
+/// Asserts that `ours` is the answer blackbox_exporter gave (`theirs`) to the same `/probe`:
+/// the same families, each with the same help, type and label sets, and the same values except
+/// for timings, which no two runs share, and the `client_specific` families, whose values the
+/// server makes depend on the client.
+pub fn assert_same_probe_series(what: &str, ours: &str, theirs: &str, client_specific: &[&str]) {
+    let (o, t) = (Metrics::parse(ours), Metrics::parse(theirs));
+    let context = || format!("{what}\n--- ours:\n{ours}\n--- theirs:\n{theirs}");
+    assert_eq!(
+        o.types.keys().collect::<Vec<_>>(),
+        t.types.keys().collect::<Vec<_>>(),
+        "families differ: {}",
+        context()
+    );
+    assert_eq!(o.types, t.types, "types differ: {}", context());
+    assert_eq!(o.help, t.help, "help texts differ: {}", context());
+    let timing = |name: &str| {
+        name == "probe_duration_seconds"
+            || name == "probe_dns_lookup_time_seconds"
+            || name.ends_with("_duration_seconds")
+            || client_specific.contains(&name)
+    };
+    let keyed = |m: &Metrics| -> BTreeMap<(String, Vec<(String, String)>), f64> {
+        m.samples
+            .iter()
+            .map(|s| {
+                let labels = s.labels.clone().into_iter().collect();
+                let value = if timing(&s.name) { 0.0 } else { s.value };
+                ((s.name.clone(), labels), value)
+            })
+            .collect()
+    };
+    let (ko, kt) = (keyed(&o), keyed(&t));
+    assert_eq!(
+        ko.keys().collect::<Vec<_>>(),
+        kt.keys().collect::<Vec<_>>(),
+        "series differ: {}",
+        context()
+    );
+    for (key, value) in &ko {
+        assert_eq!(Some(value), kt.get(key), "{key:?}: {}", context());
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Histogram {
     pub buckets: Vec<(f64, f64)>,

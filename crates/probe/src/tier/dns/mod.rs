@@ -87,31 +87,32 @@ impl DnsProbe {
             .map_err(|e| Failure::new(FailureReason::Io, format_args!("encode the query: {e}")))?;
         let server = self.spec.server;
         observed.addr = Some(server.ip());
-        let message = match self.spec.transport {
-            DnsTransport::Tcp => tcp_exchange(server, &wire, &query, deadline).await?,
-            DnsTransport::Udp => {
-                let reply = udp_exchange(server, &wire, &query, deadline).await?;
-                if reply.metadata.truncation {
-                    tcp_exchange(server, &wire, &query, deadline)
-                        .await
-                        .map_err(|f| Failure {
-                            detail: format!(
-                                "the reply over UDP was truncated; over TCP: {}",
-                                f.detail
-                            ),
-                            ..f
-                        })?
-                } else {
-                    reply
-                }
-            }
-        };
+        // When the socket was ready to send: the phases split there, answered or not.
+        let mut ready = started;
+        let exchanged = self.exchange(&wire, &query, deadline, &mut ready).await;
         let latency = started.elapsed();
-        observed.dns = Some(DnsObserved {
-            answer: message.answers.len(),
-            authority: message.authorities.len(),
-            additional: message.additionals.len(),
+        let dns = observed.dns.insert(DnsObserved {
+            connect: ready - started,
+            request: latency.saturating_sub(ready - started),
+            ..DnsObserved::default()
         });
+        let message = exchanged?;
+        dns.replied = true;
+        dns.answer = message.answers.len();
+        dns.authority = message.authorities.len();
+        dns.additional = message.additionals.len();
+        if self.spec.record_type == DnsType::Soa {
+            dns.serial = Some(
+                message
+                    .answers
+                    .iter()
+                    .find_map(|r| match &r.data {
+                        RData::SOA(soa) => Some(soa.serial),
+                        _ => None,
+                    })
+                    .unwrap_or_default(),
+            );
+        }
         let reply = self.reply(message);
         self.judge(&reply)?;
         let reasons = self.spec.degraded_if.reasons(latency);
@@ -120,6 +121,33 @@ impl DnsProbe {
         } else {
             Verdict::Degraded(reasons)
         })
+    }
+
+    /// Sends `wire` over the spec's transport (UDP falling back on TCP for a truncated reply)
+    /// and reads the reply; `ready` is set when a socket is ready to send.
+    async fn exchange(
+        &self,
+        wire: &[u8],
+        query: &Message,
+        deadline: Instant,
+        ready: &mut Instant,
+    ) -> Result<Message, Failure> {
+        let server = self.spec.server;
+        match self.spec.transport {
+            DnsTransport::Tcp => tcp_exchange(server, wire, query, deadline, ready).await,
+            DnsTransport::Udp => {
+                let reply = udp_exchange(server, wire, query, deadline, ready).await?;
+                if !reply.metadata.truncation {
+                    return Ok(reply);
+                }
+                tcp_exchange(server, wire, query, deadline, ready)
+                    .await
+                    .map_err(|f| Failure {
+                        detail: format!("the reply over UDP was truncated; over TCP: {}", f.detail),
+                        ..f
+                    })
+            }
+        }
     }
 
     /// A recursive query for the spec's question, with a fresh random id.
@@ -282,6 +310,7 @@ async fn udp_exchange(
     wire: &[u8],
     query: &Message,
     deadline: Instant,
+    ready: &mut Instant,
 ) -> Result<Message, Failure> {
     let local = if server.is_ipv4() {
         SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
@@ -298,6 +327,7 @@ async fn udp_exchange(
         .await
         .map_err(|e| Failure::io(&format!("connect to {server}"), &e))?;
     let started = Instant::now();
+    *ready = started;
     let span = deadline.saturating_duration_since(started);
     // On the heap: a buffer held across awaits would bloat every probe's future by its size.
     let mut buf = vec![0; MAX_DATAGRAM];
@@ -339,10 +369,12 @@ async fn tcp_exchange(
     wire: &[u8],
     query: &Message,
     deadline: Instant,
+    ready: &mut Instant,
 ) -> Result<Message, Failure> {
     let len = u16::try_from(wire.len())
         .map_err(|_| Failure::new(FailureReason::Io, "the query is too long for TCP"))?;
     let mut stream = connect(server, CloseMode::Reset, true, deadline).await?;
+    *ready = Instant::now();
     let mut framed = Vec::with_capacity(2 + wire.len());
     framed.extend_from_slice(&len.to_be_bytes());
     framed.extend_from_slice(wire);

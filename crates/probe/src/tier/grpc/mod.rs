@@ -149,7 +149,19 @@ impl GrpcProbe {
                 });
                 Verdict::Failed(failure)
             }
-            Err(Called::Failed(failure)) => Verdict::Failed(failure),
+            Err(Called::Failed(failure)) => {
+                // As a gRPC client reports a call that never reached the service.
+                let code = if failure.reason == FailureReason::Timeout {
+                    tonic::Code::DeadlineExceeded
+                } else {
+                    tonic::Code::Unavailable
+                };
+                observed.grpc = Some(GrpcObserved {
+                    status_code: code as i32,
+                    serving_status: None,
+                });
+                Verdict::Failed(failure)
+            }
             Err(Called::Gone) => Verdict::Failed(Failure::new(
                 FailureReason::Reset,
                 "the server closed the connection before answering",

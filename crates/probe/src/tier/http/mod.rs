@@ -157,10 +157,19 @@ impl HttpProbe {
             http: Some(HttpObserved {
                 status: status.as_u16(),
                 version: version_number(received.version),
-                redirects: received.redirects,
+                // A redirect not followed is counted too, as Go's client (and so
+                // blackbox_exporter) counts the redirects it meets.
+                redirects: received.redirects
+                    + usize::from(
+                        !self.spec.follow_redirects
+                            && status.is_redirection()
+                            && headers.contains_key(reqwest::header::LOCATION),
+                    ),
                 content_length: headers
                     .get(reqwest::header::CONTENT_LENGTH)
                     .and_then(|v| v.to_str().ok()?.parse().ok()),
+                body_length: received.body_length,
+                tls: received.tls,
                 failed_due_to_regex: false,
                 phases,
             }),

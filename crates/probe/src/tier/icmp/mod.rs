@@ -38,6 +38,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
+use std::os::fd::AsRawFd as _;
+
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -173,6 +176,8 @@ pub struct IcmpProbe {
 struct Tally {
     answered: u16,
     round_trips: Duration,
+    /// The TTL (hop limit) of the first reply, when the kernel told it.
+    hop_limit: Option<u8>,
     /// The socket error that ended the run early.
     error: Option<Failure>,
 }
@@ -225,6 +230,7 @@ impl IcmpProbe {
                 .round_trips
                 .checked_div(u32::from(tally.answered))
                 .unwrap_or_default(),
+            hop_limit: tally.hop_limit,
         });
         self.judge(ip, tally)
     }
@@ -250,6 +256,7 @@ impl IcmpProbe {
         let payload: Vec<u8> = (0..self.spec.size()).map(|i| i as u8).collect();
         let mut packet = Vec::with_capacity(HEADER + payload.len());
         let mut buf = vec![0; MAX_IPV4_HEADER + HEADER + payload.len()];
+        let mut control = nix::cmsg_space!(libc::c_int);
         let mut sent_at: Vec<Option<Instant>> = Vec::with_capacity(usize::from(count));
         let mut tally = Tally::default();
         let mut next_send = Instant::now();
@@ -276,14 +283,14 @@ impl IcmpProbe {
                     if !ready.is_readable() {
                         continue;
                     }
-                    match socket.try_recv(&mut buf) {
+                    match socket.try_io(Interest::READABLE, || receive(socket, &mut buf, &mut control)) {
                         // Stale readiness, which tokio has now cleared.
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(e) => {
                             tally.error = Some(Failure::io(&format!("from {ip}"), &e));
                             break;
                         }
-                        Ok(n) => {
+                        Ok((n, hop_limit)) => {
                             let seq = echo_reply(&buf[..n], ip.is_ipv6(), flavour, id);
                             // A duplicate, or a reply to an echo of another run, is no answer.
                             if let Some(at) = seq
@@ -292,6 +299,7 @@ impl IcmpProbe {
                             {
                                 tally.answered += 1;
                                 tally.round_trips += at.elapsed();
+                                tally.hop_limit = tally.hop_limit.or(hop_limit);
                             }
                         }
                     }
@@ -405,7 +413,37 @@ fn open(ip: IpAddr, flavour: Flavour) -> io::Result<UdpSocket> {
     };
     let socket = Socket::new(domain, kind.nonblocking().cloexec(), Some(protocol))?;
     socket.connect(&SocketAddr::new(ip, 0).into())?;
+    // Each reply then comes with its TTL (hop limit); without it a reply only lacks that.
+    let _ = match ip {
+        IpAddr::V4(_) => setsockopt(&socket, sockopt::Ipv4RecvTtl, &true),
+        IpAddr::V6(_) => setsockopt(&socket, sockopt::Ipv6RecvHopLimit, &true),
+    };
     UdpSocket::from_std(socket.into())
+}
+
+/// One datagram into `buf`: its length, and the TTL (hop limit) it arrived with when the kernel
+/// passed it in `control`.
+fn receive(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    control: &mut [u8],
+) -> io::Result<(usize, Option<u8>)> {
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let message = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(control),
+        MsgFlags::empty(),
+    )?;
+    let hop_limit = message.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|cmsg| match cmsg {
+            ControlMessageOwned::Ipv4Ttl(ttl) | ControlMessageOwned::Ipv6HopLimit(ttl) => {
+                u8::try_from(ttl).ok()
+            }
+            _ => None,
+        })
+    });
+    Ok((message.bytes, hop_limit))
 }
 
 /// Writes an echo request into `packet`: type 8 (ICMPv4) or 128 (ICMPv6), code 0, the

@@ -141,34 +141,35 @@ impl ServerCertVerifier for Noting {
 /// The facts of a chain; a certificate that cannot be parsed is left out (a verifier refuses it
 /// anyway, and says so).
 fn read(chain: &[CertificateDer<'_>], version: Option<&'static str>) -> TlsFacts {
-    let chain = chain
-        .iter()
-        .filter_map(|der| {
-            let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
-            let validity = cert.validity();
+    let mut facts = TlsFacts {
+        version,
+        ..TlsFacts::default()
+    };
+    for (i, der) in chain.iter().enumerate() {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else {
+            continue;
+        };
+        if i == 0 {
             let mut sha256 = [0; 32];
             sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, der).as_ref());
-            let serial = cert.raw_serial();
-            let leading_zeros = serial.iter().take_while(|b| **b == 0).count();
-            let dns_names = alt_names(&cert)
+            facts.leaf_sha256 = Some(sha256);
+            facts.leaf_dns_names = alt_names(&cert)
                 .iter()
                 .filter_map(|name| match name {
                     GeneralName::DNSName(dns) => Some((*dns).to_owned()),
                     _ => None,
                 })
                 .collect();
-            Some(CertificateFacts {
-                subject: go_form(cert.subject()),
-                issuer: go_form(cert.issuer()),
-                not_before: unix(validity.not_before.timestamp()),
-                not_after: unix(validity.not_after.timestamp()),
-                sha256,
-                serial: serial[leading_zeros..].to_vec(),
-                dns_names,
-            })
-        })
-        .collect();
-    TlsFacts { version, chain }
+        }
+        let validity = cert.validity();
+        facts.chain.push(CertificateFacts {
+            subject: go_form(cert.subject()),
+            issuer: go_form(cert.issuer()),
+            not_before: unix(validity.not_before.timestamp()),
+            not_after: unix(validity.not_after.timestamp()),
+        });
+    }
+    facts
 }
 
 pub(crate) fn unix(seconds: i64) -> SystemTime {

@@ -9,7 +9,7 @@
 use reqwest::{Method, StatusCode};
 use tokio::time::timeout_at;
 
-use super::wire::{Hop, Limits, Received, Request, read_body, redirect, timed_out};
+use super::wire::{Hop, Limits, Received, Request, body_by, read_body, redirect, timed_out};
 use super::{client, fresh};
 use crate::outcome::{Failure, FailureReason, HttpPhases, Remarks};
 use crate::tier::http::spec::HttpSpec;
@@ -132,15 +132,13 @@ impl Pooled {
             return Ok(Hop::Redirect(status, next));
         }
         let reading = read_body(&mut response, limits.keep_body);
-        let body = match timeout_at(limits.deadline, reading).await {
-            Err(_) => Err(timed_out("body not complete within", limits.timeout)),
-            Ok(body) => body,
-        };
+        let (body, body_length) = body_by(&limits, reading).await;
         let remote = response.remote_addr();
         Ok(Hop::Done(Received {
             status,
             headers,
             body,
+            body_length,
             version,
             tls: request.url.scheme() == "https",
             redirects: 0,

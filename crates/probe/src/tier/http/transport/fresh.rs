@@ -37,7 +37,9 @@ use tokio_rustls::client::TlsStream;
 
 use super::client;
 use super::dns::ProbeDns;
-use super::wire::{Chunks, Hop, Limits, Received, Request, read_body, redirect, timed_out};
+use super::wire::{
+    Chunks, Hop, Limits, Received, Request, body_by, read_body, redirect, timed_out,
+};
 use crate::outcome::{Failure, FailureReason, HttpPhases};
 use crate::tier::http::spec::HttpSpec;
 
@@ -101,15 +103,13 @@ impl Fresh {
             read_body(&mut incoming, limits.keep_body),
             "reading the body",
         );
-        let body = match timeout_at(limits.deadline, reading).await {
-            Err(_) => Err(timed_out("body not complete within", limits.timeout)),
-            Ok(body) => body,
-        };
+        let (body, body_length) = body_by(&limits, reading).await;
         phases.transfer += head.elapsed();
         Ok(Hop::Done(Received {
             status: parts.status,
             headers: parts.headers,
             body,
+            body_length,
             version: parts.version,
             tls: request.url.scheme() == "https",
             redirects: 0,

@@ -4,12 +4,13 @@
 //! build on these, so neither depends on the other's module.
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 
 use super::client;
 use crate::outcome::{Failure, FailureReason};
@@ -23,6 +24,8 @@ pub(crate) struct Received {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Result<Vec<u8>, Failure>,
+    /// How many bytes of body were read (decoded, and at most just over [`MAX_BODY`]).
+    pub body_length: usize,
     /// The HTTP version the reply came in.
     pub version: reqwest::Version,
     /// Whether the request that got this reply (the last, after redirects) went over TLS.
@@ -157,9 +160,29 @@ impl Chunks for reqwest::Response {
     }
 }
 
+/// Waits for `reading` (a [`read_body`]) until the deadline: the body or why there is none, and
+/// how many bytes were read.
+pub(crate) async fn body_by(
+    limits: &Limits,
+    reading: impl Future<Output = Result<(Vec<u8>, usize), Failure>>,
+) -> (Result<Vec<u8>, Failure>, usize) {
+    match timeout_at(limits.deadline, reading).await {
+        Err(_) => (
+            Err(timed_out("body not complete within", limits.timeout)),
+            0,
+        ),
+        Ok(Ok((body, length))) => (Ok(body), length),
+        Ok(Err(failure)) => (Err(failure), 0),
+    }
+}
+
 /// Reads the body: kept up to [`MAX_BODY`] when `keep`, else drained (so that a pooled
-/// connection can be reused) up to the same limit and dropped.
-pub(crate) async fn read_body(body: &mut impl Chunks, keep: bool) -> Result<Vec<u8>, Failure> {
+/// connection can be reused) up to the same limit and dropped. With it, how many bytes were
+/// read.
+pub(crate) async fn read_body(
+    body: &mut impl Chunks,
+    keep: bool,
+) -> Result<(Vec<u8>, usize), Failure> {
     let over = |size: &dyn fmt::Display| {
         Failure::new(
             FailureReason::Body,
@@ -182,11 +205,11 @@ pub(crate) async fn read_body(body: &mut impl Chunks, keep: bool) -> Result<Vec<
                 return Err(over(&format_args!("more than {MAX_BODY}")));
             }
             // Nothing looks at the body: stop here and let the connection go.
-            return Ok(Vec::new());
+            return Ok((Vec::new(), total));
         }
         if keep {
             kept.extend_from_slice(&chunk);
         }
     }
-    Ok(kept)
+    Ok((kept, total))
 }
