@@ -56,13 +56,20 @@ pub struct AdHoc {
 /// The modules in force, and the probes built from them.
 struct Loaded {
     blackbox: Blackbox,
-    /// Each (module, target, hostname) asked for, built once: compiling a module's entry and
-    /// building its probe (an HTTP client, a TLS configuration) cost more than most checks. A
-    /// probe keeps no connection between checks (HTTP checks use a fresh one, as the exporter
-    /// does), so a kept probe answers as a new one would. Replaced whole with the modules on a
-    /// reload; emptied when it reaches [`MAX_BUILT`], so a scraper asking for ever new targets
-    /// cannot grow it. The lock is held only to take a probe out or put it back.
-    built: Mutex<HashMap<Asked, Arc<dyn Probe>>>,
+    /// The probes built for each (module, target, hostname) asked for, kept: compiling a
+    /// module's entry and building its probe (an HTTP client, a TLS configuration) cost more
+    /// than most checks. A probe keeps no connection between checks (HTTP checks use a fresh
+    /// one, as the exporter does), so a kept probe answers as a new one would. Replaced whole
+    /// with the modules on a reload. The lock is held only to take a probe out or put it back.
+    built: Mutex<Built>,
+}
+
+/// The probes kept, with as many for one query as ran at once; emptied when they reach
+/// [`MAX_BUILT`], so a scraper asking for ever new targets cannot grow them.
+#[derive(Default)]
+struct Built {
+    idle: HashMap<Asked, Vec<Arc<dyn Probe>>>,
+    count: usize,
 }
 
 /// What a query asks for: the module, the target and the hostname.
@@ -215,8 +222,13 @@ impl AdHoc {
         );
         // Taken out while it runs: a probe notes what its check saw (a handshake's certificate)
         // for that check, so two checks must not share one. A second request for the same
-        // target meanwhile builds its own.
-        let kept = loaded.built.lock().remove(&key);
+        // target meanwhile takes another, or builds its own, kept too after.
+        let kept = {
+            let mut built = loaded.built.lock();
+            let kept = built.idle.get_mut(&key).and_then(Vec::pop);
+            built.count -= usize::from(kept.is_some());
+            kept
+        };
         let probe = match kept {
             Some(probe) => probe,
             None => self.build(
@@ -239,10 +251,11 @@ impl AdHoc {
         let (result, observed) = probe.observe(timeout.saturating_sub(lookup)).await;
         {
             let mut built = loaded.built.lock();
-            if built.len() >= MAX_BUILT {
-                built.clear();
+            if built.count >= MAX_BUILT {
+                *built = Built::default();
             }
-            built.insert(key, probe);
+            built.idle.entry(key).or_default().push(probe);
+            built.count += 1;
         }
         Ok(Ran {
             prober: module.prober,

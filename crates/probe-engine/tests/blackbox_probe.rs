@@ -14,7 +14,7 @@ use support::Daemon;
 use support::prom::{Metrics, assert_same_probe_series};
 
 /// An HTTP server on 127.0.0.1: `/ok` 200 with a version in its body, `/fail` 503, `/redirect`
-/// a 302 to `/ok`, `/plain` 200 without the version.
+/// a 302 to `/ok`, `/plain` 200 without the version, `/static` 200 with a `Last-Modified`.
 async fn http_server() -> SocketAddr {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
@@ -29,7 +29,16 @@ async fn http_server() -> SocketAddr {
             "/redirect",
             get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/ok")]).into_response() }),
         )
-        .route("/plain", get(|| async { "nothing to see\n" }));
+        .route("/plain", get(|| async { "nothing to see\n" }))
+        .route(
+            "/static",
+            get(|| async {
+                (
+                    [(header::LAST_MODIFIED, "Sun, 06 Dec 2026 08:00:00 GMT")],
+                    "a file\n",
+                )
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -216,6 +225,7 @@ async fn probe_answers_as_blackbox_exporter_does_on_the_same_servers() {
         ("http_2xx", format!("http://{http}/ok"), true),
         ("http_2xx", format!("http://{http}/fail"), false),
         ("http_2xx", format!("http://{http}/redirect"), true),
+        ("http_2xx", format!("http://{http}/static"), true),
         ("http_version", format!("http://{http}/ok"), true),
         ("http_version", format!("http://{http}/plain"), false),
         ("tcp_pong", line.to_string(), true),
@@ -296,7 +306,7 @@ async fn probe_answers_as_blackbox_exporter_does_on_the_same_servers() {
             "probe_adhoc_probes_total",
             &[("module", "http_2xx"), ("result", "success")]
         ),
-        2.0
+        3.0
     );
     assert_eq!(
         metrics.value(

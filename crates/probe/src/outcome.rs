@@ -360,6 +360,8 @@ pub struct HttpObserved {
     pub body_length: usize,
     /// Whether it came over TLS.
     pub tls: bool,
+    /// Its `Last-Modified`, when it had one that reads as an HTTP date.
+    pub last_modified: Option<std::time::SystemTime>,
     /// Whether it failed a body or header regular expression (`body_matches`,
     /// `header_matches`, and their `not` forms).
     pub failed_due_to_regex: bool,

@@ -307,6 +307,13 @@ fn series(ran: &Ran) -> String {
                     flag(http.failed_due_to_regex),
                 ),
             ]);
+            if let Some(at) = http.last_modified {
+                families.push(Family::one(
+                    "probe_http_last_modified_timestamp_seconds",
+                    "Returns the Last-Modified HTTP response header in unixtime",
+                    unix(at),
+                ));
+            }
             if let (true, Some(facts)) = (answered && http.tls, handshake) {
                 families.extend(tls_families(facts, true));
             }
@@ -458,10 +465,6 @@ const EARLIEST_EXPIRY_HELP: &str = "Returns last SSL chain expiry in unixtime";
 /// the probers whose exporter writes `probe_ssl_last_chain_expiry_timestamp_seconds` (all but
 /// gRPC).
 fn tls_families(facts: &TlsFacts, chain_expiry: bool) -> Vec<Family> {
-    let unix = |at: SystemTime| {
-        at.duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64())
-    };
     let mut families = vec![Family::one(
         "probe_ssl_earliest_cert_expiry",
         EARLIEST_EXPIRY_HELP,
@@ -505,6 +508,12 @@ fn tls_families(facts: &TlsFacts, chain_expiry: bool) -> Vec<Family> {
         });
     }
     families
+}
+
+/// Seconds since the epoch, as the exporter writes a time (0 before it).
+fn unix(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A label value escaped as the exposition format asks: backslash, double quote and newline.

@@ -170,6 +170,9 @@ impl HttpProbe {
                     .and_then(|v| v.to_str().ok()?.parse().ok()),
                 body_length: received.body_length,
                 tls: received.tls,
+                last_modified: headers
+                    .get(reqwest::header::LAST_MODIFIED)
+                    .and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok()),
                 failed_due_to_regex: false,
                 phases,
             }),
