@@ -15,7 +15,7 @@ use probe::resolve::Names;
 use probe::tier::Probe;
 use probe::tier::icmp::{self, Flavour, IcmpDegradedIf, IcmpHost, IcmpProbe, IcmpSpec};
 use probe_engine::netns_or_skip;
-use probe_engine::testing::{Netns, skipped};
+use probe_engine::testing::{Netns, skipped_outside_ci, skipped_without_ipv6};
 use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_millis(500);
@@ -72,10 +72,7 @@ async fn the_process_says_which_sockets_it_pings_with() {
 #[tokio::test]
 async fn the_ipv4_loopback_answers() {
     if icmp::sockets().flavour().is_none() {
-        skipped(&format!(
-            "the_ipv4_loopback_answers: icmp {}",
-            icmp::sockets()
-        ));
+        skipped_outside_ci(&format!("icmp {}", icmp::sockets()));
         return;
     }
     let probe = IcmpProbe::new(spec(Ipv4Addr::LOCALHOST.into()), Names::system());
@@ -85,14 +82,11 @@ async fn the_ipv4_loopback_answers() {
 #[tokio::test]
 async fn the_ipv6_loopback_answers() {
     if std::net::UdpSocket::bind("[::1]:0").is_err() {
-        skipped("the_ipv6_loopback_answers: no IPv6 loopback on this machine");
+        skipped_without_ipv6();
         return;
     }
     if icmp::sockets().flavour().is_none() {
-        skipped(&format!(
-            "the_ipv6_loopback_answers: icmp {}",
-            icmp::sockets()
-        ));
+        skipped_outside_ci(&format!("icmp {}", icmp::sockets()));
         return;
     }
     let probe = IcmpProbe::new(spec(Ipv6Addr::LOCALHOST.into()), Names::system());
@@ -102,10 +96,7 @@ async fn the_ipv6_loopback_answers() {
 #[tokio::test]
 async fn a_host_name_is_resolved_per_run() {
     if icmp::sockets().flavour().is_none() {
-        skipped(&format!(
-            "a_host_name_is_resolved_per_run: icmp {}",
-            icmp::sockets()
-        ));
+        skipped_outside_ci(&format!("icmp {}", icmp::sockets()));
         return;
     }
     // The hosts file's name: 127.0.0.1 or ::1, both the loopback.
@@ -178,7 +169,7 @@ fn a_host_with_no_route_to_it_is_unreachable_at_once() {
 async fn a_host_that_drops_echo_requests_times_out() {
     let netns = netns_or_skip!();
     if icmp::sockets().flavour().is_none() {
-        skipped(&format!("icmp {}", icmp::sockets()));
+        skipped_outside_ci(&format!("icmp {}", icmp::sockets()));
         return;
     }
     let host = IpAddr::from(netns.addr());

@@ -60,7 +60,7 @@ async fn open_port_succeeds() {
 #[tokio::test]
 async fn ipv6_loopback_succeeds() {
     let Ok(l) = TcpListener::bind("[::1]:0").await else {
-        probe_engine::testing::skipped("ipv6_loopback_succeeds: no IPv6 loopback on this machine");
+        probe_engine::testing::skipped_without_ipv6();
         return;
     };
     let addr = l.local_addr().unwrap();

@@ -46,15 +46,17 @@ type Check = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
 
 /// Runs `check` on the regression cases of `target`, then on inputs from `strategy` for a
 /// bounded time per seed. A panic is a failure; so is an input that takes more than
-/// [`HANG`]. The first failure is shrunk and reported with its seed. Returns how many inputs
-/// were checked.
+/// [`HANG`]. The first failure is shrunk and reported with its seed. Fewer than `min_inputs`
+/// checked (for the default 4 s a seed; in proportion to `PROBE_FUZZ_SECONDS`) is a failure
+/// too: a machine too slow to fuzz must not pass by checking a handful.
 /// `strategy` builds the generator on the fuzzing thread (proptest's boxed strategies stay on
 /// the thread that made them).
 fn fuzz(
     target: &str,
+    min_inputs: u64,
     strategy: impl FnOnce() -> BoxedStrategy<Vec<u8>> + Send + 'static,
     check: Check,
-) -> u64 {
+) {
     let per_seed = std::env::var("PROBE_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -91,7 +93,11 @@ fn fuzz(
         Ok(Ok(cases)) => {
             println!("fuzz {target}: {cases} inputs, no failure");
             let _ = worker.join();
-            cases
+            let min = (min_inputs as f64 * per_seed.as_secs_f64() / 4.0) as u64;
+            assert!(
+                cases >= min,
+                "fuzz {target}: only {cases} inputs checked, under the {min} a run must check"
+            );
         }
         Ok(Err(failure)) => panic!("fuzz {target}: {failure}"),
         Err(_) => {
@@ -441,6 +447,7 @@ fn the_config_compiler_locates_every_rejection() {
     let file = Path::new("fuzz.yaml");
     fuzz(
         "config",
+        3_000,
         || documents(config_seeds()),
         Arc::new(move |input| {
             let text = String::from_utf8_lossy(input);
@@ -480,8 +487,9 @@ fn the_blackbox_loader_locates_every_refusal_and_compiles_what_it_accepts() {
         seed.modules.len() == 7 && seed.modules.iter().all(|m| m.module.is_ok()),
         "{seed:?}"
     );
-    let cases = fuzz(
+    fuzz(
         "blackbox",
+        1_000,
         || documents_of(BLACKBOX_KEYS, blackbox_seeds()),
         Arc::new(move |input| {
             let text = String::from_utf8_lossy(input);
@@ -539,7 +547,6 @@ fn the_blackbox_loader_locates_every_refusal_and_compiles_what_it_accepts() {
             Ok(())
         }),
     );
-    assert!(cases >= 1_000, "only {cases} inputs checked");
 }
 
 #[test]
@@ -558,6 +565,7 @@ fn the_etcd_value_decoder_locates_every_rejection() {
     let dir = std::env::temp_dir();
     fuzz(
         "etcd-value",
+        10_000,
         values,
         Arc::new(move |input| {
             let Err(message) = probe_engine::config::parse_entry("a", "etcd:a", input, &dir) else {
@@ -597,6 +605,7 @@ fn the_http_tiers_parsers_accept_only_what_they_can_show() {
     let doc: Value = serde_json::json!({"a": [1, {"b": "x"}], "c.d": null, "": {"": 0}});
     fuzz(
         "http-parsers",
+        20_000,
         texts,
         Arc::new(move |input| {
             let text = String::from_utf8_lossy(input);
@@ -723,6 +732,7 @@ fn every_api_body_gets_an_answer_and_never_a_server_error() {
     let http = support::client();
     fuzz(
         "api-bodies",
+        2_000,
         requests,
         Arc::new(move |input| {
             let (head, body) = input
@@ -821,8 +831,9 @@ fn every_probe_query_gets_an_answer_and_never_a_server_error() {
             .unwrap(),
     );
     let http = support::client();
-    let cases = fuzz(
+    fuzz(
         "probe-queries",
+        1_500,
         probe_queries,
         Arc::new(move |input| {
             let (query, timeout) = input
@@ -850,7 +861,6 @@ fn every_probe_query_gets_an_answer_and_never_a_server_error() {
             }
         }),
     );
-    assert!(cases >= 300, "only {cases} queries checked");
     let alive = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(async { daemon.get("/livez").await.status() });

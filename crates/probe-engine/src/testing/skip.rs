@@ -1,13 +1,18 @@
 //! How a test that cannot run here says so: a `SKIPPED: <why>` line that `scripts/test`
-//! counts, or a failure under `CI`, where nothing may skip.
+//! counts, or a failure under `CI`, where nothing may skip. The one skip allowed everywhere is
+//! a machine without an IPv6 loopback ([`skipped_without_ipv6`]), which no package installs;
+//! `scripts/skips` fails the suite on any other.
 
 use std::io::Write as _;
 
 /// Says that the calling test cannot run here, and why, as a `SKIPPED: <why>` line written
 /// straight to the process's standard error: the test harness captures what a passing test
 /// prints, and a skip must show (`scripts/test` counts these lines in its summary).
-pub fn skipped(why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+/// The line names the test: the harness runs each on a thread of its name.
+fn skipped(why: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
 
 /// [`skipped`], for a test whose needs `scripts/setup` installs: under `CI` (which runs that
@@ -21,4 +26,10 @@ pub fn skipped_outside_ci(why: &str) {
         "CI must run this test (scripts/setup installs what it needs), but: {why}"
     );
     skipped(why);
+}
+
+/// The skip of the calling test on a machine without an IPv6 loopback (a container's network,
+/// often): the one `scripts/skips` lets pass, by this wording.
+pub fn skipped_without_ipv6() {
+    skipped("no IPv6 loopback on this machine");
 }
