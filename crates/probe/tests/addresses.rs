@@ -207,3 +207,53 @@ async fn tls_checks_every_address_against_the_name() {
         .await;
     assert_eq!(any.verdict, Verdict::Up);
 }
+
+#[tokio::test]
+async fn first_judges_the_first_address_that_connects_where_any_passes_on_another() {
+    // Answers kept for a minute, so that every probe here sees the order looked up first
+    // (dnsmasq may order each answer differently).
+    let dns = DnsServer::start_with(
+        &[("multi.test", ONE), ("multi.test", TWO)],
+        &["--local-ttl=60"],
+    );
+    let names = dns.names(Duration::from_secs(60));
+    let order = names
+        .lookup("multi.test", tokio::time::Instant::now() + TIMEOUT)
+        .await
+        .unwrap()
+        .addrs;
+    assert_eq!(order.len(), 2, "{order:?}");
+    let ca = pki::Ca::new("probe test CA", 365);
+    let port = port().await;
+    // Both connect; the first in the resolver's order serves a certificate for another name.
+    let wrong = ca.leaf(&["other.test"], -1, 30);
+    let good = ca.leaf(&["multi.test"], -1, 30);
+    for (ip, leaf) in [(order[0], &wrong), (order[1], &good)] {
+        let listener = TcpListener::bind(SocketAddr::new(ip, port)).await.unwrap();
+        pki::serve(listener, leaf.server());
+    }
+    let mut spec = TlsSpec::new(Address::Host {
+        host: "multi.test".into(),
+        port,
+    })
+    .unwrap();
+    spec.trust = TlsTrust::WithCa(CaBundle::from_pem(ca.pem.as_bytes()).unwrap());
+    spec.addresses = Addresses::First;
+    let first = build(&ProbeSpec::Tls(Box::new(spec.clone())), &names)
+        .check(TIMEOUT)
+        .await;
+    let failure = first.failure().expect("the first address is judged");
+    assert_eq!(failure.reason, FailureReason::Tls);
+    assert!(
+        failure
+            .detail
+            .starts_with("certificate for other.test, not multi.test"),
+        "{}",
+        failure.detail
+    );
+    spec.addresses = Addresses::Any;
+    let any = build(&ProbeSpec::Tls(Box::new(spec)), &names)
+        .check(TIMEOUT)
+        .await;
+    assert_eq!(any.verdict, Verdict::Up);
+}

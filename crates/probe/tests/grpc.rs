@@ -254,7 +254,15 @@ async fn tls_with_a_test_ca_passes_reports_the_certificate_and_an_untrusted_one_
 
     // Plaintext against a TLS server fails, and is not taken for a healthy answer.
     let plaintext = GrpcProbe::new(spec(server.addr, ""), Names::system());
-    assert!(check(&plaintext).await.failure().is_some());
+    let (reason, detail) = failure(&check(&plaintext).await);
+    // A TLS server reads the HTTP/2 preface as a bad ClientHello and closes.
+    assert_eq!(
+        (reason, detail.as_str()),
+        (
+            FailureReason::Reset,
+            "the server closed the connection before answering"
+        )
+    );
 }
 
 #[tokio::test]
@@ -322,6 +330,90 @@ async fn a_kept_connection_the_server_closed_is_replaced_within_the_check() {
     assert_eq!(restarted.accepted.load(Ordering::SeqCst), 1);
     assert_eq!(check(&probe).await.verdict, Verdict::Up);
     assert_eq!(restarted.accepted.load(Ordering::SeqCst), 1, "kept again");
+}
+
+/// A TCP relay to `upstream` that can cut its connections silently: after [`Relay::cut`], a
+/// connection opened before forwards nothing more, and closes as soon as its client sends
+/// again. The client learns that its connection is gone only as its next request goes out:
+/// the race of a kept connection an idle timeout (or a restart behind a load balancer) ended.
+struct Relay {
+    addr: SocketAddr,
+    generation: Arc<AtomicUsize>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = listener().await;
+        let addr = listener.local_addr().unwrap();
+        let generation = Arc::new(AtomicUsize::new(0));
+        let current = generation.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let born = current.load(Ordering::SeqCst);
+                let current = current.clone();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let down = tokio::spawn(async move {
+                        let mut buf = vec![0; 16 * 1024];
+                        while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                            if to_client.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    let mut buf = vec![0; 16 * 1024];
+                    while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                        if current.load(Ordering::SeqCst) != born {
+                            break;
+                        }
+                        if to_server.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    // Both halves of the client's connection go: it sees the close now.
+                    down.abort();
+                });
+            }
+        });
+        Self { addr, generation }
+    }
+
+    /// Cuts the connections open now; new ones are relayed.
+    fn cut(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_kept_connection_that_dies_as_the_call_goes_out_is_retried_on_a_fresh_one() {
+    let server = serve(listener().await, None).await;
+    let relay = Relay::start(server.addr).await;
+    let probe = GrpcProbe::new(spec(relay.addr, ""), Names::system());
+    let first = check(&probe).await;
+    assert_eq!(first.verdict, Verdict::Up);
+    assert!(!first.remarks.stale_connection_retried);
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
+
+    relay.cut();
+    let result = check(&probe).await;
+    assert_eq!(result.verdict, Verdict::Up, "{result:?}");
+    assert!(
+        result.remarks.stale_connection_retried,
+        "the retry is noted: {result:?}"
+    );
+    assert_eq!(
+        server.accepted.load(Ordering::SeqCst),
+        2,
+        "a fresh connection"
+    );
+    let again = check(&probe).await;
+    assert!(!again.remarks.stale_connection_retried, "{again:?}");
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 2, "kept again");
 }
 
 #[tokio::test]
