@@ -177,7 +177,7 @@ async fn syn_loss_keeps_readiness_and_real_outages_are_still_found_in_time() {
     let window = began.elapsed();
     let (runs1, failures1) = probe_counts(&daemon).await;
     let (runs, failures) = (runs1 - runs0, failures1 - failures0);
-    let mut false_downs = 0;
+    let mut false_downs = 0u64;
     while let Ok(change) = changes.try_recv() {
         if change.to == "DOWN" {
             false_downs += 1;
@@ -224,6 +224,12 @@ async fn syn_loss_keeps_readiness_and_real_outages_are_still_found_in_time() {
     assert!(
         failures > 0.0,
         "no probe failed: the SYN loss did not reach the probes"
+    );
+    // False DOWNs: no more than the binomial model's count chance exceeds less often than ALPHA.
+    assert!(
+        false_downs <= outages,
+        "{false_downs} false DOWN, more than the {outages} the model allows (predicted \
+         {expected_downs:.3})"
     );
     assert!(
         not_ready.len() as f64 <= bound,
