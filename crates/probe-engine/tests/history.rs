@@ -291,6 +291,14 @@ fn ms(rfc3339: &Value) -> i64 {
         .as_millis() as i64
 }
 
+/// The wall clock in milliseconds since the epoch, as the daemon stamps transitions.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms as u64))
         .to_string()
@@ -340,15 +348,20 @@ async fn written_and_read_back(dir: &Path, extra_config: &str) {
         "recent results stay"
     );
 
-    // DOWN 2 periods, then maintenance, then UP again.
-    api.close();
-    daemon.wait_states(&[("api", "DOWN")]).await;
-    api.open();
-    daemon.wait_states(&[("api", "UP")]).await;
-    api.close();
-    daemon.wait_states(&[("api", "DOWN")]).await;
-    api.open();
-    daemon.wait_states(&[("api", "UP")]).await;
+    // DOWN 2 periods, then maintenance, then UP again. The test keeps its own clock: each
+    // outage began after it closed the port and before it saw DOWN, and ended after it opened
+    // the port and before it saw UP.
+    let mut outages = Vec::new();
+    for _ in 0..2 {
+        let closed = wall_ms();
+        api.close();
+        daemon.wait_states(&[("api", "DOWN")]).await;
+        let seen_down = wall_ms();
+        api.open();
+        let opened = wall_ms();
+        daemon.wait_states(&[("api", "UP")]).await;
+        outages.push(((closed, seen_down), (opened, wall_ms())));
+    }
     let (status, body) = daemon
         .send(
             reqwest::Method::PUT,
@@ -410,6 +423,18 @@ async fn written_and_read_back(dir: &Path, extra_config: &str) {
         + (api_moves[5].0 - api_moves[4].0);
     let window = format!("{}..{}", rfc3339(from), rfc3339(until));
     let u = json(&daemon, &format!("/v1/targets/api/uptime?window={window}")).await;
+    // Against the test's own clock: each outage no shorter than from seeing DOWN to opening
+    // the port, no longer than from closing it to seeing UP.
+    let shortest: i64 = outages
+        .iter()
+        .map(|((_, down), (open, _))| open - down)
+        .sum();
+    let longest: i64 = outages.iter().map(|((close, _), (_, up))| up - close).sum();
+    let down_ms = u["down_ms"].as_i64().unwrap();
+    assert!(
+        (shortest..=longest).contains(&down_ms),
+        "down {down_ms} ms, outside the {shortest}..={longest} ms the test timed: {u}"
+    );
     assert_eq!(u["down_ms"].as_i64(), Some(expected_down), "{u}");
     assert_eq!(u["up_ms"].as_i64(), Some(expected_up), "{u}");
     assert_eq!(
