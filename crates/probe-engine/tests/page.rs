@@ -454,6 +454,140 @@ async fn every_value_shows_escaped() {
     assert!(searched.contains(r#"value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;""#));
 }
 
+/// `GET /status/events` read as a stream: each frame's event name and data, in order.
+async fn page_events(daemon: &Daemon) -> tokio::sync::mpsc::UnboundedReceiver<(String, String)> {
+    use futures_util::StreamExt as _;
+    let response = daemon.get("/status/events").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "text/event-stream",
+        "an event stream"
+    );
+    let mut stream = Box::pin(response.bytes_stream());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut buffer = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let frame: String = buffer.drain(..end + 2).collect();
+                let field = |name: &str| {
+                    frame
+                        .lines()
+                        .filter_map(|l| l.strip_prefix(name))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                let event = field("event: ");
+                // Keep-alive comments carry no event.
+                if !event.is_empty() && tx.send((event, field("data: "))).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The next event named `name` whose data satisfies `want`, within [`WAIT`].
+async fn next_event(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    name: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (event, data) = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {name} event as wanted within {WAIT:?}"))
+            .expect("the stream ended");
+        if event == name && want(&data) {
+            return data;
+        }
+    }
+}
+
+/// The page's live updates without a browser: the stream's `transition`, `nodes` and
+/// `incidents` events, and what each carries.
+#[tokio::test]
+async fn the_live_stream_carries_transitions_nodes_and_incidents() {
+    let (up, up_server) = accepting().await;
+    let dir = tempfile::tempdir().unwrap();
+    small(dir.path(), up, "");
+    let state = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start_with(dir.path(), &["--state-dir", state.path().to_str().unwrap()]);
+    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+    let mut events = page_events(&daemon).await;
+
+    // `up`, `web`'s critical dependency, goes DOWN.
+    up_server.abort();
+    let transition = next_event(&mut events, "transition", |d| {
+        d.contains(r#""target":"up""#)
+    })
+    .await;
+    let transition: serde_json::Value = serde_json::from_str(&transition).unwrap();
+    assert_eq!(
+        (&transition["from"], &transition["to"], &transition["cause"]),
+        (&"UP".into(), &"DOWN".into(), &"results".into()),
+        "{transition}"
+    );
+    assert!(
+        transition["detail"].as_str().unwrap().contains("refused"),
+        "{transition}"
+    );
+
+    // And back UP. The stream's first look at the graph only learns what is shown, and may
+    // come after the fall: the group recovering (to DEGRADED, since its other dependency stays
+    // DOWN) comes as a `nodes` event either way, and after it every change is sent.
+    let listener = TcpListener::bind(up).await.unwrap();
+    let up_server = tokio::spawn(async move {
+        loop {
+            let _ = listener.accept().await;
+        }
+    });
+    let web = |d: &str, state: &str| {
+        serde_json::from_str::<Vec<serde_json::Value>>(d)
+            .unwrap()
+            .into_iter()
+            .find(|n| n["id"] == "web" && n["state"] == state)
+    };
+    next_event(&mut events, "nodes", |d| web(d, "DEGRADED").is_some()).await;
+
+    // Down again: a `nodes` event with the group (which has no transition of its own) DOWN
+    // in red, and `up`'s node saying DOWN (a target's state comes with its transitions, not
+    // here).
+    up_server.abort();
+    let nodes = next_event(&mut events, "nodes", |d| web(d, "DOWN").is_some()).await;
+    let group = web(&nodes, "DOWN").unwrap();
+    assert_eq!(group["colour"], "#c62828", "{nodes}");
+    // Its critical dependency DOWN: the group's score is 0, and its node says DOWN.
+    assert_eq!(
+        (&group["score"], &group["label"]),
+        (&"0.00".into(), &"DOWN".into()),
+        "{nodes}"
+    );
+    let all: Vec<serde_json::Value> = serde_json::from_str(&nodes).unwrap();
+    let up = all
+        .iter()
+        .find(|n| n["id"] == "up")
+        .expect("up's node moved too");
+    assert!(up["state"].is_null(), "{up}");
+    assert!(up["label"].as_str().unwrap().starts_with("DOWN "), "{up}");
+    assert_eq!(up["colour"], "#c62828", "{up}");
+
+    // Once the history has written the transitions, an `incidents` event says how many it has
+    // written so far (at least the four of `up` and `down`'s), and the fragment the page then
+    // fetches names the fall.
+    let count = next_event(&mut events, "incidents", |c| c.parse::<u64>().unwrap() >= 4).await;
+    let fragment = page(&daemon, "/status/incidents").await;
+    let text = regex::Regex::new("<[^>]*>")
+        .unwrap()
+        .replace_all(&fragment, "");
+    assert!(text.contains("DOWN up from"), "{count}: {text}");
+    assert!(text.contains("impacted web"), "{text}");
+}
+
 /// A config of `n` targets over four listeners (one in a hundred on a closed port, DOWN with
 /// its reason), and ten groups over the first ones: what the page must stay light and quick
 /// with.
