@@ -587,6 +587,63 @@ async fn history_survives_a_restart_and_the_time_between_is_unknown() {
     assert_eq!(u["uptime"].as_f64(), Some(1.0));
 }
 
+/// SIGKILL just after the API showed a transition: after a restart, every transition older
+/// than the history's write interval (a second) is there, on the backend `extra` configures.
+async fn survives_a_sigkill(dir: &Path, extra: &str) {
+    let mut api = Switch::new();
+    config(dir, api.addr, extra);
+    let state = dir.join("state");
+    let args = ["--state-dir", state.to_str().unwrap()];
+    let mut first = Daemon::start_with(&dir.join("targets.yaml"), &args);
+    first.wait_states(&[("api", "UP")]).await;
+    api.close();
+    first.wait_states(&[("api", "DOWN")]).await;
+    api.open();
+    first.wait_states(&[("api", "UP")]).await;
+    // Older than the write interval from here on.
+    let written_by = wall_ms();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    api.close();
+    first.wait_states(&[("api", "DOWN")]).await;
+    // The API has just shown it: killed at once, nothing flushed at a stop.
+    first.child.kill().unwrap();
+    let _ = first.child.wait();
+    api.open();
+
+    let second = Daemon::start_with(&dir.join("targets.yaml"), &args);
+    let history = wait_json(&second, "/v1/targets/api/history", "read back", |h| {
+        !moves(h).is_empty()
+    })
+    .await;
+    let kept: Vec<(i64, String)> = moves(&history)
+        .into_iter()
+        .filter(|(at, _)| *at <= written_by)
+        .collect();
+    let states: Vec<&str> = kept.iter().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(
+        states,
+        ["UP", "DOWN", "UP"],
+        "the transitions older than a second before the kill: {history:#}"
+    );
+}
+
+#[tokio::test]
+async fn history_survives_a_sigkill_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    survives_a_sigkill(dir.path(), "").await;
+}
+
+#[tokio::test]
+async fn history_survives_a_sigkill_in_postgres() {
+    let Some(pg) = postgres_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    survives_a_sigkill(
+        dir.path(),
+        &format!("history:\n  postgres: {{ url: \"{}\" }}\n", pg.url()),
+    )
+    .await;
+}
+
 fn history_now() -> i64 {
     probe_engine::history::now_ms()
 }
