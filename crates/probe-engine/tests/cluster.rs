@@ -667,7 +667,12 @@ async fn a_replicated_target_needs_two_vantage_points_to_go_down() {
             ))
             .unwrap();
     };
-    // One member cannot reach the target: it votes DOWN, the target stays UP.
+    // One member cannot reach the target: it votes DOWN, and over 10 intervals no member's
+    // transition log shows the target leaving UP.
+    let logged: Vec<usize> = members
+        .iter()
+        .map(|m| transitions_of(m, "t000").len())
+        .collect();
     cut(&spaces[0]);
     members[0]
         .wait_target("t000", "voted DOWN by a", |t| {
@@ -676,8 +681,14 @@ async fn a_replicated_target_needs_two_vantage_points_to_go_down() {
                 .is_some_and(|v| v.get("a").map(String::as_str) == Some("DOWN"))
         })
         .await;
-    tokio::time::sleep(3 * INTERVAL).await;
-    for m in &members {
+    // Ten intervals of probing under the cut: the time is what is tested here.
+    tokio::time::sleep(10 * INTERVAL).await;
+    for (m, before) in members.iter().zip(&logged) {
+        let since: Vec<Value> = transitions_of(m, "t000").split_off(*before);
+        assert!(
+            since.iter().all(|t| t["from"] != "UP"),
+            "the target left UP on one vantage point's word: {since:?}"
+        );
         let t = m.detail("t000").await.target;
         assert_eq!(t.state, "UP", "{:?}", t.votes);
     }
@@ -686,6 +697,51 @@ async fn a_replicated_target_needs_two_vantage_points_to_go_down() {
     for m in &members {
         m.wait_target("t000", "DOWN by quorum", |t| t.state == "DOWN")
             .await;
+    }
+
+    // Healed, then c is cut from etcd, and so from its peers: it decides nothing (no verdict
+    // written under its name) while the two others, still a quorum, decide the recovery.
+    for netns in &spaces[..2] {
+        netns.clear().unwrap();
+    }
+    for m in &members {
+        m.wait_target("t000", "UP again", |t| t.state == "UP").await;
+    }
+    let mut client = etcd.client().await.unwrap();
+    let mut writes = client
+        .watch("/probe-engine/cluster/state/t000", None)
+        .await
+        .unwrap();
+    spaces[2]
+        .nft(&format!(
+            "add rule inet faults blackhole tcp sport {} drop\n",
+            etcd.client_port()
+        ))
+        .unwrap();
+    wait_cluster(&members[2], "stale", |v| v["stale"] == true).await;
+    cut(&spaces[0]);
+    cut(&spaces[1]);
+    for m in &members[..2] {
+        m.wait_target("t000", "DOWN by a and b", |t| t.state == "DOWN")
+            .await;
+    }
+    tokio::time::sleep(3 * INTERVAL).await;
+    let mut puts = Vec::new();
+    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_millis(200), writes.message())
+        .await
+        .unwrap_or(Ok(None))
+    {
+        for event in reply.events() {
+            if let Some(kv) = event.kv() {
+                puts.push(serde_json::from_slice::<Value>(kv.value()).unwrap());
+            }
+        }
+    }
+    assert!(!puts.is_empty(), "a and b decided");
+    assert!(puts.iter().all(|p| p["by"] != "c"), "{puts:?}");
+    assert!(puts.iter().all(|p| p["state"] == "DOWN"), "{puts:?}");
+    for m in &members[..2] {
+        assert_eq!(m.detail("t000").await.target.state, "DOWN");
     }
 }
 
