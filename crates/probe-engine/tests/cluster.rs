@@ -80,6 +80,22 @@ async fn accepting(n: usize) -> (Vec<SocketAddr>, Vec<Arc<Mutex<Vec<Instant>>>>)
     (addrs, accepts)
 }
 
+/// The verdicts `writes` (an etcd watch) has seen so far, until it is quiet for 200 ms.
+async fn written(writes: &mut probe_etcd::etcd_client::WatchStream) -> Vec<Value> {
+    let mut puts = Vec::new();
+    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_millis(200), writes.message())
+        .await
+        .unwrap_or(Ok(None))
+    {
+        for event in reply.events() {
+            if let Some(kv) = event.kv() {
+                puts.push(serde_json::from_slice::<Value>(kv.value()).unwrap());
+            }
+        }
+    }
+    puts
+}
+
 fn member(dir: &Path, name: &str) -> Daemon {
     Daemon::start_with(&dir.join("probes.yaml"), &["--member", name])
 }
@@ -595,18 +611,7 @@ async fn a_member_cut_off_from_etcd_keeps_probing_and_decides_nothing() {
         .await;
     c.wait_target(&victim, "DOWN", |t| t.state == "DOWN").await;
     tokio::time::sleep(3 * INTERVAL).await;
-    let mut puts = Vec::new();
-    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_millis(200), writes.message())
-        .await
-        .unwrap_or(Ok(None))
-    {
-        for event in reply.events() {
-            if let Some(kv) = event.kv() {
-                let record: Value = serde_json::from_slice(kv.value()).unwrap();
-                puts.push(record);
-            }
-        }
-    }
+    let puts = written(&mut writes).await;
     assert_eq!(puts.len(), 1, "{puts:?}");
     assert_eq!(puts[0]["state"], "DOWN");
     assert_eq!(puts[0]["by"], after[&victim].as_str());
@@ -726,17 +731,7 @@ async fn a_replicated_target_needs_two_vantage_points_to_go_down() {
             .await;
     }
     tokio::time::sleep(3 * INTERVAL).await;
-    let mut puts = Vec::new();
-    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_millis(200), writes.message())
-        .await
-        .unwrap_or(Ok(None))
-    {
-        for event in reply.events() {
-            if let Some(kv) = event.kv() {
-                puts.push(serde_json::from_slice::<Value>(kv.value()).unwrap());
-            }
-        }
-    }
+    let puts = written(&mut writes).await;
     assert!(!puts.is_empty(), "a and b decided");
     assert!(puts.iter().all(|p| p["by"] != "c"), "{puts:?}");
     assert!(puts.iter().all(|p| p["state"] == "DOWN"), "{puts:?}");

@@ -168,17 +168,18 @@ async fn http_probes_each_address_with_the_name_as_host() {
     );
 }
 
-#[tokio::test]
-async fn tls_checks_every_address_against_the_name() {
-    let (_dns, names) = resolver();
+/// Serves on `port` of each address a certificate from `ca` for its name, and checks
+/// `multi.test:port` over TLS, trusting `ca`, with each policy of `policies`.
+async fn tls_checks(
+    names: &Names,
+    serving: [(IpAddr, &str); 2],
+    policies: [Addresses; 2],
+) -> [probe::outcome::CheckResult; 2] {
     let ca = pki::Ca::new("probe test CA", 365);
     let port = port().await;
-    let good = ca.leaf(&["multi.test"], -1, 30);
-    // The second address serves a certificate for another name.
-    let wrong = ca.leaf(&["other.test"], -1, 30);
-    for (ip, leaf) in [(ONE, &good), (TWO, &wrong)] {
+    for (ip, name) in serving {
         let listener = TcpListener::bind(SocketAddr::new(ip, port)).await.unwrap();
-        pki::serve(listener, leaf.server());
+        pki::serve(listener, ca.leaf(&[name], -1, 30).server());
     }
     let mut spec = TlsSpec::new(Address::Host {
         host: "multi.test".into(),
@@ -186,10 +187,25 @@ async fn tls_checks_every_address_against_the_name() {
     })
     .unwrap();
     spec.trust = TlsTrust::WithCa(CaBundle::from_pem(ca.pem.as_bytes()).unwrap());
-    spec.addresses = Addresses::All;
-    let all = build(&ProbeSpec::Tls(Box::new(spec.clone())), &names)
-        .check(TIMEOUT)
-        .await;
+    let mut results = Vec::new();
+    for policy in policies {
+        spec.addresses = policy;
+        let probe = build(&ProbeSpec::Tls(Box::new(spec.clone())), names);
+        results.push(probe.check(TIMEOUT).await);
+    }
+    results.try_into().unwrap()
+}
+
+#[tokio::test]
+async fn tls_checks_every_address_against_the_name() {
+    let (_dns, names) = resolver();
+    // The second address serves a certificate for another name.
+    let [all, any] = tls_checks(
+        &names,
+        [(ONE, "multi.test"), (TWO, "other.test")],
+        [Addresses::All, Addresses::Any],
+    )
+    .await;
     let failure = all
         .failure()
         .expect("the second address's certificate is wrong");
@@ -201,10 +217,6 @@ async fn tls_checks_every_address_against_the_name() {
         "{}",
         failure.detail
     );
-    spec.addresses = Addresses::Any;
-    let any = build(&ProbeSpec::Tls(Box::new(spec)), &names)
-        .check(TIMEOUT)
-        .await;
     assert_eq!(any.verdict, Verdict::Up);
 }
 
@@ -223,25 +235,13 @@ async fn first_judges_the_first_address_that_connects_where_any_passes_on_anothe
         .unwrap()
         .addrs;
     assert_eq!(order.len(), 2, "{order:?}");
-    let ca = pki::Ca::new("probe test CA", 365);
-    let port = port().await;
     // Both connect; the first in the resolver's order serves a certificate for another name.
-    let wrong = ca.leaf(&["other.test"], -1, 30);
-    let good = ca.leaf(&["multi.test"], -1, 30);
-    for (ip, leaf) in [(order[0], &wrong), (order[1], &good)] {
-        let listener = TcpListener::bind(SocketAddr::new(ip, port)).await.unwrap();
-        pki::serve(listener, leaf.server());
-    }
-    let mut spec = TlsSpec::new(Address::Host {
-        host: "multi.test".into(),
-        port,
-    })
-    .unwrap();
-    spec.trust = TlsTrust::WithCa(CaBundle::from_pem(ca.pem.as_bytes()).unwrap());
-    spec.addresses = Addresses::First;
-    let first = build(&ProbeSpec::Tls(Box::new(spec.clone())), &names)
-        .check(TIMEOUT)
-        .await;
+    let [first, any] = tls_checks(
+        &names,
+        [(order[0], "other.test"), (order[1], "multi.test")],
+        [Addresses::First, Addresses::Any],
+    )
+    .await;
     let failure = first.failure().expect("the first address is judged");
     assert_eq!(failure.reason, FailureReason::Tls);
     assert!(
@@ -251,9 +251,5 @@ async fn first_judges_the_first_address_that_connects_where_any_passes_on_anothe
         "{}",
         failure.detail
     );
-    spec.addresses = Addresses::Any;
-    let any = build(&ProbeSpec::Tls(Box::new(spec)), &names)
-        .check(TIMEOUT)
-        .await;
     assert_eq!(any.verdict, Verdict::Up);
 }
