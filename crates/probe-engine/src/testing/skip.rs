@@ -15,7 +15,7 @@ fn skipped(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
 
-/// [`skipped`], for a test whose needs `scripts/setup` installs: under `CI` (which runs that
+/// Says the calling test was skipped (a `SKIPPED` line), for a test whose needs `scripts/setup` installs: under `CI` (which runs that
 /// set-up as root) a skip would mean the test silently stopped running, so it fails instead.
 ///
 /// # Panics
