@@ -15,8 +15,9 @@ fn skipped(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
 
-/// Says the calling test was skipped (a `SKIPPED` line), for a test whose needs `scripts/setup` installs: under `CI` (which runs that
-/// set-up as root) a skip would mean the test silently stopped running, so it fails instead.
+/// Says the calling test was skipped (a `SKIPPED` line), for a test whose needs
+/// `scripts/setup` installs: under `CI` (which runs that set-up as root) a skip would mean the
+/// test silently stopped running, so it fails instead.
 ///
 /// # Panics
 /// When `CI` is set.
