@@ -241,6 +241,9 @@ fn series(ran: &Ran) -> String {
         },
     ));
     let resolve = ran.lookup.as_secs_f64();
+    // No address at all: the lookup failed, where the exporter stops with only its resolve
+    // phase timed.
+    let looked_up = ip.is_some();
     // The handshake's facts, once it completed (the version is known only then).
     let handshake = ran.result.tls.as_deref().filter(|f| f.version.is_some());
     match ran.prober {
@@ -252,7 +255,7 @@ fn series(ran: &Ran) -> String {
                 "probe_http_duration_seconds",
                 "Duration of http request by phase, summed over all redirects",
                 "phase",
-                if ran.resolved.is_some() || ip.is_some() {
+                if looked_up {
                     vec![
                         ("connect", phases.connect.as_secs_f64()),
                         ("processing", phases.processing.as_secs_f64()),
@@ -261,7 +264,6 @@ fn series(ran: &Ran) -> String {
                         ("transfer", phases.transfer.as_secs_f64()),
                     ]
                 } else {
-                    // The exporter stops at a failed lookup, with that phase alone.
                     vec![("resolve", resolve)]
                 },
             ));
@@ -394,14 +396,12 @@ fn series(ran: &Ran) -> String {
         }
         Prober::Grpc => {
             let grpc = observed.grpc.clone().unwrap_or_default();
-            let mut phases = vec![("resolve", resolve)];
-            if ran.resolved.is_some() || ip.is_some() {
-                phases.push((
-                    "check",
-                    ran.duration.saturating_sub(ran.lookup).as_secs_f64(),
-                ));
-            }
-            phases.sort_by_key(|(phase, _)| *phase);
+            let check = ran.duration.saturating_sub(ran.lookup).as_secs_f64();
+            let phases = if looked_up {
+                vec![("check", check), ("resolve", resolve)]
+            } else {
+                vec![("resolve", resolve)]
+            };
             families.extend([
                 Family::by(
                     "probe_grpc_duration_seconds",
@@ -485,13 +485,8 @@ fn tls_families(facts: &TlsFacts, chain_expiry: bool) -> Vec<Family> {
             [(version, 1.0)],
         ));
     }
-    if let Some(leaf) = facts.leaf() {
-        let fingerprint: String = facts
-            .leaf_sha256
-            .unwrap_or_default()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+    if let (Some(leaf), Some(sha256)) = (facts.leaf(), facts.leaf_sha256) {
+        let fingerprint: String = sha256.iter().map(|b| format!("{b:02x}")).collect();
         families.push(Family {
             name: "probe_ssl_last_chain_info",
             help: "Contains SSL leaf certificate information",

@@ -145,11 +145,12 @@ fn read(chain: &[CertificateDer<'_>], version: Option<&'static str>) -> TlsFacts
         version,
         ..TlsFacts::default()
     };
-    for (i, der) in chain.iter().enumerate() {
+    for der in chain {
         let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else {
             continue;
         };
-        if i == 0 {
+        // The certificate `TlsFacts::leaf` names: the first one read.
+        if facts.chain.is_empty() {
             let mut sha256 = [0; 32];
             sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, der).as_ref());
             facts.leaf_sha256 = Some(sha256);
