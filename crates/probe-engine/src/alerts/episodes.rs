@@ -586,3 +586,756 @@ fn fingerprint(target: &str, name: &str, since: SystemTime) -> String {
     });
     format!("{hash:016x}")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::UNIX_EPOCH;
+
+    use probe::engine::Placement;
+    use probe::graph::Edge;
+    use probe::outcome::{Failure, FailureReason, Outcome, Verdict};
+    use probe::verdict::{Schedule, ScheduleSettings};
+    use tokio::sync::watch;
+
+    use super::*;
+    use crate::alerts::rules::{DeclaredAlerts, FileRules};
+
+    /// Second `s` of the test's clock.
+    fn t(s: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
+    }
+
+    fn id(s: &str) -> TargetId {
+        TargetId::new(s).expect("a valid id")
+    }
+
+    /// A hand-made look at the engine: targets, groups and edges, and the rules.
+    struct Fleet {
+        targets: BTreeMap<TargetId, TargetStatus>,
+        groups: BTreeMap<TargetId, Option<f64>>,
+        edges: Vec<Edge>,
+        rules: FileRules,
+        groups_ours: bool,
+    }
+
+    impl Fleet {
+        fn new() -> Self {
+            Self {
+                targets: BTreeMap::new(),
+                groups: BTreeMap::new(),
+                edges: Vec::new(),
+                rules: FileRules::default(),
+                groups_ours: true,
+            }
+        }
+
+        /// Declares (or replaces) target `name`, in `state` since second `since`.
+        fn target(&mut self, name: &str, state: HealthState, since: u64) -> &mut TargetStatus {
+            let status = TargetStatus {
+                id: id(name),
+                state,
+                flapping: false,
+                pending: None,
+                last: None,
+                last_failure: None,
+                degraded_reasons: Vec::new(),
+                signals: Vec::new(),
+                note: None,
+                tls: None,
+                maintenance: None,
+                consecutive_successes: 0,
+                consecutive_failures: 0,
+                transitions: 0,
+                since: Some(t(since)),
+                schedule: Schedule::default(),
+                history: Vec::new(),
+                score: None,
+                dependency_down: false,
+                pool: None,
+                circuit: None,
+                placement: None,
+            };
+            self.targets.insert(id(name), status);
+            self.targets.get_mut(&id(name)).expect("just inserted")
+        }
+
+        fn group(&mut self, name: &str, score: Option<f64>) {
+            self.groups.insert(id(name), score);
+        }
+
+        fn depends(&mut self, from: &str, to: &str, critical: bool) {
+            self.edges.push(Edge {
+                from: id(from),
+                to: id(to),
+                weight: 1.0,
+                critical,
+            });
+        }
+
+        fn rule(&mut self, name: &str, rule: Option<AlertRule>) {
+            self.rules.by_id.insert(id(name), rule);
+        }
+
+        /// Whether `node` has a critical dependency that is DOWN (a group never is), as the
+        /// graph says.
+        fn dependency_down(&self, node: &TargetId) -> bool {
+            self.edges
+                .iter()
+                .filter(|e| e.critical && &e.from == node)
+                .any(|e| {
+                    self.targets
+                        .get(&e.to)
+                        .is_some_and(|s| s.state == HealthState::Down)
+                })
+        }
+
+        /// One update of `episodes` at second `now`.
+        fn look(&self, episodes: &mut Episodes, now: u64) -> Vec<Alert> {
+            let statuses: Vec<Arc<TargetStatus>> =
+                self.targets.values().cloned().map(Arc::new).collect();
+            let probed = self.targets.values().map(|s| NodeStatus {
+                id: s.id.clone(),
+                kind: NodeKind::Probed,
+                score: None,
+                dependency_down: self.dependency_down(&s.id),
+                state: Some(s.state),
+            });
+            let groups = self.groups.iter().map(|(id, score)| NodeStatus {
+                id: id.clone(),
+                kind: NodeKind::Group,
+                score: *score,
+                dependency_down: self.dependency_down(id),
+                state: None,
+            });
+            let export = Export {
+                nodes: probed.chain(groups).collect(),
+                edges: self.edges.clone(),
+            };
+            let causes = Causes::of(&export);
+            let (_files, feed) = watch::channel(Arc::new(self.rules.clone()));
+            let rules = Rules::new(feed, Arc::new(DeclaredAlerts::default()));
+            let sender = Sender {
+                label: "shop".into(),
+                member: "m1".into(),
+                api: "http://127.0.0.1:9464".into(),
+                membership: None,
+            };
+            let explain = |id: &TargetId| Some(format!("{id} explained"));
+            let world = World {
+                statuses: &statuses,
+                export: &export,
+                causes: &causes,
+                groups_ours: self.groups_ours,
+                explain: &explain,
+                now: t(now),
+            };
+            episodes.update(&world, &rules, &sender)
+        }
+    }
+
+    fn fresh() -> Episodes {
+        Episodes::restore(Vec::new(), t(0))
+    }
+
+    /// `(alertname, target, status)` of each alert, in order.
+    fn summary(alerts: &[Alert]) -> Vec<(String, String, Status)> {
+        alerts
+            .iter()
+            .map(|a| (a.labels["alertname"].clone(), a.cause.clone(), a.status))
+            .collect()
+    }
+
+    fn firing(name: &str, target: &str) -> (String, String, Status) {
+        (name.into(), target.into(), Status::Firing)
+    }
+
+    fn resolved_(name: &str, target: &str) -> (String, String, Status) {
+        (name.into(), target.into(), Status::Resolved)
+    }
+
+    fn held(hold: u64) -> AlertRule {
+        AlertRule {
+            hold: Duration::from_secs(hold),
+            ..AlertRule::default()
+        }
+    }
+
+    #[test]
+    fn a_down_target_fires_once_with_its_labels_and_resolves_when_it_is_up() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Down, 100).last_failure =
+            Some(Failure::new(FailureReason::Refused, "connection refused"));
+        fleet.group("backend", Some(1.0));
+        fleet.group("shop", Some(1.0));
+        fleet.depends("shop", "db", false);
+        fleet.depends("backend", "db", false);
+        let mut episodes = fresh();
+
+        let fired = fleet.look(&mut episodes, 100);
+        assert_eq!(summary(&fired), [firing("ProbeDown", "db")]);
+        let alert = &fired[0];
+        let labels: Vec<(&str, &str)> = alert
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("alertname", "ProbeDown"),
+                ("groups", "backend,shop"),
+                ("probe_engine", "shop"),
+                ("root_cause", "db"),
+                ("severity", "page"),
+                ("target", "db"),
+            ]
+        );
+        let annotations: Vec<(&str, &str)> = alert
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            annotations,
+            [
+                ("detail", "connection refused"),
+                ("member", "m1"),
+                ("reason", "refused"),
+                ("summary", "db is DOWN"),
+            ]
+        );
+        assert_eq!(alert.starts_at, rfc3339(t(100)));
+        assert_eq!(alert.ends_at, None);
+        assert_eq!(alert.generator_url, "http://127.0.0.1:9464/v1/targets/db");
+        assert_eq!(alert.fingerprint, fingerprint("db", "ProbeDown", t(100)));
+        assert!(alert.impacted.is_empty());
+        assert!(!episodes.waiting());
+
+        assert!(fleet.look(&mut episodes, 105).is_empty(), "fired once");
+        assert_eq!(summary(&episodes.firing()), [firing("ProbeDown", "db")]);
+
+        fleet.target("db", HealthState::Up, 110);
+        let ended = fleet.look(&mut episodes, 111);
+        assert_eq!(summary(&ended), [resolved_("ProbeDown", "db")]);
+        assert_eq!(ended[0].fingerprint, alert.fingerprint);
+        assert_eq!(ended[0].starts_at, alert.starts_at);
+        assert_eq!(ended[0].ends_at, Some(rfc3339(t(111))));
+        assert!(episodes.firing().is_empty());
+        assert!(fleet.look(&mut episodes, 112).is_empty());
+    }
+
+    #[test]
+    fn an_alert_fires_once_its_state_has_held_for_its_for() {
+        let mut fleet = Fleet::new();
+        fleet.rule("db", Some(held(60)));
+        fleet.target("db", HealthState::Down, 100);
+        let mut episodes = fresh();
+
+        assert!(fleet.look(&mut episodes, 130).is_empty());
+        assert!(episodes.waiting(), "a look is due when the hold ends");
+        assert!(fleet.look(&mut episodes, 159).is_empty());
+        let fired = fleet.look(&mut episodes, 160);
+        assert_eq!(summary(&fired), [firing("ProbeDown", "db")]);
+        assert_eq!(
+            fired[0].starts_at,
+            rfc3339(t(100)),
+            "counted from the state"
+        );
+        assert!(!episodes.waiting());
+    }
+
+    #[test]
+    fn a_state_that_began_again_between_looks_is_a_new_episode() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Down, 100);
+        let mut episodes = fresh();
+        let first = fleet.look(&mut episodes, 100);
+
+        fleet.target("db", HealthState::Down, 200);
+        let next = fleet.look(&mut episodes, 200);
+        assert_eq!(
+            summary(&next),
+            [resolved_("ProbeDown", "db"), firing("ProbeDown", "db")]
+        );
+        assert_eq!(next[0].fingerprint, first[0].fingerprint);
+        assert_eq!(next[1].fingerprint, fingerprint("db", "ProbeDown", t(200)));
+        assert_ne!(next[1].fingerprint, first[0].fingerprint);
+    }
+
+    #[test]
+    fn flapping_and_degraded_targets_raise_their_own_alerts() {
+        let mut fleet = Fleet::new();
+        fleet.rule(
+            "cache",
+            Some(AlertRule {
+                on: vec![HealthState::Degraded],
+                ..AlertRule::default()
+            }),
+        );
+        fleet
+            .target("cache", HealthState::Degraded, 100)
+            .degraded_reasons = vec!["slow".into(), "read-only".into()];
+        fleet.target("api", HealthState::Probing, 100).flapping = true;
+        // DEGRADED under the default rule (DOWN only): nothing.
+        fleet.target("web", HealthState::Degraded, 100);
+        let mut episodes = fresh();
+
+        let fired = fleet.look(&mut episodes, 100);
+        assert_eq!(
+            summary(&fired),
+            [
+                firing("ProbeFlapping", "api"),
+                firing("ProbeDegraded", "cache")
+            ]
+        );
+        assert_eq!(fired[0].annotations["summary"], "api is flapping");
+        assert_eq!(fired[1].annotations["summary"], "cache is DEGRADED");
+        assert_eq!(fired[1].annotations["degraded"], "slow; read-only");
+
+        // Degraded again, but the cache is DOWN now: its reasons are not the failure's.
+        fleet.rule(
+            "cache",
+            Some(AlertRule {
+                on: vec![HealthState::Degraded, HealthState::Down],
+                ..AlertRule::default()
+            }),
+        );
+        fleet
+            .target("cache", HealthState::Down, 120)
+            .degraded_reasons = vec!["slow".into()];
+        let moved = fleet.look(&mut episodes, 120);
+        assert_eq!(
+            summary(&moved),
+            [
+                resolved_("ProbeDegraded", "cache"),
+                firing("ProbeDown", "cache")
+            ]
+        );
+        assert!(!moved[1].annotations.contains_key("degraded"));
+    }
+
+    #[test]
+    fn a_root_that_alerts_on_down_covers_what_it_takes_down() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Down, 100);
+        fleet.target("api", HealthState::Down, 100);
+        fleet.target("web", HealthState::Down, 100);
+        fleet.depends("api", "db", true);
+        fleet.depends("web", "api", true);
+        let mut episodes = fresh();
+
+        let fired = fleet.look(&mut episodes, 100);
+        assert_eq!(summary(&fired), [firing("ProbeDown", "db")]);
+        assert_eq!(fired[0].impacted, ["api", "web"]);
+        assert_eq!(fired[0].annotations["impacted"], "api, web");
+
+        // web's own dependency comes back: db's alert says so.
+        fleet.edges.retain(|e| e.from != id("web"));
+        fleet.target("web", HealthState::Up, 110);
+        let moved = fleet.look(&mut episodes, 110);
+        assert_eq!(summary(&moved), [firing("ProbeDown", "db")]);
+        assert_eq!(moved[0].impacted, ["api"]);
+        assert_eq!(moved[0].annotations["impacted"], "api");
+        assert_eq!(moved[0].fingerprint, fired[0].fingerprint);
+
+        // And once it takes nothing down, the annotation goes.
+        fleet.edges.clear();
+        let alone = fleet.look(&mut episodes, 120);
+        assert_eq!(
+            summary(&alone),
+            [firing("ProbeDown", "api"), firing("ProbeDown", "db")]
+        );
+        assert!(alone[1].impacted.is_empty());
+        assert!(!alone[1].annotations.contains_key("impacted"));
+    }
+
+    #[test]
+    fn the_impacted_annotation_names_twenty_and_counts_the_rest() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Down, 100);
+        for n in 0..25 {
+            let name = format!("app{n:02}");
+            fleet.target(&name, HealthState::Down, 100);
+            fleet.depends(&name, "db", true);
+        }
+        let fired = fleet.look(&mut fresh(), 100);
+        assert_eq!(summary(&fired), [firing("ProbeDown", "db")]);
+        assert_eq!(fired[0].impacted.len(), 25);
+        let shown: Vec<String> = (0..20).map(|n| format!("app{n:02}")).collect();
+        assert_eq!(
+            fired[0].annotations["impacted"],
+            format!("{} and 5 more", shown.join(", "))
+        );
+    }
+
+    #[test]
+    fn a_root_that_does_not_alert_on_down_leaves_its_dependents_to_alert() {
+        for rule in [
+            None,
+            Some(AlertRule {
+                on: vec![HealthState::Degraded],
+                ..AlertRule::default()
+            }),
+        ] {
+            let mut fleet = Fleet::new();
+            fleet.rule("db", rule);
+            fleet.target("db", HealthState::Down, 100);
+            fleet.target("api", HealthState::Down, 100);
+            fleet.depends("api", "db", true);
+            let fired = fleet.look(&mut fresh(), 100);
+            assert_eq!(summary(&fired), [firing("ProbeDown", "api")]);
+            assert_eq!(fired[0].labels["root_cause"], "api");
+        }
+    }
+
+    #[test]
+    fn maintenance_silences_a_target_and_what_depends_on_it_until_its_first_verdict() {
+        let mut fleet = Fleet::new();
+        fleet.rule("db", Some(held(60)));
+        fleet.target("db", HealthState::Maintenance, 100);
+        fleet.target("api", HealthState::Down, 100);
+        fleet.group("backend", None);
+        fleet.rule("backend", Some(held(0)));
+        fleet.depends("api", "backend", true);
+        fleet.depends("backend", "db", true);
+        let mut episodes = fresh();
+
+        assert!(fleet.look(&mut episodes, 100).is_empty());
+        assert!(fleet.look(&mut episodes, 200).is_empty());
+
+        // Out of maintenance, no verdict yet: still silent.
+        fleet.target("db", HealthState::Probing, 300);
+        assert!(fleet.look(&mut episodes, 300).is_empty());
+
+        // Its first verdict is DOWN: it pages at once, for all its `for`. api is no longer
+        // silenced, and alerts for itself: a group is never DOWN, so api is not
+        // `dependency_down` and db's alert does not cover it.
+        fleet.target("db", HealthState::Down, 310);
+        let fired = fleet.look(&mut episodes, 310);
+        assert_eq!(
+            summary(&fired),
+            [firing("ProbeDown", "api"), firing("ProbeDown", "db")]
+        );
+        assert_eq!(fired[1].impacted, ["backend"]);
+
+        // Another episode later waits its `for` again.
+        fleet.target("db", HealthState::Up, 320);
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 320)),
+            [resolved_("ProbeDown", "db")]
+        );
+        fleet.target("api", HealthState::Up, 320);
+        fleet.target("db", HealthState::Down, 400);
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 400)),
+            [resolved_("ProbeDown", "api")]
+        );
+        assert!(episodes.waiting());
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 460)),
+            [firing("ProbeDown", "db")]
+        );
+    }
+
+    #[test]
+    fn a_flapping_target_out_of_maintenance_is_not_silenced() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Maintenance, 100);
+        let mut episodes = fresh();
+        assert!(fleet.look(&mut episodes, 100).is_empty());
+        fleet.target("db", HealthState::Probing, 200).flapping = true;
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 200)),
+            [firing("ProbeFlapping", "db")]
+        );
+    }
+
+    #[test]
+    fn only_the_member_that_decides_a_target_alerts_and_ends_its_alert() {
+        let placed = |role| {
+            Some(Placement {
+                role,
+                members: Vec::new(),
+                votes: Vec::new(),
+            })
+        };
+        let mut fleet = Fleet::new();
+        for (name, role) in [
+            ("a-decide", Role::Decide),
+            ("b-lead", Role::Lead),
+            ("c-vote", Role::Vote),
+            ("d-follow", Role::Follow),
+        ] {
+            fleet.target(name, HealthState::Down, 100).placement = placed(role);
+        }
+        let mut episodes = fresh();
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 100)),
+            [
+                firing("ProbeDown", "a-decide"),
+                firing("ProbeDown", "b-lead")
+            ]
+        );
+
+        // b is another member's now, and that member ends the alert.
+        fleet.target("b-lead", HealthState::Up, 110).placement = placed(Role::Follow);
+        assert!(fleet.look(&mut episodes, 110).is_empty());
+        assert_eq!(
+            summary(&episodes.firing()),
+            [firing("ProbeDown", "a-decide")]
+        );
+    }
+
+    #[test]
+    fn a_down_target_waits_for_its_critical_dependencies_next_result() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Up, 0).last =
+            Some(Outcome::new(t(90), Duration::from_millis(1), &Verdict::Up));
+        fleet.target("api", HealthState::Down, 100);
+        fleet.group("backend", None);
+        fleet.depends("api", "backend", true);
+        fleet.depends("backend", "db", true);
+        let mut episodes = fresh();
+
+        // db's next run and answer are due within interval + timeout + 1 s = 7 s.
+        assert!(fleet.look(&mut episodes, 103).is_empty());
+        assert!(episodes.waiting());
+        assert!(fleet.look(&mut episodes, 106).is_empty());
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 107)),
+            [firing("ProbeDown", "api")]
+        );
+
+        // db answered since api went DOWN (and is UP): api pages at once.
+        fleet.target("api", HealthState::Down, 200);
+        fleet.target("db", HealthState::Up, 0).last =
+            Some(Outcome::new(t(201), Duration::from_millis(1), &Verdict::Up));
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 201)),
+            [resolved_("ProbeDown", "api"), firing("ProbeDown", "api")]
+        );
+    }
+
+    #[test]
+    fn a_down_target_does_not_wait_for_a_dependency_probed_elsewhere_or_past_the_cap() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Up, 0).placement = Some(Placement {
+            role: Role::Follow,
+            members: Vec::new(),
+            votes: Vec::new(),
+        });
+        fleet.target("api", HealthState::Down, 100);
+        fleet.depends("api", "db", true);
+        assert_eq!(
+            summary(&fleet.look(&mut fresh(), 100)),
+            [firing("ProbeDown", "api")]
+        );
+
+        // A dependency probed here every minute: the wait is capped at 30 s.
+        let slow = Schedule::try_new(ScheduleSettings {
+            interval: Duration::from_secs(60),
+            ..ScheduleSettings::default()
+        })
+        .expect("a valid schedule");
+        let db = fleet.target("db", HealthState::Up, 0);
+        db.schedule = slow;
+        let mut episodes = fresh();
+        assert!(fleet.look(&mut episodes, 129).is_empty());
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 130)),
+            [firing("ProbeDown", "api")]
+        );
+
+        // A DOWN dependency is no reason to wait (it is the root, or alerts by itself).
+        let mut fleet = Fleet::new();
+        fleet.rule("db", None);
+        fleet.target("db", HealthState::Down, 0);
+        fleet.target("api", HealthState::Down, 100);
+        fleet.depends("api", "db", true);
+        assert_eq!(
+            summary(&fleet.look(&mut fresh(), 100)),
+            [firing("ProbeDown", "api")]
+        );
+    }
+
+    #[test]
+    fn a_group_under_its_score_fires_after_its_for_and_resolves_above_it() {
+        let mut fleet = Fleet::new();
+        fleet.rule(
+            "shop",
+            Some(AlertRule {
+                score_under: Some(0.6),
+                hold: Duration::from_secs(30),
+                ..AlertRule::default()
+            }),
+        );
+        fleet.group("shop", Some(0.6));
+        let mut episodes = fresh();
+        assert!(
+            fleet.look(&mut episodes, 90).is_empty(),
+            "0.6 is not under 0.6"
+        );
+        assert!(episodes.waiting(), "scores move without waking anyone");
+
+        fleet.group("shop", Some(0.5));
+        assert!(fleet.look(&mut episodes, 100).is_empty());
+        assert!(fleet.look(&mut episodes, 129).is_empty());
+        let fired = fleet.look(&mut episodes, 130);
+        assert_eq!(summary(&fired), [firing("GroupUnhealthy", "shop")]);
+        assert_eq!(
+            fired[0].annotations["summary"],
+            "shop is unhealthy: score 0.50, under 0.60"
+        );
+        assert_eq!(fired[0].annotations["explain"], "shop explained");
+        assert_eq!(fired[0].starts_at, rfc3339(t(100)), "from when it was seen");
+        assert!(fleet.look(&mut episodes, 140).is_empty());
+
+        fleet.group("shop", Some(0.9));
+        let ended = fleet.look(&mut episodes, 150);
+        assert_eq!(summary(&ended), [resolved_("GroupUnhealthy", "shop")]);
+        assert_eq!(ended[0].fingerprint, fired[0].fingerprint);
+
+        // Back under it, the `for` starts over.
+        fleet.group("shop", Some(0.1));
+        assert!(fleet.look(&mut episodes, 160).is_empty());
+        fleet.group("shop", Some(0.9));
+        assert!(fleet.look(&mut episodes, 170).is_empty());
+        fleet.group("shop", Some(0.1));
+        assert!(fleet.look(&mut episodes, 180).is_empty());
+        assert!(fleet.look(&mut episodes, 209).is_empty());
+        assert_eq!(fleet.look(&mut episodes, 210)[0].starts_at, rfc3339(t(180)));
+    }
+
+    #[test]
+    fn a_group_behind_a_down_dependency_fires_unless_the_root_alerts() {
+        let mut fleet = Fleet::new();
+        fleet.rule("db", None);
+        fleet.target("db", HealthState::Down, 100);
+        fleet.group("shop", Some(0.9));
+        fleet.depends("shop", "db", true);
+        let mut episodes = fresh();
+        let fired = fleet.look(&mut episodes, 100);
+        assert_eq!(summary(&fired), [firing("GroupUnhealthy", "shop")]);
+        assert_eq!(
+            fired[0].annotations["summary"],
+            "shop is unhealthy: a critical dependency is DOWN"
+        );
+
+        // db alerts now: the group is in db's alert, not in its own.
+        fleet.rule("db", Some(AlertRule::default()));
+        let moved = fleet.look(&mut episodes, 110);
+        assert_eq!(
+            summary(&moved),
+            [
+                firing("ProbeDown", "db"),
+                resolved_("GroupUnhealthy", "shop")
+            ]
+        );
+        assert_eq!(moved[0].impacted, ["shop"]);
+
+        // Groups are another member's to send.
+        let mut fleet = Fleet::new();
+        fleet.groups_ours = false;
+        fleet.rule(
+            "shop",
+            Some(AlertRule {
+                score_under: Some(0.6),
+                ..AlertRule::default()
+            }),
+        );
+        fleet.group("shop", Some(0.1));
+        let mut episodes = fresh();
+        assert!(fleet.look(&mut episodes, 100).is_empty());
+        assert!(!episodes.waiting());
+    }
+
+    #[test]
+    fn restored_alerts_wait_for_a_verdict_and_for_late_targets() {
+        let mut before = Fleet::new();
+        before.target("db", HealthState::Down, 50);
+        before.target("late", HealthState::Down, 50);
+        before.target("cache", HealthState::Down, 50);
+        let mut first = fresh();
+        before.look(&mut first, 50);
+        let mut open = first.firing();
+        let mut other = open[0].clone();
+        other
+            .labels
+            .insert("alertname".into(), "SomethingElse".into());
+        open.push(other);
+
+        let mut episodes = Episodes::restore(open, t(1000));
+        assert_eq!(
+            summary(&episodes.firing()),
+            [
+                firing("ProbeDown", "cache"),
+                firing("ProbeDown", "db"),
+                firing("ProbeDown", "late")
+            ]
+        );
+
+        // No verdict yet since the restart: the alerts stand, unsent.
+        let mut after = Fleet::new();
+        after.target("db", HealthState::Probing, 0).since = None;
+        after.target("cache", HealthState::Probing, 0).since = None;
+        assert!(after.look(&mut episodes, 1000).is_empty());
+
+        // db is DOWN still: the same alert goes on. The cache is UP: its alert ends.
+        after.target("db", HealthState::Down, 50);
+        after.target("cache", HealthState::Up, 1001);
+        assert_eq!(
+            summary(&after.look(&mut episodes, 1001)),
+            [resolved_("ProbeDown", "cache")]
+        );
+        assert!(
+            after.look(&mut episodes, 1119).is_empty(),
+            "late may come yet"
+        );
+        assert_eq!(
+            summary(&after.look(&mut episodes, 1120)),
+            [resolved_("ProbeDown", "late")]
+        );
+        assert_eq!(summary(&episodes.firing()), [firing("ProbeDown", "db")]);
+
+        // A target removed from the config ends its alert at once.
+        after.targets.clear();
+        assert_eq!(
+            summary(&after.look(&mut episodes, 1130)),
+            [resolved_("ProbeDown", "db")]
+        );
+    }
+
+    #[test]
+    fn a_restored_group_alert_waits_for_its_score() {
+        let mut before = Fleet::new();
+        before.rule(
+            "shop",
+            Some(AlertRule {
+                score_under: Some(0.6),
+                ..AlertRule::default()
+            }),
+        );
+        before.group("shop", Some(0.1));
+        let mut first = fresh();
+        before.look(&mut first, 50);
+        let mut episodes = Episodes::restore(first.firing(), t(1000));
+
+        before.group("shop", None);
+        assert!(before.look(&mut episodes, 1000).is_empty());
+        before.group("shop", Some(0.2));
+        assert!(before.look(&mut episodes, 1001).is_empty(), "goes on");
+        before.group("shop", Some(0.9));
+        assert_eq!(
+            summary(&before.look(&mut episodes, 1002)),
+            [resolved_("GroupUnhealthy", "shop")]
+        );
+    }
+
+    #[test]
+    fn a_fingerprint_is_fnv1a_of_target_name_and_start() {
+        // Members of a cluster, and the daemon across versions, must name an episode alike:
+        // FNV-1a 64 of "db\0ProbeDown\01800000000000", computed elsewhere.
+        assert_eq!(fingerprint("db", "ProbeDown", t(0)), "ce9131f780c798aa");
+    }
+}

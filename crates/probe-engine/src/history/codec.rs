@@ -660,4 +660,68 @@ mod tests {
             (u32::from(a_p50) * 100 + 80 * 300) / 400
         );
     }
+
+    #[test]
+    fn hours_without_runs_merge_to_their_times() {
+        let mut a = Hour {
+            time_ms: [1_000, 0, 0, 0, 0],
+            ..Hour::default()
+        };
+        a.merge(&Hour {
+            time_ms: [500, 0, 0, 2_000, 0],
+            ..Hour::default()
+        });
+        assert_eq!(a.latency, [0, 0, 0]);
+        assert_eq!(a.time_ms, [1_500, 0, 0, 2_000, 0]);
+    }
+
+    #[test]
+    fn up_counts_degraded_time_and_down_only_down() {
+        let hour = Hour {
+            // PROBING, UP, DEGRADED, MAINTENANCE, DOWN.
+            time_ms: [1, 20, 300, 4_000, 50_000],
+            ..Hour::default()
+        };
+        assert_eq!(hour.up_down_ms(), (320, 50_000));
+    }
+
+    #[test]
+    fn fill_takes_only_the_hours_a_day_lacks() {
+        let mut day: Day = [None; 24];
+        day[3] = Some(quiet(10));
+        let mut older: Day = [None; 24];
+        assert!(!fill(&mut day, &older), "nothing to take");
+        older[3] = Some(quiet(99));
+        assert!(!fill(&mut day, &older), "hour 3 is the day's own");
+        older[5] = Some(quiet(7));
+        assert!(fill(&mut day, &older));
+        assert_eq!(day[3], Some(quiet(10)));
+        assert_eq!(day[5], Some(quiet(7)));
+        assert_eq!(day.iter().flatten().count(), 2);
+    }
+
+    #[test]
+    fn the_widest_values_round_trip_and_wider_ones_are_refused() {
+        let mut bits = Bits::default();
+        bits.value(u64::MAX);
+        bits.value_low(u64::MAX, MS_LOW_BITS);
+        bits.value(0);
+        let mut input = BitReader {
+            bytes: &bits.bytes,
+            at: 0,
+        };
+        assert_eq!(input.value(), Ok(u64::MAX));
+        assert_eq!(input.value_low(MS_LOW_BITS), Ok(u64::MAX));
+        assert_eq!(input.value(), Ok(0));
+
+        // A high part one bit too wide for the low bits after it.
+        let mut bits = Bits::default();
+        bits.value(1 << (64 - MS_LOW_BITS));
+        bits.value(0);
+        let mut input = BitReader {
+            bytes: &bits.bytes,
+            at: 0,
+        };
+        assert_eq!(input.value_low(MS_LOW_BITS), Err(CodecError::Malformed));
+    }
 }

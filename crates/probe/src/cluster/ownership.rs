@@ -368,6 +368,36 @@ mod tests {
     }
 
     #[test]
+    fn an_ownership_reports_its_replicas_members_and_what_moved() {
+        assert_eq!(Ownership::new(0).replicas(), 1, "at least one");
+        let ids = targets(200);
+        let mut o = cluster(2, &["m-1", "m-2"], &ids);
+        assert_eq!(o.replicas(), 2);
+        let moved = o.set_members(["m-1", "m-2", "m-3"].map(member));
+        assert!(!moved.owner.is_empty() && !moved.replicas.is_empty());
+        assert_eq!(moved.len(), moved.owner.len() + moved.replicas.len());
+        assert!(!moved.is_empty());
+        let mut live: Vec<&str> = o.members().map(MemberId::as_str).collect();
+        live.sort_unstable();
+        assert_eq!(live, ["m-1", "m-2", "m-3"]);
+
+        let same = o.set_members(["m-1", "m-2", "m-3"].map(member));
+        assert_eq!((same.len(), same.is_empty()), (0, true));
+        o.set_members(["m-3"].map(member));
+        assert_eq!(
+            o.members().map(MemberId::as_str).collect::<Vec<_>>(),
+            ["m-3"]
+        );
+    }
+
+    #[test]
+    fn a_member_id_shows_as_its_name() {
+        let m = member("eu-1");
+        assert_eq!(format!("{m}"), "eu-1");
+        assert_eq!(format!("{m:?}"), "\"eu-1\"");
+    }
+
+    #[test]
     fn the_hash_is_fixed_across_builds() {
         // Pinned (and computed again by an independent implementation of the same three
         // steps): a change here would split a cluster of mixed versions. FNV-1a of "a" is
