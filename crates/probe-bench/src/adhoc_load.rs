@@ -107,6 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .arg(&config)
             .arg("--ui")
             .arg("false")
+            .args(["--state-dir", "none"])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

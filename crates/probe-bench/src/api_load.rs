@@ -147,6 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .arg(&config_dir)
             .arg("--listen")
             .arg(api.to_string())
+            .args(["--state-dir", "none"])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -634,6 +634,14 @@ impl Starting {
             .arg(config)
             .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(args)
+            // The harness's runs keep state only where they ask (`--state-dir`), never in a
+            // `data` directory of whoever ran them.
+            .args(
+                (!args.iter().any(|a| *a == "--state-dir"))
+                    .then_some(["--state-dir", "none"])
+                    .into_iter()
+                    .flatten(),
+            )
             .env("RUST_LOG", rust_log)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

@@ -56,13 +56,13 @@ pub enum StartError {
     #[error("{0}")]
     Config(#[from] ConfigErrors),
     /// The state directory cannot be used.
-    #[error("state directory: {0}")]
+    #[error("state directory")]
     State(#[from] PersistError),
     /// The `resolver` section could not be set up.
-    #[error("resolver: {0}")]
+    #[error("resolver")]
     Resolver(#[from] ResolverError),
     /// The API's tokens could not be read.
-    #[error("api tokens: {0}")]
+    #[error("api tokens")]
     Tokens(#[from] TokenError),
     /// The cluster could not be joined: no member name, a name taken, etcd.
     #[error("{0}")]
@@ -487,7 +487,9 @@ fn history_config(
         config::HistoryStore::Sqlite(path) => match state_dir {
             Some(dir) => Backend::Sqlite(dir.join(path)),
             None => {
-                tracing::info!("no history: it is kept under --state-dir, and none is given");
+                tracing::info!(
+                    "no history: it is kept under the state directory, and --state-dir is none"
+                );
                 return None;
             }
         },

@@ -69,8 +69,9 @@ enum Command {
         drain_delay: Duration,
         /// Directory for state that survives restarts: operator maintenance, the alerts'
         /// outbox and, unless the config's `history` section says otherwise, the history
-        /// (`history.db`, SQLite).
-        #[arg(long)]
+        /// (`history.db`, SQLite). Default: `$STATE_DIRECTORY` when systemd sets it
+        /// (`StateDirectory=`), else `data` in the working directory; `none` keeps nothing.
+        #[arg(long, value_name = "DIR|none")]
         state_dir: Option<PathBuf>,
         /// Serve the status page at `/` and `/status`.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -223,7 +224,7 @@ fn main() -> ExitCode {
                     }),
                     ..EngineConfig::default()
                 },
-                state_dir,
+                state_dir: state_dir_or_default(state_dir, std::env::var_os("STATE_DIRECTORY")),
                 tokens: probe_engine::api::TokenSources {
                     operator: api_token,
                     operator_files: api_token_file,
@@ -246,6 +247,27 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Where state goes: the flag's directory (none for `none`); without the flag, systemd's
+/// `$STATE_DIRECTORY` (the first, when `StateDirectory=` names several), else `data` in the
+/// working directory, as Prometheus keeps `data/`, so that a first run keeps its history.
+fn state_dir_or_default(
+    flag: Option<PathBuf>,
+    systemd: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    match flag {
+        Some(dir) if dir.as_os_str() == "none" => None,
+        Some(dir) => Some(dir),
+        None => Some(
+            systemd
+                .as_deref()
+                .and_then(|dirs| {
+                    std::env::split_paths(dirs).find(|dir| !dir.as_os_str().is_empty())
+                })
+                .unwrap_or_else(|| PathBuf::from("data")),
+        ),
     }
 }
 

@@ -38,6 +38,15 @@ pub enum PersistError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// Another process holds the directory: two daemons writing one state would each
+    /// overwrite the other's maintenance, outbox and history.
+    #[error(
+        "{path}: another probe-engine uses this state directory (give each its own --state-dir)"
+    )]
+    InUse {
+        /// The directory's lock file.
+        path: PathBuf,
+    },
     /// The writer thread is gone (it never is while the store lives).
     #[error("the state writer is gone")]
     WriterGone,
@@ -77,6 +86,10 @@ pub struct StateStore {
     pending: Arc<Mutex<Vec<SavedMaintenance>>>,
     /// Save requests to the writer thread.
     writer: std::sync::mpsc::Sender<SaveRequest>,
+    /// The directory's lock (`<dir>/lock`), held while any clone lives: the kernel lets it go
+    /// when the process ends, however it ends, so a daemon killed with `SIGKILL` leaves no
+    /// stale lock behind.
+    _lock: Arc<std::fs::File>,
 }
 
 /// A save: the engine to snapshot, and whom to tell once the write is durable.
@@ -86,20 +99,43 @@ struct SaveRequest {
 }
 
 impl StateStore {
-    /// A store in `dir`, created if missing.
+    /// A store in `dir`, created if missing, and locked for this process.
     ///
     /// # Errors
-    /// The directory cannot be created.
+    /// The directory cannot be created, or another process holds its lock.
     pub fn open(dir: &Path) -> Result<Self, PersistError> {
         std::fs::create_dir_all(dir).map_err(|source| PersistError::Io {
             path: dir.to_owned(),
             source,
         })?;
+        let lock_path = dir.join("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|source| PersistError::Io {
+                path: lock_path.clone(),
+                source,
+            })?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(PersistError::InUse { path: lock_path });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(PersistError::Io {
+                    path: lock_path,
+                    source,
+                });
+            }
+        }
         let (writer, requests) = std::sync::mpsc::channel::<SaveRequest>();
         let store = Self {
             path: dir.join("maintenance.json"),
             pending: Arc::default(),
             writer,
+            _lock: Arc::new(lock),
         };
         let writing = store.clone();
         std::thread::Builder::new()

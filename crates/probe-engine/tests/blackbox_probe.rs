@@ -442,7 +442,14 @@ fn a_blackbox_config_the_daemon_cannot_run_refuses_the_start_located() {
     );
     write(d, "probes.yaml", "targets: []\n");
     let output = std::process::Command::new(support::BIN)
-        .args(["run", "--listen", "127.0.0.1:0", "--config"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            "none",
+            "--config",
+        ])
         .arg(d.join("probes.yaml"))
         .arg("--blackbox-config")
         .arg(d.join("blackbox.yml"))
@@ -457,7 +464,7 @@ fn a_blackbox_config_the_daemon_cannot_run_refuses_the_start_located() {
     assert!(stderr.contains("unix"), "{stderr}");
 }
 
-/// The README's scrape job for `/probe`, as Prometheus users write it for blackbox_exporter:
+/// The scrape job for `/probe` in `docs/api.md`, as Prometheus users write it for blackbox_exporter:
 /// `TARGETS` and `DAEMON` are filled in by the test.
 const SCRAPE_JOB: &str = r#"  - job_name: blackbox
     metrics_path: /probe
@@ -475,15 +482,15 @@ const SCRAPE_JOB: &str = r#"  - job_name: blackbox
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_prometheus_scrapes_probe_through_the_readme_relabelling() {
-    let readme = include_str!("../../../README.md");
+async fn a_real_prometheus_scrapes_probe_through_the_documented_relabelling() {
+    let api = include_str!("../../../docs/api.md");
     assert!(
-        readme.contains(
+        api.contains(
             &SCRAPE_JOB
                 .replace("TARGETS", "db.internal:5432, cache.internal:6379")
                 .replace("DAEMON", "127.0.0.1:9464   # the daemon's API")
         ),
-        "the README's scrape job differs from this test's"
+        "docs/api.md's scrape job differs from this test's"
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

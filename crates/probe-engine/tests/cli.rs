@@ -95,8 +95,89 @@ async fn the_default_config_gives_two_up_one_down_and_ready() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The first run keeps its history, under `data/` by default: the uptime is there.
+    assert!(checkout.path().join("data/history.db").is_file());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let uptime = daemon.get("/v1/targets/closed-port/uptime").await;
+        if uptime.status() == 200 {
+            let uptime: Value = uptime.json().await.unwrap();
+            assert!(uptime["down_ms"].as_u64().is_some(), "{uptime}");
+            break;
+        }
+        // 503 while the history opens.
+        assert_eq!(uptime.status(), 503);
+        assert!(Instant::now() < deadline, "no uptime from the first run");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     daemon.signal("-TERM");
     assert!(daemon.wait_exit().success());
+}
+
+/// `data/` in the working directory, unless systemd's `$STATE_DIRECTORY` says where, unless
+/// `--state-dir` does; `none` keeps nothing; and a state directory has one daemon at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_directory_defaults_to_data_or_systemds_and_has_one_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("a", closed_port())]);
+    let run = |cwd: &Path| {
+        let mut command = Command::new(BIN);
+        command
+            .args(["run", "--listen", "127.0.0.1:0", "--config"])
+            .arg(dir.path())
+            .current_dir(cwd);
+        command
+    };
+
+    // Two daemons started from one directory: the second is refused, saying why, and the first
+    // goes on.
+    let cwd = tempfile::tempdir().unwrap();
+    let mut first = Daemon::launch(run(cwd.path()));
+    assert!(cwd.path().join("data/lock").is_file());
+    let second = run(cwd.path()).output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("another probe-engine uses this state directory"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("data/lock"), "{stderr}");
+    assert_eq!(first.get("/livez").await.status(), 200);
+    // Once the first has gone (however it went), the directory is free again.
+    first.child.kill().unwrap();
+    first.wait_exit();
+    let mut again = Daemon::launch(run(cwd.path()));
+    again.signal("-TERM");
+    assert!(again.wait_exit().success());
+
+    // systemd's StateDirectory=: the first of its directories.
+    let cwd = tempfile::tempdir().unwrap();
+    let systemd = tempfile::tempdir().unwrap();
+    let mut command = run(cwd.path());
+    command.env(
+        "STATE_DIRECTORY",
+        format!("{}:/nonexistent/second", systemd.path().display()),
+    );
+    let mut daemon = Daemon::launch(command);
+    assert!(systemd.path().join("lock").is_file());
+    assert!(!cwd.path().join("data").exists());
+    daemon.signal("-TERM");
+    assert!(daemon.wait_exit().success());
+
+    // `--state-dir none`: nothing is written, and there is no history.
+    let cwd = tempfile::tempdir().unwrap();
+    let mut command = run(cwd.path());
+    command.args(["--state-dir", "none"]);
+    let mut daemon = Daemon::launch(command);
+    let uptime = daemon.get("/v1/targets/a/uptime").await;
+    assert_eq!(uptime.status(), 503);
+    assert!(
+        uptime.text().await.unwrap().contains("--state-dir none"),
+        "the refusal says why"
+    );
+    daemon.signal("-TERM");
+    assert!(daemon.wait_exit().success());
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
 }
 
 /// `n` targets probing `server` with a payload it never answers: each probe hangs for its
@@ -243,6 +324,8 @@ fn log_format_text_writes_human_readable_lines() {
             "127.0.0.1:0",
             "--log-format",
             "text",
+            "--state-dir",
+            "none",
             "--config",
         ])
         .arg(dir.path())

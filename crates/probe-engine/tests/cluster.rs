@@ -413,6 +413,8 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
             "127.0.0.1:0",
             "--member",
             &victim,
+            "--state-dir",
+            "none",
             "--config",
         ])
         .arg(dir.path().join("probes.yaml"))

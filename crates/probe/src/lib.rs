@@ -83,8 +83,35 @@ pub use tier::udp::UdpSpec;
 pub use tier::{CustomProbe, Probe, ProbeSpec};
 pub use verdict::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 
-/// The README's Rust examples, compiled and run as this crate's doctests, so the README cannot
-/// drift from the API.
+/// The Rust examples of the README and of every page of `docs/`, compiled and run as this
+/// crate's doctests, so the documentation cannot drift from the API. The daemon's docs test
+/// checks that every page is listed here.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
+mod docs {
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../../docs/alerts.md")]
+    pub struct Alerts;
+    #[doc = include_str!("../../../docs/api.md")]
+    pub struct Api;
+    #[doc = include_str!("../../../docs/benchmarks.md")]
+    pub struct Benchmarks;
+    #[doc = include_str!("../../../docs/cluster.md")]
+    pub struct Cluster;
+    #[doc = include_str!("../../../docs/config.md")]
+    pub struct Config;
+    #[doc = include_str!("../../../docs/history.md")]
+    pub struct History;
+    #[doc = include_str!("../../../docs/import.md")]
+    pub struct Import;
+    #[doc = include_str!("../../../docs/library.md")]
+    pub struct Library;
+    #[doc = include_str!("../../../docs/operations.md")]
+    pub struct Operations;
+    #[doc = include_str!("../../../docs/page.md")]
+    pub struct Page;
+    #[doc = include_str!("../../../docs/passive.md")]
+    pub struct Passive;
+    #[doc = include_str!("../../../docs/testing.md")]
+    pub struct Testing;
+}

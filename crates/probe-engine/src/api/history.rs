@@ -40,7 +40,7 @@ pub(super) fn kept(state: &ApiState) -> Result<&History, ApiError> {
     state.history.as_ref().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "no history: start the daemon with --state-dir, or give it a history section",
+            "no history: the config says history: false, or the daemon runs with --state-dir none",
         )
     })
 }

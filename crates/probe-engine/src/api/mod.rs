@@ -1,36 +1,8 @@
 //! The health API: views of the engine's snapshot (never a probe on request), plus the few
 //! operator actions.
 //!
-//! | route | answer |
-//! |---|---|
-//! | `GET /livez` | 200 until the daemon has stopped (dependencies never fail it) |
-//! | `GET /readyz` | 200 when ready, else 503 with a reason: not while starting or stopping; then from the `readiness` policy when the config has one, else when every target is UP, DEGRADED or in MAINTENANCE |
-//! | `GET /startupz` | 200 once the daemon has loaded its config and listens |
-//! | `POST /v1/drain` | stops the daemon as `SIGTERM` does: not ready, drain, exit |
-//! | `GET /v1/targets` | every target's status as JSON, with its score; in a cluster the ones this member probes, `?scope=cluster` for all, each with its owner |
-//! | `GET /v1/alerts` | the alerts firing now, each with its cause and what it impacts |
-//! | `POST /v1/alerts/test` | a test notification to every receiver, with each one's outcome |
-//! | `GET /v1/badges/{id}/health.svg` | a target's or group's health as an SVG badge |
-//! | `GET /v1/badges/{id}/uptime.svg` | its uptime over `?window=7d` (`24h`, `30d`, `90d`) as an SVG badge; 503 without history |
-//! | `GET /v1/cluster` | in a cluster: the members (address, since, owned and replicated targets, lease) and this member's name |
-//! | `GET /v1/targets/{id}` | one target with its recent results |
-//! | `GET /v1/targets/{id}/explain` | why a target or group scores what it does |
-//! | `GET /v1/targets/{id}/uptime` | its uptime over `?window=24h` (`7d`, `30d`, `90d`, `FROM..UNTIL`), exact, with maintenance, time before a verdict and unrecorded time apart (groups too) |
-//! | `GET /v1/targets/{id}/history` | its recent results, and its transitions, hourly rollups and operator actions over `?since&until` (default the last 24 h), at most `?limit` (100) |
-//! | `GET /v1/graph` | the dependency graph: nodes with state and score, edges with weight; `?format=dot` for Graphviz |
-//! | `PUT /v1/targets/{id}/maintenance` | start maintenance: `{"reason": "...", "duration": "30m"}` |
-//! | `DELETE /v1/targets/{id}/maintenance` | end it |
-//! | `POST /v1/targets/{id}/calls` | report a real call: `{"status": 503, "latency_ms": 12}` or `{"outcome": "timeout", "latency_ms": 1000}`; it feeds the target's circuit breaker and pools, and a failure re-probes a healthy target at once |
-//! | `POST /v1/targets/{id}/circuit` | command its circuit breaker: `{"command": "force_open"}`, `"disable"` or `"reset"` |
-//! | `DELETE /v1/targets/{id}/ejection` | put an ejected target back in its pools (permanent ejections too), through slow start |
-//! | `GET /v1/events` | state changes as Server-Sent Events |
-//! | `GET /v1/topology` | where targets come from: the files and etcd, their state, rejected entries |
-//! | `GET /`, `GET /status` | the status page (HTML; not with `--ui false`; `--ui-token` closes it): overview, incidents, targets filtered by `?state&group&q&page`, the graph |
-//! | `GET /status/explain/{id}` | the status page's explanation of a node, as an HTML fragment |
-//! | `GET /status/events` | the status page's live updates: `GET /v1/events`' stream |
-//! | `GET /status/assets/{page.css,page.js}` | the status page's stylesheet and script, embedded |
-//! | `GET /health` | `application/health+json` (IETF draft "Health Check Response Format") |
-//! | `GET /metrics` | Prometheus text exposition |
+//! Every route, with what it answers and an example, is in `docs/api.md` (the only route
+//! table: a test holds it to this router, route for route).
 //!
 //! Errors are JSON `{"error": "..."}`: 400 for a malformed id, body or query, 401/403 for a refused
 //! mutation, 404 for an unknown target or path, 405 for a wrong method, 409 for a conflict.

@@ -1,74 +1,9 @@
 //! The daemon's YAML configuration: which targets to probe, how and how often.
 //!
 //! A configuration is one YAML file or a directory of them (every `*.yaml` / `*.yml`, not
-//! recursive, in name order), so that teams can own one file each. Each file has this shape; the
-//! key names are a public contract:
-//!
-//! ```yaml
-//! defaults:            # optional; applies to the targets of the same file only
-//!   interval: 5s       # humantime durations
-//!   timeout: 1s
-//!   rise: 2
-//!   fall: 3
-//!   jitter: 0.1        # fraction of the interval, 0..=1
-//!   fast_interval: 2s  # default: interval / 2
-//!   backoff: { max: 20s, jitter: 0.5 }   # DOWN-state backoff; default max: 4 * interval
-//!   degrade_after: 2   # consecutive degraded results to go UP -> DEGRADED; default: rise
-//!   recover_after: 2   # consecutive good results to go DEGRADED -> UP; default: rise
-//!   flap: { transitions: 6, window: 5m, min_stable: 2m }   # `false`: off; unset: FlapPolicy::default()
-//!   dns_stale_for: 5m  # last good DNS answer used on resolver trouble; 0s: off
-//!   circuit_breaker: { failure_rate: 0.5, window: 60s }    # passive health (the `passive`
-//!   skip_active_after: 20                                  # submodule): these two for targets,
-//!   outlier: { consecutive_5xx: 5 }                        # these three for groups, which
-//!   recovery: { passes: 3 }                                # `outlier` makes pools
-//!   slow_start: { window: 60s }
-//! targets:
-//!   - id: orders-db    # unique across all files, [a-z0-9._-]+
-//!     tcp:
-//!       address: 127.0.0.1:5432   # HOST:PORT or [V6]:PORT
-//!       send: "PING\r\n"          # optional bytes sent after connect (YAML escapes apply)
-//!       expect: "PONG"            # optional substring of the reply...
-//!       expect_regex: "^\\+PONG"  # ...or a regex over the reply bytes (not both)
-//!       close: reset              # reset (default) | graceful
-//!     interval: 2s                # any `defaults` key can be set per target
-//!     maintenance:                # per target only; UTC
-//!       - { start: "2026-12-01T02:00:00Z", duration: 1h }   # once (RFC 3339, UTC)
-//!       - { daily: "02:00", duration: 30m }                # every day at HH:MM
-//!   - id: orders-api
-//!     http:
-//!       url: https://orders.internal/ready   # http or https, no credentials
-//!       method: GET                          # default GET
-//!       headers: { Authorization: "Bearer ${ORDERS_TOKEN}" }  # ${VAR}: from the environment
-//!       body: '{"probe": true}'              # optional request body
-//!       tls: { insecure_skip_verify: false, ca_file: ca.pem }  # ca_file: relative to this file
-//!       follow_redirects: false              # default false; at most 5 when true
-//!       fresh_connection: false              # default false: reuse a kept-alive connection
-//!       expect:                              # all must hold
-//!         status: [200, "3xx", "401-499"]    # codes, classes and ranges; default "2xx"
-//!         body_contains: ok                  # -> reason "body"
-//!         body_matches: ["^\\{"]              # each must match -> reason "body"
-//!         body_not_matches: ["(?i)error"]    # none may match -> reason "body"
-//!         header: { content-type: application/json }   # exact values -> "assertion"
-//!         json: { "$.status": UP, "$.queue": { lt: 100 } }  # scalar or tests -> "assertion"
-//!         latency_under: 300ms               # a slower reply fails -> "assertion"
-//!       degraded_if:                         # each that holds is one degraded reason
-//!         latency_over: 300ms
-//!         json: { "$.mode": readonly }
-//!       signals:                             # business events, on every reply
-//!         - name: StockReservationFailed
-//!           severity: high                   # info | low | medium | high | critical
-//!           when: { status: 503, header: { x-reason: inventory_shortage } }  # all must match
-//! ```
-//!
-//! Dependencies (`depends_on`, `kind: group`) and the top-level `scoring` and `readiness`
-//! sections are described in the `graph` submodule; passive health (a target's `circuit_breaker`
-//! and `skip_active_after`, a group's `outlier`, `recovery` and `slow_start`) in the `passive`
-//! submodule; the `topology` section (targets from etcd) in the `topology` submodule; the
-//! `resolver` section (the DNS servers the engine asks) in the `resolver` submodule; the `metrics`
-//! section (per-target histograms on or off) in the `metrics` submodule; the `cluster` section
-//! (members sharing the fleet through etcd) and the targets' `replicas` and `quorum` in the
-//! `cluster` submodule.
-//! [`parse_entry`] reads one target declaration kept outside the files.
+//! recursive, in name order), so that teams can own one file each. Every key, its default and
+//! what it does are in the configuration reference, `docs/config.md` (the only one: a test holds
+//! each of its examples to `probe-engine check`).
 //!
 //! JSON paths are the subset documented in [`probe::tier::http::json_path`]: `$`, `.name`,
 //! `["name"]` and `[index]`. Header values may reference environment variables as `${VAR}`

@@ -75,9 +75,16 @@ impl Daemon {
 
     /// Starts `command` (the binary with its arguments, working directory and environment) with
     /// JSON logs at `info`, and waits until it listens.
+    ///
+    /// A daemon given neither `--state-dir` nor a working directory of its own keeps no state
+    /// (`--state-dir none`): its default, `data` in the working directory, would be this
+    /// crate's, shared by every test at once. A test of the default sets a working directory.
     pub fn launch(mut command: Command) -> Self {
         if !command.get_envs().any(|(key, _)| key == "RUST_LOG") {
             command.env("RUST_LOG", "info");
+        }
+        if command.get_current_dir().is_none() && !command.get_args().any(|a| a == "--state-dir") {
+            command.args(["--state-dir", "none"]);
         }
         let mut child = command
             .arg("--log-format")

@@ -78,6 +78,15 @@ pub fn describe_metrics() {
     );
 }
 
+/// The name, type and help of every per-target family that
+/// [`Engine::encode_metrics`](super::Engine::encode_metrics) may write. A family appears in a
+/// scrape only once a target has samples for it, so this, not a scrape, is the list to document
+/// or lint what an embedder exports.
+pub fn target_metric_families() -> impl Iterator<Item = (&'static str, &'static str, &'static str)>
+{
+    Family::ALL.into_iter().map(Family::describe)
+}
+
 /// The upper bounds of the duration histograms' buckets, in seconds: loopback microseconds to
 /// multi-second timeouts. Explicit buckets (not summaries) so they aggregate across instances;
 /// an exporter gives `probe_fleet_duration_seconds` the same.

@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use cluster::{Placement, Published, Replication, ReplicationError, Role};
 pub use members::{Loads, Reassigned};
-pub use metrics::{DURATION_BUCKETS, describe_metrics};
+pub use metrics::{DURATION_BUCKETS, describe_metrics, target_metric_families};
 pub use passive::{CircuitCommand, Lease, PickError, Reporter};
 pub use spec::TargetSpec;
 pub use topology::{Topology, TopologyError};

@@ -62,7 +62,8 @@ pub(super) fn page(
     match recorded {
         Recorded::Off => out.push_str(
             "<p class=\"notice\">No history is kept: uptimes, daily bars, latency and incidents \
-             need one (start the daemon with <code>--state-dir</code>).</p>",
+             need one (the config says <code>history: false</code>, or the daemon runs with \
+             <code>--state-dir none</code>).</p>",
         ),
         Recorded::Failed(why) => {
             let _ = write!(
