@@ -637,6 +637,70 @@ mod tests {
         assert_eq!(open, ["b", "c"]);
     }
 
+    /// A compacted journal names, for each notification, the receivers that still need it and
+    /// no other: one that had taken it must not be sent it again after a restart.
+    #[test]
+    fn a_compaction_keeps_each_notification_for_the_receivers_still_owed_it() {
+        let outbox = Outbox::open(
+            vec![
+                "alertmanager".to_owned(),
+                "ops".to_owned(),
+                "pager".to_owned(),
+            ],
+            100,
+            None,
+        );
+        outbox.put(vec![alert("a", Status::Firing), alert("b", Status::Firing)]);
+        let am = outbox.receiver("alertmanager").unwrap();
+        let pager = outbox.receiver("pager").unwrap();
+        let (first, _) = am.batch(1);
+        am.delivered(&first);
+        pager.delivered(&first);
+        let snapshot = outbox.shared.book.lock().snapshot();
+        let notes: Vec<(String, Vec<String>)> = snapshot
+            .into_iter()
+            .filter_map(|record| match record {
+                Record::Note { to, alert, .. } => Some((alert.cause, to)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            notes,
+            [
+                ("a".to_owned(), vec!["ops".to_owned()]),
+                (
+                    "b".to_owned(),
+                    vec![
+                        "alertmanager".to_owned(),
+                        "ops".to_owned(),
+                        "pager".to_owned()
+                    ]
+                ),
+            ]
+        );
+    }
+
+    /// Below `COMPACT_FROM` the journal is only appended to: a rewrite (a temporary file, two
+    /// syncs and a rename) on every look at the engine would cost more than the bytes it saves.
+    #[test]
+    fn a_small_journal_is_appended_to_not_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Outbox::open(receivers(), 100, Some(dir.path()));
+        outbox.put(vec![alert("a", Status::Firing)]);
+        for name in receivers() {
+            let place = outbox.receiver(&name).unwrap();
+            let (seqs, _) = place.batch(10);
+            place.delivered(&seqs);
+        }
+        outbox.put(Vec::new());
+        let text = std::fs::read_to_string(dir.path().join("alerts.jsonl")).unwrap();
+        let kinds: Vec<&str> = text
+            .lines()
+            .map(|line| line.split('"').nth(3).unwrap())
+            .collect();
+        assert_eq!(kinds, ["note", "ack", "ack"], "{text}");
+    }
+
     #[test]
     fn a_journal_grown_past_twice_its_content_is_compacted_to_it() {
         let dir = tempfile::tempdir().unwrap();
