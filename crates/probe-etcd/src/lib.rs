@@ -1,8 +1,10 @@
 //! `probe-etcd`: targets declared in etcd, kept in sync and published as snapshots.
 //!
-//! This crate owns the etcd mechanics and nothing else: it keeps an exact copy of every key
-//! under one prefix and publishes it, generic over the raw values. Turning values into targets
-//! and applying them to the engine belong to the caller.
+//! This crate owns the etcd mechanics: it keeps an exact copy of every key under one prefix and
+//! publishes it, generic over the raw values (`source`, `snapshot`, `status`); decodes the
+//! snapshots into `probe::discovery` catalogs (`discovery`, `EtcdDiscovery`), the values read
+//! by a decoder the caller gives; and coordinates a cluster of daemons (`membership`,
+//! `cluster`). Applying the catalogs to the engine belongs to the caller.
 //!
 //! # The key layout contract
 //! - Each target is one key, `<prefix><id>`, with the default prefix `/probe-engine/targets/`

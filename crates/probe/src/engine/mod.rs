@@ -20,8 +20,10 @@
 //! `probe_target_up` and broadcast to subscribers ([`Engine::subscribe`]), all from the hub,
 //! after the snapshots it changed are published.
 //!
-//! The folder: `core` (the shared parts), `runtime` (a target as it runs), `effects` (the hub),
-//! `readiness` (the tally), `apply`, `passive` (real traffic: reports, picks, circuits),
+//! The folder: `shared` (the parts every method reaches), `runtime` (a target as it runs),
+//! `effects` (the hub), `readiness` (the tally), `apply` (topology diffs), `members` (the
+//! engine's place in a cluster changing) and `cluster` (a target's role there), `passive` (real
+//! traffic: reports, picks, circuits), `resources` (the engine's own resource faults),
 //! `topology`, `spec` (the input), `view` (the output) and `metrics`.
 
 mod apply;
