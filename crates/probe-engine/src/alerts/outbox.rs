@@ -701,6 +701,37 @@ mod tests {
         assert_eq!(kinds, ["note", "ack", "ack"], "{text}");
     }
 
+    /// An outbox that holds a lot (a receiver down for an hour) is not rewritten on every put:
+    /// only once the journal has grown to twice what the last compaction left.
+    #[test]
+    fn a_large_outbox_is_compacted_once_then_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("alerts.jsonl");
+        let outbox = Outbox::open(receivers(), 100_000, Some(dir.path()));
+        let pending: Vec<Alert> = (0..6000)
+            .map(|i| alert(&format!("t{i}"), Status::Firing))
+            .collect();
+        outbox.put(pending);
+        for i in 0..10 {
+            outbox.put(vec![alert(&format!("more-{i}"), Status::Firing)]);
+        }
+        // A compaction writes the alerts firing as `open` records, then the notifications; an
+        // append writes notifications alone. The first put was compacted (past COMPACT_FROM,
+        // and twice the nothing there was before); the later ones only appended.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let open: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with(r#"{"kind":"open""#))
+            .collect();
+        assert!(
+            !open.iter().any(|line| line.contains("more-")),
+            "a later put rewrote the journal"
+        );
+        assert_eq!(open.len(), 6000, "the first put was not compacted");
+        assert!(text.len() as u64 > COMPACT_FROM);
+        assert_eq!(text.matches(r#""cause":"more-"#).count(), 10);
+    }
+
     #[test]
     fn a_journal_grown_past_twice_its_content_is_compacted_to_it() {
         let dir = tempfile::tempdir().unwrap();
