@@ -505,6 +505,8 @@ impl Receiver {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn alert(target: &str, status: Status) -> Alert {
@@ -730,6 +732,41 @@ mod tests {
         assert_eq!(open.len(), 6000, "the first put was not compacted");
         assert!(text.len() as u64 > COMPACT_FROM);
         assert_eq!(text.matches(r#""cause":"more-"#).count(), 10);
+    }
+
+    /// A member whose lease is lost holds every receiver back; when it is a member again, every
+    /// receiver is woken to send what waited. A hold that changes nothing wakes nobody.
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_holds_every_receiver_back_and_its_release_wakes_them() {
+        let outbox = Outbox::open(receivers(), 100, None);
+        let places: Vec<Receiver> = receivers()
+            .iter()
+            .map(|name| outbox.receiver(name).unwrap())
+            .collect();
+        let woken = |place: &Receiver| {
+            let place = place.clone();
+            async move {
+                tokio::time::timeout(Duration::from_secs(1), place.woken())
+                    .await
+                    .is_ok()
+            }
+        };
+        assert!(!places[0].held());
+        outbox.hold(true);
+        outbox.hold(true);
+        for place in &places {
+            assert!(place.held());
+            assert!(!woken(place).await, "woken while held");
+        }
+        outbox.hold(false);
+        for place in &places {
+            assert!(!place.held());
+            assert!(woken(place).await, "not woken when released");
+        }
+        outbox.hold(false);
+        for place in &places {
+            assert!(!woken(place).await, "woken by a release of nothing");
+        }
     }
 
     #[test]
