@@ -658,6 +658,14 @@ mod tests {
         let (first, _) = am.batch(1);
         am.delivered(&first);
         pager.delivered(&first);
+        // Taken by two of three: the third is still owed it, the two are not.
+        let (left, alerts) = am.batch(10);
+        assert_eq!(left.len(), 1);
+        assert_eq!(alerts[0].cause, "b");
+        assert_eq!(outbox.receiver("ops").unwrap().batch(10).0.len(), 2);
+        // What fires now, for a receiver's resends, whatever it has taken.
+        let firing: Vec<String> = am.open().into_iter().map(|a| a.cause).collect();
+        assert_eq!(firing, ["a", "b"]);
         let snapshot = outbox.shared.book.lock().snapshot();
         let notes: Vec<(String, Vec<String>)> = snapshot
             .into_iter()
