@@ -356,7 +356,50 @@ mod tests {
         let mut r = Rollups::default();
         let _ = r.runs(&id("a"), [(0, Quality::Good, Duration::from_millis(1))]);
         let _ = r.runs(&id("b"), [(0, Quality::Good, Duration::from_millis(1))]);
+        let mut ids = r.ids();
+        ids.sort();
+        assert_eq!(ids, [id("a"), id("b")]);
         let _ = r.close(HOUR_MS, |t| t.as_str() == "a");
         assert_eq!(r.snapshot(HOUR_MS, |_| true).len(), 1);
+        assert_eq!(r.ids(), [id("a")]);
+    }
+
+    /// Closing stops at the hour `now` is in: that hour goes on counting.
+    #[test]
+    fn a_close_leaves_the_current_hour_open() {
+        let mut r = Rollups::default();
+        let t = id("db");
+        let ms = Duration::from_millis(1);
+        let _ = r.runs(&t, [(HOUR_MS - 1_000, Quality::Good, ms)]);
+        let now = 2 * HOUR_MS + 1_000;
+        let _ = r.close(now, |_| true);
+        let _ = r.runs(&t, [(now, Quality::Failed, ms)]);
+        let day = r.today(&t, now + 1_000).unwrap_or([None; 24]);
+        let (closed, current) = (day[1].unwrap_or_default(), day[2].unwrap_or_default());
+        assert_eq!((closed.runs, current.runs, current.failures), (0, 1, 1));
+        assert!(day[3].is_none(), "{day:?}");
+    }
+
+    /// What the store had is resumed only for today and only when it reads: yesterday's day
+    /// (a daemon down over midnight) or a damaged blob starts the day afresh.
+    #[test]
+    fn only_todays_readable_day_is_resumed() {
+        let t = id("api");
+        let today = 3 * DAY_MS + 5 * HOUR_MS;
+        let mut before = Rollups::default();
+        let _ = before.runs(
+            &t,
+            [(today - DAY_MS, Quality::Good, Duration::from_millis(1))],
+        );
+        let yesterday = before.snapshot(today - DAY_MS + 1_000, |_| true);
+        let mut after = Rollups::default();
+        after.resume(t.clone(), 2, &yesterday[0].2, today);
+        assert!(
+            after.today(&t, today).is_none(),
+            "yesterday resumed as today"
+        );
+        after.resume(t.clone(), 3, b"not a day", today);
+        assert!(after.today(&t, today).is_none(), "a damaged day resumed");
+        assert!(after.ids().is_empty());
     }
 }
