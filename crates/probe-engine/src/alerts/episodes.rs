@@ -1038,6 +1038,26 @@ mod tests {
         );
     }
 
+    /// A dependency still looking for its first verdict, never in maintenance, silences
+    /// nothing: only one coming out of maintenance does.
+    #[test]
+    fn a_dependency_in_its_first_probing_silences_nothing() {
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Probing, 100);
+        fleet.target("api", HealthState::Down, 100);
+        fleet.group("backend", None);
+        fleet.depends("api", "backend", true);
+        fleet.depends("backend", "db", true);
+        let mut episodes = fresh();
+        // Past the wait for a critical dependency's next result.
+        assert_eq!(
+            summary(&fleet.look(&mut episodes, 200)),
+            [firing("ProbeDown", "api")]
+        );
+        // And at the next look too: db's PROBING is no maintenance to silence api with.
+        assert!(fleet.look(&mut episodes, 210).is_empty());
+    }
+
     #[test]
     fn a_flapping_target_out_of_maintenance_is_not_silenced() {
         let mut fleet = Fleet::new();
