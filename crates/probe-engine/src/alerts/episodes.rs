@@ -967,6 +967,15 @@ mod tests {
             fired[0].annotations["impacted"],
             format!("{} and 5 more", shown.join(", "))
         );
+        // Twenty exactly are all named, with nothing counted.
+        let mut fleet = Fleet::new();
+        fleet.target("db", HealthState::Down, 100);
+        for name in &shown {
+            fleet.target(name, HealthState::Down, 100);
+            fleet.depends(name, "db", true);
+        }
+        let fired = fleet.look(&mut fresh(), 100);
+        assert_eq!(fired[0].annotations["impacted"], shown.join(", "));
     }
 
     #[test]
@@ -1237,6 +1246,24 @@ mod tests {
         let mut episodes = fresh();
         let fired = fleet.look(&mut episodes, 100);
         assert_eq!(summary(&fired), [firing("GroupUnhealthy", "shop")]);
+        assert_eq!(
+            fired[0].annotations["summary"],
+            "shop is unhealthy: a critical dependency is DOWN"
+        );
+        // With a score rule too, the summary names what holds: the score is not under it.
+        let mut scored = Fleet::new();
+        scored.rule("db", None);
+        scored.target("db", HealthState::Down, 100);
+        scored.group("shop", Some(0.6));
+        scored.rule(
+            "shop",
+            Some(AlertRule {
+                score_under: Some(0.6),
+                ..AlertRule::default()
+            }),
+        );
+        scored.depends("shop", "db", true);
+        let fired = scored.look(&mut fresh(), 100);
         assert_eq!(
             fired[0].annotations["summary"],
             "shop is unhealthy: a critical dependency is DOWN"
