@@ -280,7 +280,26 @@ targets:
         })
         .await;
 
-    let list = daemon.list().await;
+    // A run that needed the retry leaves a fresh connection, which the next run may find
+    // closed or not, so `reused`'s latest run is not always a noted one: read a listing that
+    // holds one.
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    let list = loop {
+        let list = daemon.list().await;
+        if list
+            .get("reused")
+            .last
+            .as_ref()
+            .is_some_and(|l| l.note.is_some())
+        {
+            break list;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no listing showed reused's note"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let ids: Vec<&str> = list.targets.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(
         ids,
