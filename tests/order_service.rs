@@ -358,19 +358,9 @@ fn build_example() -> PathBuf {
             cargo.env_remove(name);
         }
     }
-    // `--workspace` resolves features as `cargo test --workspace` did, so the example that run
-    // already built is fresh here: built for the root package alone, its dependencies would
-    // get other features and the example would be compiled a second time.
     cargo
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "build",
-            "--quiet",
-            "--locked",
-            "--workspace",
-            "--example",
-            "order_service",
-        ])
+        .args(["build", "--quiet", "--locked", "--example", "order_service"])
         .arg("--target-dir")
         .arg(target_dir);
     match profile_dir.file_name().and_then(|n| n.to_str()) {
