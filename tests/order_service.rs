@@ -19,8 +19,13 @@
 //!   the listener, open longer than a round trip. Behind a load balancer the drain delay is
 //!   what ensures that nobody is still sending at the close.
 //!
-//! The test builds the example with the `cargo` that runs it (Cargo gives integration tests the
-//! path of their own package's binaries only, not of examples), into the same target directory.
+//! Cargo gives integration tests the path of their own package's binaries only, not of examples,
+//! so the test asks the `cargo` that runs it for the workspace's test build, `cargo test
+//! --workspace --no-run`, into the same target directory, and runs the example that build
+//! links. Under the suite (`scripts/test`) that build is the one already made, so the step
+//! costs a fingerprint check. A narrower build (`cargo build --example order_service`) would
+//! not be: it resolves the dependencies' features for one package, not for the workspace's
+//! tests, and so compiles a second copy of half the tree.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -360,7 +365,7 @@ fn build_example() -> PathBuf {
     }
     cargo
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "--locked", "--example", "order_service"])
+        .args(["test", "--workspace", "--no-run", "--quiet", "--locked"])
         .arg("--target-dir")
         .arg(target_dir);
     match profile_dir.file_name().and_then(|n| n.to_str()) {
