@@ -499,13 +499,6 @@ fn history_config(
         transitions: section.transitions,
         rollups: section.rollups,
         max_bytes: section.max_bytes,
-        min_score: loaded
-            .topology
-            .readiness
-            .as_ref()
-            .map_or(probe::graph::ReadinessPolicy::DEFAULT_MIN_SCORE, |r| {
-                r.min_score()
-            }),
         sla_window: loaded.sla_window,
     })
 }

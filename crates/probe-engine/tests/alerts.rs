@@ -686,27 +686,28 @@ async fn maintenance_silences_a_target_and_what_depends_on_it_then_fires_at_its_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_alerts_under_its_score_and_a_reload_changes_the_rules_at_once() {
+async fn a_group_alerts_on_its_verdict_and_a_reload_changes_the_rules_at_once() {
     let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let up_addr = up.local_addr().unwrap();
     let (down_a, down_b) = (support::closed_port(), support::closed_port());
     let targets = |web_alert: &str| {
         format!(
-            "  - id: web-1\n    tcp: {{address: \"{up_addr}\"}}\n  - id: web-2\n    tcp: {{address: \"{down_a}\"}}\n    alert: false\n  - id: web-3\n    tcp: {{address: \"{down_b}\"}}\n    alert: {web_alert}\n  - id: web\n    kind: group\n    depends_on: [{{target: web-1}}, {{target: web-2}}, {{target: web-3}}]\n    alert: {{score_under: 0.5, labels: {{team: edge}}}}\n"
+            "  - id: web-1\n    tcp: {{address: \"{up_addr}\"}}\n  - id: web-2\n    tcp: {{address: \"{down_a}\"}}\n    alert: false\n  - id: web-3\n    tcp: {{address: \"{down_b}\"}}\n    alert: {web_alert}\n  - id: web\n    kind: group\n    depends_on: [{{target: web-1}}, {{target: web-2}}, {{target: web-3}}]\n    state: {{degraded_from: 0.5}}\n    alert: {{labels: {{team: edge}}}}\n"
         )
     };
     let (am, hook, daemon, dir) = alerting("", &targets("false"), &[], "t").await;
     daemon
         .wait_states(&[("web-1", "UP"), ("web-2", "DOWN"), ("web-3", "DOWN")])
         .await;
-    // Two of three replicas down (not critical): the group's score is a third, under 0.5.
+    // Two of three replicas down (not critical): the group's score is a third, under its
+    // degraded_from: DOWN once judged so `fall` times, and its alert fires.
     hook.wait("GroupUnhealthy", |seen| !seen.is_empty()).await;
     let alert = hook.bodies()[0].clone();
     assert_eq!(alert["labels"]["alertname"], "GroupUnhealthy");
     assert_eq!(alert["labels"]["target"], "web");
     assert_eq!(alert["labels"]["team"], "edge");
     let summary = alert["annotations"]["summary"].as_str().unwrap();
-    assert!(summary.contains("under 0.50"), "{summary}");
+    assert_eq!(summary, "web is DOWN: score 0.33");
     let explain = alert["annotations"]["explain"].as_str().unwrap();
     assert!(
         explain.contains("web-2") && explain.contains("DOWN"),

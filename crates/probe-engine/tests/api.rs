@@ -167,8 +167,8 @@ fn the_views_refuse_unknown_and_missing_fields() {
     extra["since"] = Value::from(1);
     assert!(serde_json::from_value::<views::Pending>(extra).is_err());
     // A nullable field must still be there.
-    let event = serde_json::json!({"target": "a", "from": "UP", "to": "DOWN", "cause": "results",
-        "at": "2026-01-01T00:00:00.000Z", "detail": null});
+    let event = serde_json::json!({"target": "a", "kind": "target", "from": "UP", "to": "DOWN",
+        "cause": "results", "at": "2026-01-01T00:00:00.000Z", "detail": null});
     assert!(serde_json::from_value::<views::Event>(event.clone()).is_ok());
     let mut missing = event;
     missing.as_object_mut().unwrap().remove("detail");
@@ -444,18 +444,23 @@ targets:
             .all(|o| !o.ok && o.reason.as_deref() == Some("refused"))
     );
 
-    // Explanations and the graph.
+    // Explanations and the graph. The group scores 0.75, under its rule's up_from (0.8): its
+    // verdict is DEGRADED, once judged so.
+    daemon.wait_states(&[("checkout", "DEGRADED")]).await;
     let checkout: Explain = typed(&daemon, "/v1/targets/checkout/explain").await;
     assert_eq!(
         checkout.summary,
-        "checkout 0.75: up 1.00 (w 0.75, critical) UP; down 0.00 (w 0.25) DOWN"
+        "checkout 0.75 DEGRADED: up 1.00 (w 0.75, critical) UP; down 0.00 (w 0.25) DOWN"
     );
     let node = &checkout.node;
     assert_eq!(
         (node.id.as_str(), node.kind.as_str()),
         ("checkout", "group")
     );
-    assert_eq!((node.state.as_deref(), node.score), (None, Some(0.75)));
+    assert_eq!(
+        (node.state.as_deref(), node.score, node.flapping),
+        (Some("DEGRADED"), Some(0.75), false)
+    );
     assert!(!node.unknown && !node.dependency_down);
     assert_eq!(checkout.stability, Some(1.0), "1 for a group");
     let children: Vec<_> = checkout
@@ -574,12 +579,36 @@ targets:
     let (_, message) = error(&daemon, Method::GET, "/v1/targets/nope", None).await;
     assert_eq!(message, "no target \"nope\"");
 
-    // /health: each target's check, and the worst of them: fail, with a 503.
+    // /health: each target's check, each group's, and the worst of them: fail, with a 503.
+    daemon.wait_states(&[("front", "DOWN")]).await;
     let (status, report) = health(&daemon).await;
     assert_eq!((status, report.status.as_str()), (503, "fail"));
     assert_eq!(report.service_id, "probe-engine");
     assert!(!report.description.is_empty());
-    assert_eq!(report.checks.len(), 9, "{:?}", report.checks.keys());
+    assert_eq!(report.checks.len(), 12, "{:?}", report.checks.keys());
+    // A group's check is its verdict, its score observed.
+    for (id, status, output, score) in [
+        ("checkout", "warn", "state DEGRADED", Some(0.75)),
+        (
+            "front",
+            "fail",
+            "state DOWN; a critical dependency is DOWN",
+            Some(0.0),
+        ),
+        ("waiting", "warn", "state PROBING", None),
+    ] {
+        let check = report.check(&format!("{id}:score"));
+        assert_eq!(
+            (
+                check.component_type.as_str(),
+                check.status.as_str(),
+                check.output.as_deref(),
+                check.observed_value,
+            ),
+            ("group", status, Some(output), score),
+            "{id}: {check:?}"
+        );
+    }
     for (id, want) in [
         ("up", "pass"),
         ("confirming", "pass"),
@@ -1330,6 +1359,150 @@ async fn an_etcd_source_that_cannot_start_shows_every_field_of_the_readme() {
     );
 }
 
+/// What every reader says of `web` now: its node in explain and in the graph, its badge, its
+/// `/health` check and its gRPC-style serving answer are read from one verdict.
+async fn group_everywhere(daemon: &Daemon) -> Vec<String> {
+    let explain: Explain = views::strict(
+        &daemon
+            .get("/v1/targets/web/explain")
+            .await
+            .json()
+            .await
+            .unwrap(),
+    );
+    let graph: Graph = views::strict(&daemon.get("/v1/graph").await.json().await.unwrap());
+    let node = graph.nodes.iter().find(|n| n.id == "web").unwrap();
+    let badge = daemon
+        .get("/v1/badges/web/health.svg")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (_, report) = health(daemon).await;
+    let check = report.check("web:score");
+    vec![
+        explain.node.state.unwrap(),
+        node.state.clone().unwrap(),
+        badge_texts(&badge)[1].clone(),
+        check.output.clone().unwrap(),
+        check.status.clone(),
+    ]
+}
+
+#[tokio::test]
+async fn a_groups_verdict_is_one_everywhere_and_moves_by_its_rule() {
+    let (up, up_server) = accepting().await;
+    let (degrading, degrading_server) = accepting().await;
+    let dir = tempfile::tempdir().unwrap();
+    // `web` over `up` (critical) and `degrading`, equal weights; windows of 20 results, 4 s.
+    std::fs::write(
+        dir.path().join("targets.yaml"),
+        format!(
+            "defaults: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1}}\n\
+             targets:\n  - id: up\n    tcp: {{address: \"{up}\"}}\n\
+             \x20 - id: degrading\n    tcp: {{address: \"{degrading}\"}}\n    fall: 1000\n\
+             \x20 - id: web\n    kind: group\n    depends_on: [{{target: up, critical: true}}, {{target: degrading}}]\n\
+             \x20   state: {{up_from: 0.9, degraded_from: 0.6, rise: 2, fall: 2, degrade_after: 1, flap: false}}\n"
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir.path());
+    let mut events = EventStream::new(daemon.get("/v1/events").await);
+    let first = events.next_of("web").await;
+    assert_eq!(
+        (
+            first.kind.as_str(),
+            first.from.as_str(),
+            first.to.as_str(),
+            first.cause.as_str()
+        ),
+        ("group", "PROBING", "UP", "results")
+    );
+    assert_eq!(first.detail.as_deref(), Some("score 1.00"));
+    assert_eq!(
+        group_everywhere(&daemon).await,
+        ["UP", "UP", "UP", "state UP", "pass"]
+    );
+
+    // `degrading` fails (its verdict holds: fall 1000), and the group's score falls as its
+    // window fills: under up_from, DEGRADED at the next judgment (degrade_after 1); under
+    // degraded_from, DOWN after two (fall 2). Every reader says so.
+    degrading_server.abort();
+    let degraded = events.next_of("web").await;
+    assert_eq!(
+        (
+            degraded.from.as_str(),
+            degraded.to.as_str(),
+            degraded.cause.as_str()
+        ),
+        ("UP", "DEGRADED", "results")
+    );
+    assert!(
+        degraded
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("under up_from 0.9"),
+        "{degraded:?}"
+    );
+    let down = events.next_of("web").await;
+    assert_eq!((down.from.as_str(), down.to.as_str()), ("DEGRADED", "DOWN"));
+    assert!(
+        down.detail
+            .as_deref()
+            .unwrap()
+            .ends_with("under degraded_from 0.6"),
+        "{down:?}"
+    );
+    assert_eq!(
+        daemon.state_of("degrading").await.as_deref(),
+        Some("UP"),
+        "still UP: fall 1000"
+    );
+    assert_eq!(
+        group_everywhere(&daemon).await,
+        ["DOWN", "DOWN", "DOWN", "state DOWN", "fail"]
+    );
+
+    // Back: the group comes UP after `rise` good judgments.
+    let degrading_server = TcpListener::bind(degrading).await.unwrap();
+    let _degrading_server = tokio::spawn(async move {
+        loop {
+            let _ = degrading_server.accept().await;
+        }
+    });
+    let mut back = events.next_of("web").await;
+    while back.to != "UP" {
+        back = events.next_of("web").await;
+    }
+    // Its critical dependency DOWN: the group is DOWN at its next judgment or sooner, whatever
+    // its score, with the dependency named.
+    up_server.abort();
+    let down = events.next_of("web").await;
+    assert_eq!(
+        (
+            down.to.as_str(),
+            down.cause.as_str(),
+            down.detail.as_deref()
+        ),
+        (
+            "DOWN",
+            "dependency_down",
+            Some("critical dependency DOWN: up")
+        )
+    );
+    assert_eq!(
+        group_everywhere(&daemon).await,
+        [
+            "DOWN",
+            "DOWN",
+            "DOWN",
+            "state DOWN; a critical dependency is DOWN",
+            "fail"
+        ]
+    );
+}
+
 #[tokio::test]
 async fn badges_and_the_graph_are_drawn_as_svg() {
     let (up, _server) = accepting().await;
@@ -1366,12 +1539,12 @@ async fn badges_and_the_graph_are_drawn_as_svg() {
     assert!(body.contains("<title>up: UP</title>"), "{body}");
     let (_, _, body) = badge("down").await;
     assert_eq!(badge_texts(&body), ["down", "DOWN"]);
-    // The group: its score, in words (one of its two members is DOWN).
+    // The group: its verdict (one of its two members is DOWN: 0.5, DEGRADED by the default
+    // rule), in its colour.
+    daemon.wait_states(&[("web", "DEGRADED")]).await;
     let (status, _, body) = badge("web").await;
     assert_eq!(status, 200);
-    let texts = badge_texts(&body);
-    assert_eq!(texts[0], "web");
-    assert!(texts[1].ends_with('%'), "{texts:?}");
+    assert_eq!(badge_texts(&body), ["web", "DEGRADED"]);
     // An unknown target still draws (a page that embeds it shows why), with 404.
     let (status, _, body) = badge("nope").await;
     assert_eq!(status, 404);
@@ -1405,7 +1578,7 @@ async fn badges_and_the_graph_are_drawn_as_svg() {
     assert_eq!(texts(node("up"))[0], "up");
     assert!(texts(node("up"))[1].starts_with("UP"), "{body}");
     assert!(texts(node("down"))[1].starts_with("DOWN"), "{body}");
-    assert!(texts(node("web"))[1].ends_with('%'), "{body}");
+    assert_eq!(texts(node("web"))[1], "DEGRADED 0.50", "{body}");
     let y = |id: &str| -> f64 {
         let rect = node(id)
             .descendants()

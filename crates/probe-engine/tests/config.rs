@@ -90,7 +90,7 @@ const CASES: &[Case] = &[
         errors: &[(
             3,
             5,
-            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "icmp", "udp", "alert", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
+            r#"unknown field "colour" in target; expected one of "id", "kind", "tcp", "http", "grpc", "tls", "dns", "icmp", "udp", "alert", "state", "maintenance", "depends_on", "interval", "timeout", "rise", "fall", "jitter", "fast_interval", "backoff", "degrade_after", "recover_after", "flap", "dns_stale_for", "circuit_breaker", "skip_active_after", "outlier", "recovery", "slow_start""#,
         )],
     },
     Case {
@@ -1001,7 +1001,7 @@ const CASES: &[Case] = &[
             (
                 4,
                 5,
-                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on, alert, outlier, recovery, slow_start)"#,
+                r#"target "svc" is a group: "tcp" does not apply (a group has no probe; it has id, kind, depends_on, state, alert, outlier, recovery, slow_start)"#,
             ),
             (
                 5,
@@ -3002,8 +3002,8 @@ fn an_entry_outside_the_files_carries_its_pool_and_breaker() {
     };
     assert_eq!(id.as_str(), "api");
     assert_eq!(
-        pool,
-        Some(PoolPolicy {
+        pool.as_deref(),
+        Some(&PoolPolicy {
             outlier: OutlierConfig::try_new(OutlierSettings {
                 consecutive_5xx: nz(3),
                 ..OutlierSettings::default()
@@ -3536,12 +3536,12 @@ fn alert_mistakes_are_located() {
     assert_eq!(
         errors_of("targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    alert: false\n"),
         ["t.yaml:4:5: alert needs an alerts section to send to"]
-    ); // No alert is raised on MAINTENANCE (it silences) nor PROBING (no verdict); score_under is
-    // a group's, within (0, 1]; a webhook cannot take Alertmanager's name; the outbox holds one
-    // at least; a CA file must be readable.
+    ); // No alert is raised on MAINTENANCE (it silences) nor PROBING (no verdict); a webhook
+    // cannot take Alertmanager's name; the outbox holds one at least; a CA file must be readable.
+    // A group alerts on its verdict, as a target does: the score threshold of old is refused.
     let section = "alerts:\n  alertmanager: {urls: [\"https://127.0.0.1:9093\"], tls: {ca_file: missing.pem}}\n  webhooks:\n    - {name: alertmanager, url: \"http://127.0.0.1:1/\"}\n  defaults: {on: [MAINTENANCE, PROBING]}\n  outbox_limit: 0\n";
     let errors = errors_of(&format!(
-        "{section}targets:\n  - id: a\n    tcp: {{address: \"127.0.0.1:1\"}}\n    alert: {{score_under: 0.5}}\n  - id: g\n    kind: group\n    depends_on: [{{target: a}}]\n    alert: {{score_under: 1.5}}\n"
+        "{section}targets:\n  - id: a\n    tcp: {{address: \"127.0.0.1:1\"}}\n  - id: g\n    kind: group\n    depends_on: [{{target: a}}]\n    alert: {{score_under: 0.5}}\n"
     ));
     let expected = [
         "t.yaml:2:67: cannot read CA file missing.pem",
@@ -3549,8 +3549,7 @@ fn alert_mistakes_are_located() {
         "t.yaml:5:19: unknown state \"MAINTENANCE\" for \"on\"; expected one of DOWN, DEGRADED",
         "t.yaml:5:32: unknown state \"PROBING\" for \"on\"",
         "t.yaml:6:17: outbox_limit must be at least 1",
-        "t.yaml:10:13: score_under is for groups: a probed target alerts on its own state",
-        "t.yaml:14:26: score_under must be in (0, 1], not 1.5",
+        "t.yaml:13:13: unknown field \"score_under\"",
     ];
     assert_eq!(errors.len(), expected.len(), "{errors:#?}");
     for (error, start) in errors.iter().zip(expected) {
@@ -3562,12 +3561,12 @@ fn alert_mistakes_are_located() {
 }
 
 #[test]
-fn a_group_alerts_by_its_score_and_an_etcd_entry_carries_its_alert() {
+fn a_group_alerts_on_its_verdict_and_an_etcd_entry_carries_its_alert() {
     let config = config::parse(
         Path::new("t.yaml"),
         "alerts:\n  webhooks: [{name: ops, url: \"http://127.0.0.1:1/\"}]\n  defaults: {for: 5s}\n  outbox_limit: 7\n\
          targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n\
-         \x20 - id: g\n    kind: group\n    depends_on: [{target: a}]\n    alert: {score_under: 0.5}\n",
+         \x20 - id: g\n    kind: group\n    depends_on: [{target: a}]\n    alert: {on: [DEGRADED]}\n",
     )
     .unwrap();
     assert_eq!(config.alerts.as_ref().unwrap().outbox_limit, 7);
@@ -3575,8 +3574,11 @@ fn a_group_alerts_by_its_score_and_an_etcd_entry_carries_its_alert() {
         .clone()
         .unwrap();
     assert_eq!(
-        (g.score_under, g.hold),
-        (Some(0.5), std::time::Duration::from_secs(5))
+        (g.on, g.hold),
+        (
+            vec![probe::verdict::HealthState::Degraded],
+            std::time::Duration::from_secs(5)
+        )
     );
     let dir = Path::new(".");
     let entry = config::parse_declared(
@@ -3600,11 +3602,67 @@ fn a_group_alerts_by_its_score_and_an_etcd_entry_carries_its_alert() {
     let error = config::parse_declared(
         "db",
         "k",
-        br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "alert": {"score_under": 0.5}}"#,
+        br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "state": {"up_from": 0.5}}"#,
         dir,
     )
     .unwrap_err();
-    assert!(error.contains("score_under is for groups"), "{error}");
+    assert!(error.contains("state is for groups"), "{error}");
+    // An etcd group's rule goes with it.
+    let group = config::parse_declared(
+        "g",
+        "k",
+        br#"{"id": "g", "kind": "group", "depends_on": [{"target": "db"}], "state": {"up_from": 0.9}}"#,
+        dir,
+    )
+    .unwrap();
+    let probe::discovery::Declaration::Group { rule, .. } = &group.declaration else {
+        panic!("a group: {:?}", group.declaration);
+    };
+    assert_eq!(rule.map(|r| r.up_from()), Some(0.9));
+}
+
+#[test]
+fn a_groups_state_rule_is_read_and_every_bad_field_is_located() {
+    let config = parse(
+        "targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n\
+         \x20 - id: g\n    kind: group\n    depends_on: [{target: a}]\n\
+         \x20   state: {up_from: 0.9, degraded_from: 0.6, rise: 1, fall: 4, flap: false}\n\
+         \x20 - id: plain\n    kind: group\n    depends_on: [{target: a}]\n",
+    )
+    .unwrap();
+    let n = |n| std::num::NonZeroU32::new(n).unwrap();
+    let want = probe::graph::GroupRule::try_new(
+        0.9,
+        0.6,
+        probe::verdict::Thresholds::new(n(1), n(4)),
+        None,
+    )
+    .unwrap();
+    let g = probe::target::TargetId::new("g").unwrap();
+    assert_eq!(config.topology.groups.get(&g), Some(&want));
+    // A group without a `state` block has the default rule: no entry.
+    assert_eq!(config.topology.groups.len(), 1);
+
+    let errors = errors_of(
+        "targets:\n  - id: a\n    tcp: {address: \"127.0.0.1:1\"}\n    state: {up_from: 0.5}\n\
+         \x20 - id: g\n    kind: group\n    depends_on: [{target: a}]\n\
+         \x20   state: {up_from: 1.5, rise: 0}\n\
+         \x20 - id: h\n    kind: group\n    depends_on: [{target: a}]\n\
+         \x20   state: {up_from: 0.8, degraded_from: 0.9}\n\
+         \x20 - id: i\n    kind: group\n    depends_on: [{target: a}]\n\
+         \x20   state: {up_form: 0.8}\n",
+    );
+    assert_eq!(
+        errors,
+        [
+            "t.yaml:4:5: target \"a\": state is for groups; a target's verdict comes from its \
+             own results (rise, fall)",
+            "t.yaml:8:22: up_from must be a score in [0, 1], not 1.5",
+            "t.yaml:8:33: rise must be at least 1",
+            "t.yaml:12:42: degraded_from 0.9 is outside [0, up_from 0.8]",
+            "t.yaml:16:13: unknown field \"up_form\" in state, did you mean \"up_from\"?",
+        ]
+    );
 }
 
 #[test]

@@ -525,10 +525,12 @@ targets:
     let deadline = Instant::now() + WAIT;
     loop {
         let checkout = explain(&daemon, "checkout").await;
-        if checkout["node"]["score"] == 0.6 {
+        // 0.6 is DEGRADED by the default group rule, once judged so.
+        if checkout["node"]["score"] == 0.6 && checkout["node"]["state"] == "DEGRADED" {
             assert_eq!(
                 checkout["summary"],
-                "checkout 0.60: orders-db 1.00 (w 0.60, critical) UP; cache 0.00 (w 0.40) DOWN"
+                "checkout 0.60 DEGRADED: orders-db 1.00 (w 0.60, critical) UP; cache 0.00 (w \
+                 0.40) DOWN"
             );
             break;
         }

@@ -70,14 +70,18 @@ struct SmallDaemon {
     _config: tempfile::TempDir,
 }
 
-/// Starts a daemon on [`small`]'s targets alone and waits until `up` is UP and `down` DOWN.
+/// Starts a daemon on [`small`]'s targets alone and waits until `up` is UP, `down` DOWN and
+/// `web` DEGRADED.
 async fn small_daemon() -> SmallDaemon {
     // Dropping the handle detaches the task: `up` keeps accepting until the test ends.
     let (up, _) = accepting().await;
     let config = tempfile::tempdir().unwrap();
     small(config.path(), up, "");
     let daemon = Daemon::start(config.path());
-    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+    // `web` scores 0.5: DEGRADED by the default group rule, once judged so.
+    daemon
+        .wait_states(&[("up", "UP"), ("down", "DOWN"), ("web", "DEGRADED")])
+        .await;
     SmallDaemon {
         daemon,
         _config: config,
@@ -554,9 +558,8 @@ async fn the_live_stream_carries_transitions_nodes_and_incidents() {
     };
     next_event(&mut events, "nodes", |d| web(d, "DEGRADED").is_some()).await;
 
-    // Down again: a `nodes` event with the group (which has no transition of its own) DOWN
-    // in red, and `up`'s node saying DOWN (a target's state comes with its transitions, not
-    // here).
+    // Down again: a `nodes` event with the group's verdict DOWN in red, and `up`'s node saying
+    // DOWN (a target's state comes with its transitions, not here).
     up_server.abort();
     let nodes = next_event(&mut events, "nodes", |d| web(d, "DOWN").is_some()).await;
     let group = web(&nodes, "DOWN").unwrap();
@@ -564,7 +567,7 @@ async fn the_live_stream_carries_transitions_nodes_and_incidents() {
     // Its critical dependency DOWN: the group's score is 0, and its node says DOWN.
     assert_eq!(
         (&group["score"], &group["label"]),
-        (&"0.00".into(), &"DOWN".into()),
+        (&"0.00".into(), &"DOWN 0.00".into()),
         "{nodes}"
     );
     let all: Vec<serde_json::Value> = serde_json::from_str(&nodes).unwrap();
@@ -898,8 +901,8 @@ async fn in_a_browser_a_row_follows_its_target_live() {
     })
     .await;
 
-    // A group has no transitions of its own: its row follows its dependencies' scores. `up` is
-    // `web`'s critical dependency; once it is DOWN, so is `web`, and `up`'s score falls.
+    // A group's row follows its verdict. `up` is `web`'s critical dependency; once it is DOWN,
+    // so is `web` (at its next judgment), and `up`'s score falls.
     assert_ne!(
         browser.text(r#"tr[data-id="web"] .state"#).await.unwrap(),
         "DOWN"
@@ -913,13 +916,14 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         |t| t != up_score,
     )
     .await;
-    // The drawn graph follows too: the group's node says DOWN, in red.
+    // The drawn graph follows too: the group's node says DOWN, in red (within a judgment and a
+    // look of the page's).
     let node = r#"svg g.node[data-id="web"]"#;
     wait_text(
         &browser,
         &format!("{node} text:nth-of-type(2)"),
-        seen + Duration::from_secs(2),
-        |t| t == "DOWN",
+        seen + Duration::from_secs(3),
+        |t| t == "DOWN 0.00",
     )
     .await;
     let fill = browser
@@ -931,7 +935,7 @@ async fn in_a_browser_a_row_follows_its_target_live() {
         .await
         .unwrap();
     assert_eq!(fill, "#c62828");
-    // The overview counts targets: a group's change leaves it be.
+    // The overview counts targets: a group's transition, on the stream too, leaves it be.
     assert_eq!(browser.text("#count-DOWN").await.unwrap(), "3");
     assert_eq!(browser.text("#count-UP").await.unwrap(), "0");
     // `up` is the root cause of the group's fall: one incident, the group among what it
@@ -962,7 +966,7 @@ async fn in_a_browser_a_node_clicked_is_explained() {
         .await
         .unwrap();
     let panel = wait_text(&browser, "#explain", Instant::now() + WAIT, |t| {
-        t.contains("web 0.50:")
+        t.contains("web 0.50 DEGRADED:")
     })
     .await;
     // The summary, and each dependency's part in its own row.

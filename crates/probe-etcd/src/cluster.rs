@@ -40,6 +40,7 @@ use parking_lot::Mutex;
 use probe::HealthState;
 use probe::cluster::MemberId;
 use probe::engine::{Engine, Published};
+use probe::graph::NodeKind;
 use probe::target::TargetId;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::{Instant, sleep};
@@ -399,6 +400,8 @@ impl Shared {
         loop {
             tokio::select! {
                 event = events.recv() => match event {
+                    // A group's verdict is every member's own judgment: nothing to publish.
+                    Ok(event) if event.kind == NodeKind::Group => {}
                     Ok(event) => {
                         self.dirty.lock().states.insert(event.target);
                         self.wake.notify_one();

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use crate::engine::spec::TargetSpec;
 use crate::engine::{Topology, TopologyError};
-use crate::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
+use crate::graph::{
+    Dependency, GraphConfig, GraphError, GroupRule, NodeKind, NodeSpec, ReadinessPolicy,
+};
 use crate::passive::pools::PoolPolicy;
 use crate::target::TargetId;
 
@@ -39,8 +41,11 @@ pub enum Declaration {
         id: TargetId,
         /// Its dependencies; at least one.
         depends_on: Vec<Dependency>,
-        /// Set when the group is a pool whose members are ejected on real-traffic failures.
-        pool: Option<PoolPolicy>,
+        /// Set when the group is a pool whose members are ejected on real-traffic failures
+        /// (boxed: a policy is large, and most groups are no pool).
+        pool: Option<Box<PoolPolicy>>,
+        /// How its score becomes its verdict; `None` for the default rule.
+        rule: Option<GroupRule>,
     },
 }
 
@@ -109,7 +114,8 @@ impl From<Topology> for Catalog {
         groups.sort_by(|a, b| a.id.cmp(&b.id));
         entries.extend(groups.into_iter().map(|n| {
             entry(Declaration::Group {
-                pool: topology.pools.get(&n.id).copied(),
+                pool: topology.pools.get(&n.id).copied().map(Box::new),
+                rule: topology.groups.get(&n.id).copied(),
                 id: n.id,
                 depends_on: n.depends_on,
             })
@@ -371,6 +377,7 @@ fn assemble(
                 id,
                 depends_on,
                 pool,
+                rule,
             } => {
                 topology.nodes.push(NodeSpec {
                     id: id.clone(),
@@ -378,7 +385,10 @@ fn assemble(
                     depends_on: depends_on.clone(),
                 });
                 if let Some(pool) = pool {
-                    topology.pools.insert(id.clone(), *pool);
+                    topology.pools.insert(id.clone(), **pool);
+                }
+                if let Some(rule) = rule {
+                    topology.groups.insert(id.clone(), *rule);
                 }
             }
         }
@@ -441,6 +451,7 @@ mod tests {
             id: id(name),
             depends_on,
             pool: None,
+            rule: None,
         }
     }
 

@@ -699,7 +699,7 @@ async fn results_feed_scores_and_readiness_follows_the_policy() {
     assert_eq!(
         engine.with_graph(|g| g.explain(&id("svc")).unwrap().to_string()),
         format!(
-            "svc 0.00, dependency down: db {:.2} (w 0.80, critical, caps) DOWN; cache {:.2} (w 0.20) DOWN",
+            "svc 0.00 DOWN, dependency down: db {:.2} (w 0.80, critical, caps) DOWN; cache {:.2} (w 0.20) DOWN",
             engine.status(&id("db")).unwrap().score.unwrap(),
             engine.status(&id("cache")).unwrap().score.unwrap(),
         )

@@ -13,8 +13,9 @@
 //!   it broken;
 //! - another member decides it: that member alerts.
 //!
-//! A group alerts (`GroupUnhealthy`) while it is `dependency_down`, if its rule is on DOWN, or
-//! while its score is under its `score_under`, from when this member first saw it so.
+//! A group alerts (`GroupUnhealthy`) while its verdict ([`probe::graph::GroupRule`]: its score
+//! and critical dependencies, judged) is in one of its rule's `on` states, from when this member
+//! first saw it so.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -337,9 +338,10 @@ impl Step<'_> {
         changed: &mut Vec<Alert>,
     ) -> Option<Episode> {
         let id = &node.id;
-        // Restored, and the group's score is not known again yet: it waits.
+        let state = node.state.unwrap_or(HealthState::Probing);
+        // Restored, and the group has no verdict again yet: it waits.
         if let Some(Episode::Firing { since: None, .. }) = &prev
-            && node.score.is_none()
+            && state == HealthState::Probing
         {
             return prev;
         }
@@ -347,16 +349,7 @@ impl Step<'_> {
             .rules
             .of(id)
             .filter(|_| self.world.groups_ours && !self.silenced.contains(id) && !self.covered(id));
-        if rule.is_some_and(|r| r.score_under.is_some()) {
-            self.waiting.set(true);
-        }
-        let unhealthy = rule.filter(|rule| {
-            (node.dependency_down && rule.on.contains(&HealthState::Down))
-                || rule
-                    .score_under
-                    .zip(node.score)
-                    .is_some_and(|(under, score)| score < under)
-        });
+        let unhealthy = rule.filter(|rule| rule.on.contains(&state));
         let Some(rule) = unhealthy else {
             if let Some(Episode::Firing { alert, .. }) = prev {
                 changed.push(resolved(*alert, self.world.now));
@@ -384,11 +377,12 @@ impl Step<'_> {
             return Some(Episode::Pending { since });
         }
         let alert = self.fire(id, "GroupUnhealthy", rule, since, |a| {
-            let summary = match node.score.zip(rule.score_under) {
-                Some((score, under)) if score < under => {
-                    format!("{id} is unhealthy: score {score:.2}, under {under:.2}")
+            let summary = match node.score {
+                _ if node.dependency_down => {
+                    format!("{id} is {state}: a critical dependency is DOWN")
                 }
-                _ => format!("{id} is unhealthy: a critical dependency is DOWN"),
+                Some(score) => format!("{id} is {state}: score {score:.2}"),
+                None => format!("{id} is {state}"),
             };
             a.annotations.insert("summary".into(), summary);
             if let Some(explained) = (self.world.explain)(id) {
@@ -613,7 +607,7 @@ mod tests {
     /// A hand-made look at the engine: targets, groups and edges, and the rules.
     struct Fleet {
         targets: BTreeMap<TargetId, TargetStatus>,
-        groups: BTreeMap<TargetId, Option<f64>>,
+        groups: BTreeMap<TargetId, (Option<f64>, HealthState)>,
         edges: Vec<Edge>,
         rules: FileRules,
         groups_ours: bool,
@@ -660,8 +654,17 @@ mod tests {
             self.targets.get_mut(&id(name)).expect("just inserted")
         }
 
+        /// A group with `score`, and the verdict the default rule settles on for it (UP from
+        /// 0.8, DEGRADED from 0.5, DOWN under; PROBING while unknown); DOWN with a critical
+        /// dependency DOWN, as the graph judges it.
         fn group(&mut self, name: &str, score: Option<f64>) {
-            self.groups.insert(id(name), score);
+            let state = match score {
+                None => HealthState::Probing,
+                Some(s) if s >= 0.8 => HealthState::Up,
+                Some(s) if s >= 0.5 => HealthState::Degraded,
+                Some(_) => HealthState::Down,
+            };
+            self.groups.insert(id(name), (score, state));
         }
 
         fn depends(&mut self, from: &str, to: &str, critical: bool) {
@@ -700,13 +703,22 @@ mod tests {
                 score: None,
                 dependency_down: self.dependency_down(&s.id),
                 state: Some(s.state),
+                flapping: s.flapping,
             });
-            let groups = self.groups.iter().map(|(id, score)| NodeStatus {
-                id: id.clone(),
-                kind: NodeKind::Group,
-                score: *score,
-                dependency_down: self.dependency_down(id),
-                state: None,
+            let groups = self.groups.iter().map(|(id, (score, state))| {
+                let dependency_down = self.dependency_down(id);
+                NodeStatus {
+                    id: id.clone(),
+                    kind: NodeKind::Group,
+                    score: *score,
+                    dependency_down,
+                    state: Some(if dependency_down {
+                        HealthState::Down
+                    } else {
+                        *state
+                    }),
+                    flapping: false,
+                }
             });
             let export = Export {
                 nodes: probed.chain(groups).collect(),
@@ -1189,12 +1201,11 @@ mod tests {
     }
 
     #[test]
-    fn a_group_under_its_score_fires_after_its_for_and_resolves_above_it() {
+    fn a_group_in_an_on_state_fires_after_its_for_and_resolves_out_of_it() {
         let mut fleet = Fleet::new();
         fleet.rule(
             "shop",
             Some(AlertRule {
-                score_under: Some(0.6),
                 hold: Duration::from_secs(30),
                 ..AlertRule::default()
             }),
@@ -1203,19 +1214,16 @@ mod tests {
         let mut episodes = fresh();
         assert!(
             fleet.look(&mut episodes, 90).is_empty(),
-            "0.6 is not under 0.6"
+            "DEGRADED is not in `on: [DOWN]`"
         );
-        assert!(episodes.waiting(), "scores move without waking anyone");
+        assert!(!episodes.waiting(), "a group's verdict moves by an event");
 
-        fleet.group("shop", Some(0.5));
+        fleet.group("shop", Some(0.4));
         assert!(fleet.look(&mut episodes, 100).is_empty());
         assert!(fleet.look(&mut episodes, 129).is_empty());
         let fired = fleet.look(&mut episodes, 130);
         assert_eq!(summary(&fired), [firing("GroupUnhealthy", "shop")]);
-        assert_eq!(
-            fired[0].annotations["summary"],
-            "shop is unhealthy: score 0.50, under 0.60"
-        );
+        assert_eq!(fired[0].annotations["summary"], "shop is DOWN: score 0.40");
         assert_eq!(fired[0].annotations["explain"], "shop explained");
         assert_eq!(fired[0].starts_at, rfc3339(t(100)), "from when it was seen");
         assert!(fleet.look(&mut episodes, 140).is_empty());
@@ -1225,7 +1233,7 @@ mod tests {
         assert_eq!(summary(&ended), [resolved_("GroupUnhealthy", "shop")]);
         assert_eq!(ended[0].fingerprint, fired[0].fingerprint);
 
-        // Back under it, the `for` starts over.
+        // Back in DOWN, the `for` starts over.
         fleet.group("shop", Some(0.1));
         assert!(fleet.look(&mut episodes, 160).is_empty());
         fleet.group("shop", Some(0.9));
@@ -1234,6 +1242,22 @@ mod tests {
         assert!(fleet.look(&mut episodes, 180).is_empty());
         assert!(fleet.look(&mut episodes, 209).is_empty());
         assert_eq!(fleet.look(&mut episodes, 210)[0].starts_at, rfc3339(t(180)));
+
+        // A rule on DEGRADED too fires on it.
+        let mut fleet = Fleet::new();
+        fleet.rule(
+            "shop",
+            Some(AlertRule {
+                on: vec![HealthState::Down, HealthState::Degraded],
+                ..AlertRule::default()
+            }),
+        );
+        fleet.group("shop", Some(0.6));
+        let fired = fleet.look(&mut fresh(), 100);
+        assert_eq!(
+            fired[0].annotations["summary"],
+            "shop is DEGRADED: score 0.60"
+        );
     }
 
     #[test]
@@ -1248,25 +1272,7 @@ mod tests {
         assert_eq!(summary(&fired), [firing("GroupUnhealthy", "shop")]);
         assert_eq!(
             fired[0].annotations["summary"],
-            "shop is unhealthy: a critical dependency is DOWN"
-        );
-        // With a score rule too, the summary names what holds: the score is not under it.
-        let mut scored = Fleet::new();
-        scored.rule("db", None);
-        scored.target("db", HealthState::Down, 100);
-        scored.group("shop", Some(0.6));
-        scored.rule(
-            "shop",
-            Some(AlertRule {
-                score_under: Some(0.6),
-                ..AlertRule::default()
-            }),
-        );
-        scored.depends("shop", "db", true);
-        let fired = scored.look(&mut fresh(), 100);
-        assert_eq!(
-            fired[0].annotations["summary"],
-            "shop is unhealthy: a critical dependency is DOWN"
+            "shop is DOWN: a critical dependency is DOWN"
         );
 
         // db alerts now: the group is in db's alert, not in its own.
@@ -1284,13 +1290,7 @@ mod tests {
         // Groups are another member's to send.
         let mut fleet = Fleet::new();
         fleet.groups_ours = false;
-        fleet.rule(
-            "shop",
-            Some(AlertRule {
-                score_under: Some(0.6),
-                ..AlertRule::default()
-            }),
-        );
+        fleet.rule("shop", Some(AlertRule::default()));
         fleet.group("shop", Some(0.1));
         let mut episodes = fresh();
         assert!(fleet.look(&mut episodes, 100).is_empty());
@@ -1354,15 +1354,9 @@ mod tests {
     }
 
     #[test]
-    fn a_restored_group_alert_waits_for_its_score() {
+    fn a_restored_group_alert_waits_for_its_verdict() {
         let mut before = Fleet::new();
-        before.rule(
-            "shop",
-            Some(AlertRule {
-                score_under: Some(0.6),
-                ..AlertRule::default()
-            }),
-        );
+        before.rule("shop", Some(AlertRule::default()));
         before.group("shop", Some(0.1));
         let mut first = fresh();
         before.look(&mut first, 50);

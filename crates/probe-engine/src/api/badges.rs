@@ -38,7 +38,7 @@ pub(super) async fn health(
             .engine
             .with_graph(|g| g.status(&id))
             .filter(|node| node.kind == NodeKind::Group)
-            .map(|node| Message::group(node.dependency_down, node.score)),
+            .map(|node| Message::state(node.state.unwrap_or(HealthState::Probing))),
     };
     Ok(match message {
         Some(message) => answer(StatusCode::OK, id.as_str(), &message),
@@ -151,11 +151,6 @@ impl Message {
             text: state.as_str().to_owned(),
             colour: draw::state_colour(state),
         }
-    }
-
-    fn group(dependency_down: bool, score: Option<f64>) -> Self {
-        let (text, colour) = draw::group_look(dependency_down, score);
-        Self { text, colour }
     }
 
     fn grey(text: &str) -> Self {

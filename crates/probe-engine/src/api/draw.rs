@@ -34,29 +34,6 @@ pub(super) fn state_colour(state: HealthState) -> &'static str {
     }
 }
 
-/// A group's health told as a target's state, so that it is coloured, filtered and counted
-/// like one: DOWN when a critical dependency is, else by its score (UP from 0.8, DEGRADED from
-/// 0.5, DOWN below); PROBING while the score is unknown.
-pub(super) fn group_state(dependency_down: bool, score: Option<f64>) -> HealthState {
-    match (dependency_down, score) {
-        (true, _) => HealthState::Down,
-        (false, None) => HealthState::Probing,
-        (false, Some(score)) if score >= 0.8 => HealthState::Up,
-        (false, Some(score)) if score >= 0.5 => HealthState::Degraded,
-        (false, Some(_)) => HealthState::Down,
-    }
-}
-
-/// A group's words and colour: DOWN when a critical dependency is, else its score.
-pub(super) fn group_look(dependency_down: bool, score: Option<f64>) -> (String, &'static str) {
-    let words = match (dependency_down, score) {
-        (true, _) => "DOWN".to_owned(),
-        (false, None) => "unknown".to_owned(),
-        (false, Some(score)) => format!("{:.0}%", score * 100.0),
-    };
-    (words, state_colour(group_state(dependency_down, score)))
-}
-
 /// About how wide `text` is in 11 px Verdana, with 10 px on either side.
 pub(super) fn width(text: &str) -> u32 {
     let glyphs: u32 = text
@@ -223,18 +200,14 @@ pub(super) fn graph(export: &Export) -> String {
     out
 }
 
-/// A node's words and colour.
-/// A node's words and colour in the drawing.
+/// A node's words and colour in the drawing: its verdict (a group's as its rule judges it) and
+/// its score.
 pub(super) fn label(node: &NodeStatus) -> (String, &'static str) {
-    match node.state {
-        Some(state) => {
-            let score = node
-                .score
-                .map_or_else(String::new, |s| format!(" {:.2}", s));
-            (format!("{}{score}", state.as_str()), state_colour(state))
-        }
-        None => group_look(node.dependency_down, node.score),
-    }
+    let state = node.state.unwrap_or(HealthState::Probing);
+    let score = node
+        .score
+        .map_or_else(String::new, |s| format!(" {:.2}", s));
+    (format!("{}{score}", state.as_str()), state_colour(state))
 }
 
 /// Each node's level: 0 without dependencies, else one above its highest dependency. The graph

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::response::sse::{self, KeepAlive, Sse};
 use futures_util::Stream;
 use probe::engine::Event;
+use probe::graph::NodeKind;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
@@ -91,6 +92,10 @@ fn transition_event(e: &Event) -> sse::Event {
     sse::Event::default().event("transition").data(
         json!({
             "target": e.target.as_str(),
+            "kind": match e.kind {
+                NodeKind::Probed => "target",
+                NodeKind::Group => "group",
+            },
             "from": e.from.as_str(),
             "to": e.to.as_str(),
             "cause": e.cause.as_str(),

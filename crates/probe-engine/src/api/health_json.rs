@@ -11,6 +11,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use probe::graph::NodeStatus;
 use probe::verdict::HealthState;
 use serde::Serialize;
 use serde_json::json;
@@ -28,11 +29,23 @@ enum CheckStatus {
     Fail,
 }
 
-/// `application/health+json`: `pass` when every target is UP, `fail` when any is DOWN, `warn`
-/// otherwise (DEGRADED, PROBING, MAINTENANCE). Each target is a `checks` entry keyed
-/// `<id>:responseTime`.
+/// `application/health+json`: `pass` when every target and group is UP, `fail` when any is
+/// DOWN, `warn` otherwise (DEGRADED, PROBING, MAINTENANCE). Each target is a `checks` entry
+/// keyed `<id>:responseTime`, each group one keyed `<id>:score` (its verdict, its score
+/// observed).
 pub(super) async fn health(State(state): State<Arc<ApiState>>, _: Readable) -> Response {
     blocking("reporting health", move || health_report(&state)).await
+}
+
+/// A target's state or a group's verdict as a check's status.
+fn check_status(state: HealthState) -> CheckStatus {
+    match state {
+        HealthState::Up => CheckStatus::Pass,
+        HealthState::Degraded | HealthState::Probing | HealthState::Maintenance => {
+            CheckStatus::Warn
+        }
+        HealthState::Down => CheckStatus::Fail,
+    }
 }
 
 fn health_report(state: &ApiState) -> Response {
@@ -40,13 +53,7 @@ fn health_report(state: &ApiState) -> Response {
     let mut checks = serde_json::Map::new();
     let mut overall = CheckStatus::Pass;
     for s in &statuses {
-        let status = match s.state {
-            HealthState::Up => CheckStatus::Pass,
-            HealthState::Degraded | HealthState::Probing | HealthState::Maintenance => {
-                CheckStatus::Warn
-            }
-            HealthState::Down => CheckStatus::Fail,
-        };
+        let status = check_status(s.state);
         overall = overall.max(status);
         let mut check = json!({
             "componentId": s.id.as_str(),
@@ -88,6 +95,31 @@ fn health_report(state: &ApiState) -> Response {
             check["score"] = json!(score);
         }
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
+    }
+    // Each group by its verdict, as its rule judges it (keyed `<id>:score`, its score observed).
+    let groups: Vec<NodeStatus> = state.engine.with_graph(|g| g.groups().collect());
+    for node in groups {
+        let verdict = node.state.unwrap_or(HealthState::Probing);
+        let status = check_status(verdict);
+        overall = overall.max(status);
+        let mut output = format!("state {verdict}");
+        if node.flapping {
+            output.push_str(": flapping");
+        }
+        if node.dependency_down {
+            output.push_str("; a critical dependency is DOWN");
+        }
+        let mut check = json!({
+            "componentId": node.id.as_str(),
+            "componentType": "group",
+            "status": status,
+            "output": output,
+        });
+        if let Some(score) = node.score {
+            check["observedValue"] = json!(score);
+            check["observedUnit"] = json!("score");
+        }
+        checks.insert(format!("{}:score", node.id), json!([check]));
     }
     // A resolver outage is the engine's own trouble: a warning (targets are not failed for it).
     let resolver = state.engine.resolver().health();

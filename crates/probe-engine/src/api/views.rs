@@ -292,8 +292,10 @@ impl From<&CircuitSnapshot> for CircuitView {
 pub(super) struct NodeView {
     id: String,
     kind: &'static str,
-    /// `null` for a group.
+    /// A target's state, a group's verdict (its rule's judgment of its score).
     state: Option<&'static str>,
+    /// A group held in PROBING for flapping (a target's flag is in its listing).
+    flapping: bool,
     /// `null` while unknown.
     score: Option<f64>,
     /// Whether the score is unknown: no results yet below the node.
@@ -329,6 +331,7 @@ impl From<&NodeStatus> for NodeView {
                 NodeKind::Group => "group",
             },
             state: n.state.map(HealthState::as_str),
+            flapping: n.flapping,
             score: n.score,
             unknown: n.score.is_none(),
             dependency_down: n.dependency_down,

@@ -23,7 +23,8 @@
 //!   - id: checkout
 //!     kind: group
 //!     depends_on: [{ target: orders-db, critical: true }]
-//!     alert: { score_under: 0.5 }           # a group alerts when DOWN or under its score
+//!     state: { degraded_from: 0.5 }         # its verdict: DOWN under 0.5
+//!     alert: { on: [DOWN, DEGRADED] }       # a group alerts on its verdict, as a target does
 //! ```
 //!
 //! A target's `alert` keys win over `defaults`, key by key (`labels` and `annotations` merge,
@@ -42,7 +43,7 @@ use serde::Deserialize;
 use super::diagnostics::quote;
 use super::files::Source;
 use super::http::{headers, trust};
-use super::node::{BoolOr, Diags, Entries, Node, Pos, Sp, collect};
+use super::node::{BoolOr, Diags, Entries, Node, Sp, collect};
 use super::schedule::{Slot, duration};
 use super::words::one_of;
 
@@ -104,7 +105,6 @@ pub(super) struct RawRule {
     severity: Option<Sp<String>>,
     labels: Option<Sp<Entries<String>>>,
     annotations: Option<Sp<Entries<String>>>,
-    score_under: Option<Sp<f64>>,
 }
 
 /// What the `alerts` section says.
@@ -193,8 +193,6 @@ pub struct AlertRule {
     pub labels: BTreeMap<String, String>,
     /// Annotations added to its alerts.
     pub annotations: BTreeMap<String, String>,
-    /// A group's alert also fires while its score is under this.
-    pub score_under: Option<f64>,
 }
 
 impl Default for AlertRule {
@@ -206,7 +204,6 @@ impl Default for AlertRule {
             severity: "page".to_owned(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
-            score_under: None,
         }
     }
 }
@@ -219,8 +216,6 @@ pub struct PartialRule {
     severity: Option<String>,
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
-    /// The threshold, and where it was set (only a group may set one).
-    score_under: Option<(f64, Pos)>,
 }
 
 impl PartialRule {
@@ -239,13 +234,7 @@ impl PartialRule {
                 .unwrap_or_else(|| base.severity.clone()),
             labels,
             annotations,
-            score_under: self.score_under.map(|(t, _)| t).or(base.score_under),
         }
-    }
-
-    /// Where `score_under` is set, if it is.
-    pub(super) fn score_under_at(&self) -> Option<Pos> {
-        self.score_under.map(|(_, at)| at)
     }
 }
 
@@ -466,23 +455,12 @@ pub(super) fn rule(raw: &RawRule, diags: &mut Diags) -> Option<PartialRule> {
     };
     let labels = entries(&raw.labels, "label", diags);
     let annotations = entries(&raw.annotations, "annotation", diags);
-    let score_under = raw.score_under.as_ref().and_then(|t| {
-        if !(t.value > 0.0 && t.value <= 1.0) {
-            diags.push((
-                t.pos,
-                format!("score_under must be in (0, 1], not {}", t.value),
-            ));
-            return None;
-        }
-        Some((t.value, t.key))
-    });
     (diags.len() == before).then_some(PartialRule {
         on,
         hold,
         severity,
         labels,
         annotations,
-        score_under,
     })
 }
 

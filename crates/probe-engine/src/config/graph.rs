@@ -28,14 +28,16 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use probe::graph::{
-    Dependency, Graph, GraphConfig, GraphConfigError, GraphError, NodeKind, NodeSpec,
-    ReadinessPolicy, ReadinessPolicyError,
+    Dependency, Graph, GraphConfig, GraphConfigError, GraphError, GroupRule, GroupRuleError,
+    NodeKind, NodeSpec, ReadinessPolicy, ReadinessPolicyError,
 };
 use probe::target::TargetId;
+use probe::verdict::{FlapPolicy, Thresholds};
 use serde::Deserialize;
 
 use super::diagnostics::{did_you_mean, quote};
-use super::node::{Diags, Node, Pos, Sp, collect, each, value_of};
+use super::node::{BoolOr, Diags, Node, Pos, Sp, collect, each, value_of};
+use super::schedule::{RawFlap, checked, count, flap};
 
 #[derive(Deserialize)]
 #[serde(rename = "dependency", deny_unknown_fields)]
@@ -69,12 +71,93 @@ struct RawReadiness {
     hysteresis: Option<Sp<f64>>,
 }
 
-/// The keys a group may have: it has no probe, schedule or maintenance; its passive-health keys
-/// make it a pool, and it may alert.
+/// `state: {...}` of a group: how its score becomes its verdict ([`GroupRule`]).
+#[derive(Deserialize)]
+#[serde(rename = "state", deny_unknown_fields)]
+pub(super) struct RawGroupState {
+    up_from: Option<Sp<f64>>,
+    degraded_from: Option<Sp<f64>>,
+    rise: Option<Sp<u32>>,
+    fall: Option<Sp<u32>>,
+    degrade_after: Option<Sp<u32>>,
+    recover_after: Option<Sp<u32>>,
+    flap: Option<Sp<BoolOr<RawFlap>>>,
+}
+
+/// A group's rule from its `state` block, each field checked where it is written; `None` when
+/// there is no block (the default rule applies) or it is invalid (reported).
+pub(super) fn group_rule(raw: Option<&Sp<RawGroupState>>, diags: &mut Diags) -> Option<GroupRule> {
+    let raw = &raw?.value;
+    let before = diags.len();
+    let score = |value: Option<&Sp<f64>>, name: &str, default: f64, diags: &mut Diags| {
+        checked(
+            value,
+            |v| (0.0..=1.0).contains(&v),
+            |v| format!("{name} must be a score in [0, 1], not {v}"),
+            diags,
+        )
+        .value()
+        .unwrap_or(default)
+    };
+    let up_from = score(
+        raw.up_from.as_ref(),
+        "up_from",
+        GroupRule::DEFAULT_UP_FROM,
+        diags,
+    );
+    let degraded_from = score(
+        raw.degraded_from.as_ref(),
+        "degraded_from",
+        GroupRule::DEFAULT_DEGRADED_FROM,
+        diags,
+    );
+    let default = Thresholds::default();
+    let rise = count(raw.rise.as_ref(), "rise", diags)
+        .value()
+        .unwrap_or(default.rise);
+    let thresholds = Thresholds {
+        degrade: count(raw.degrade_after.as_ref(), "degrade_after", diags)
+            .value()
+            .unwrap_or(rise),
+        recover: count(raw.recover_after.as_ref(), "recover_after", diags)
+            .value()
+            .unwrap_or(rise),
+        ..Thresholds::new(
+            rise,
+            count(raw.fall.as_ref(), "fall", diags)
+                .value()
+                .unwrap_or(default.fall),
+        )
+    };
+    let flap = flap(raw.flap.as_ref(), diags)
+        .value()
+        .unwrap_or(Some(FlapPolicy::default()));
+    if diags.len() > before {
+        return None;
+    }
+    GroupRule::try_new(up_from, degraded_from, thresholds, flap)
+        .map_err(|e| {
+            // Each field is a score in [0, 1]: what is wrong is an `up_from` of 0, or the pair,
+            // reported at `degraded_from` unless it was left to its default.
+            let up_from = raw.up_from.as_ref().map(|u| u.pos);
+            let at = match e {
+                GroupRuleError::UpFrom(_) => up_from,
+                GroupRuleError::DegradedFrom { .. } => {
+                    raw.degraded_from.as_ref().map(|d| d.pos).or(up_from)
+                }
+            };
+            diags.push((at.unwrap_or(Pos::NONE), e.to_string()));
+        })
+        .ok()
+}
+
+/// The keys a group may have: it has no probe, schedule or maintenance; its `state` rule judges
+/// its score, its passive-health keys make it a pool, and it may alert.
 const GROUP_KEYS: &[&str] = &[
     "id",
     "kind",
     "depends_on",
+    "state",
     "alert",
     "outlier",
     "recovery",

@@ -314,16 +314,6 @@ pub(super) fn finish(
         for target in &outcome.targets {
             let Some((id, _)) = &target.id else { continue };
             let (alert, at) = &target.alert;
-            if let TargetAlert::Rule(rule) = alert
-                && let Some(at) = rule.score_under_at()
-                && !target.group
-            {
-                late.push((
-                    index,
-                    at,
-                    "score_under is for groups: a probed target alerts on its own state".to_owned(),
-                ));
-            }
             match (&alerts, alert) {
                 (None, TargetAlert::Defaults) => {}
                 (None, _) if section => {}
@@ -413,10 +403,15 @@ pub(super) fn finish(
         return Err(ConfigErrors(errors));
     }
     let mut targets = Vec::new();
-    let mut pools = BTreeMap::new();
+    let (mut pools, mut groups) = (BTreeMap::new(), BTreeMap::new());
     for parsed in outcomes.into_iter().flat_map(|o| o.targets) {
-        if let (Some((id, _)), Some(pool)) = (parsed.id, parsed.pool) {
-            pools.insert(id, pool);
+        if let Some((id, _)) = parsed.id {
+            if let Some(pool) = parsed.pool {
+                pools.insert(id.clone(), pool);
+            }
+            if let Some(rule) = parsed.rule {
+                groups.insert(id, rule);
+            }
         }
         targets.extend(parsed.spec);
     }
@@ -427,6 +422,7 @@ pub(super) fn finish(
             scoring,
             readiness,
             pools,
+            groups,
         },
         files,
         etcd,

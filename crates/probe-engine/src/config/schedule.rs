@@ -257,7 +257,10 @@ pub(super) struct Health {
 
 /// `flap: false`, `flap: true` (the built-in policy) or `flap: {...}` (built-in values for the
 /// fields left out).
-fn flap(raw: Option<&Sp<BoolOr<RawFlap>>>, diags: &mut Diags) -> Slot<Option<FlapPolicy>> {
+pub(super) fn flap(
+    raw: Option<&Sp<BoolOr<RawFlap>>>,
+    diags: &mut Diags,
+) -> Slot<Option<FlapPolicy>> {
     let Some(raw) = raw else {
         return Slot::Absent;
     };

@@ -129,6 +129,7 @@ schedule_section! {
         icmp: Option<Sp<RawIcmp>>,
         udp: Option<Sp<RawUdp>>,
         alert: Option<Sp<BoolOr<super::alerts::RawRule>>>,
+        state: Option<Sp<super::graph::RawGroupState>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,

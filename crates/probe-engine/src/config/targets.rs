@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use probe::discovery::Declaration;
 use probe::engine::TargetSpec;
-use probe::graph::NodeKind;
+use probe::graph::{GroupRule, NodeKind};
 use probe::passive::PoolPolicy;
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
@@ -58,6 +58,8 @@ pub(super) struct ParsedTarget {
     pub(super) group: bool,
     /// A valid group's pool policy, when it is a pool.
     pub(super) pool: Option<PoolPolicy>,
+    /// A group's rule, when it declares one (`state`).
+    pub(super) rule: Option<GroupRule>,
     /// Its `replicas` and `quorum`, with the defaults' filled in.
     pub(super) votes: Votes,
     /// Its `alert` key, and where it is.
@@ -131,14 +133,6 @@ pub fn parse_declared(
             ),
         ));
     }
-    if let (TargetAlert::Rule(rule), false) = (&parsed.alert.0, parsed.group)
-        && let Some(at) = rule.score_under_at()
-    {
-        diags.push((
-            at,
-            "score_under is for groups: a probed target alerts on its own state".to_owned(),
-        ));
-    }
     if !diags.is_empty() {
         diags.sort_by_key(|(pos, _)| *pos);
         let shown: Vec<String> = diags
@@ -178,7 +172,8 @@ pub fn parse_declared(
             declaration: Declaration::Group {
                 id: node.id,
                 depends_on,
-                pool: parsed.pool,
+                pool: parsed.pool.map(Box::new),
+                rule: parsed.rule,
             },
             alert: parsed.alert.0,
         }),
@@ -208,6 +203,7 @@ pub(super) fn parse_target(
             node: None,
             group: false,
             pool: None,
+            rule: None,
             votes: Votes::default(),
             alert: (TargetAlert::Defaults, Pos::NONE),
         };
@@ -244,9 +240,10 @@ pub(super) fn parse_target(
     );
     // An invalid kind was reported; what a target of that kind would need is unknown.
     if kind != Some(NodeKind::Probed) {
-        let mut pool = None;
+        let (mut pool, mut rule) = (None, None);
         if kind == Some(NodeKind::Group) {
             graph::check_group_keys(node, src, &label, diags);
+            rule = graph::group_rule(raw.state.as_ref(), diags);
             let passive = Passive::parse(&raw.passive().group_keys(), diags);
             // While a block could not be read, whether the group is a pool is unknown.
             if clean && defaults_clean {
@@ -265,11 +262,21 @@ pub(super) fn parse_target(
             node: declared,
             group: kind == Some(NodeKind::Group),
             pool,
+            rule,
             votes: Votes::default(),
             alert,
         };
     }
 
+    if let Some(state) = &raw.state {
+        diags.push((
+            state.key,
+            format!(
+                "{label}: state is for groups; a target's verdict comes from its own results \
+                 (rise, fall)"
+            ),
+        ));
+    }
     passive::check_target_keys(&raw.passive(), &label, diags);
     let passive = Passive::parse(&raw.passive().target_keys(), diags);
     let votes = raw.votes(diags).or(defaults.votes);
@@ -371,6 +378,7 @@ pub(super) fn parse_target(
         node: declared,
         group: false,
         pool: None,
+        rule: None,
         votes,
         alert,
     }

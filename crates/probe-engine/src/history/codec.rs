@@ -550,6 +550,26 @@ mod tests {
         assert_eq!(decode(&v2), Ok(day));
     }
 
+    #[test]
+    fn a_version_1_hour_without_times_keeps_the_previous_hours() {
+        // Hour 0: runs 10 and times (state 1 only, 1000 ms); hour 1: runs 20 alone, so its
+        // times are hour 0's, and no mask or milliseconds follow.
+        let v1 = [1, 3, 0, 0, 17, 10, 2, 232, 7, 1, 20];
+        let mut day: Day = [None; 24];
+        let time_ms = [0, 1_000, 0, 0, 0];
+        day[0] = Some(Hour {
+            runs: 10,
+            time_ms,
+            ..Hour::default()
+        });
+        day[1] = Some(Hour {
+            runs: 20,
+            time_ms,
+            ..Hour::default()
+        });
+        assert_eq!(decode(&v1), Ok(day));
+    }
+
     fn hour() -> impl Strategy<Value = Hour> {
         (
             0u32..5_000,

@@ -15,9 +15,10 @@
 //!   run counts and latencies at most (never a transition: those are written within the
 //!   second), and every hour it applies retention and the size cap.
 //!
-//! Groups have no runs: the counter samples their health every second (not DOWN, no critical
-//! dependency down, a score of at least the readiness `min_score`) and records a transition
-//! whenever it changes, so their uptime is computed like a target's (to the second).
+//! Groups have no runs: their verdicts' transitions come on the same feed (the engine judges
+//! each group by its rule, [`probe::graph::GroupRule`]), and are recorded as a target's are, so
+//! their uptime is computed like a target's (to the second) from the verdict every other reader
+//! shows.
 //!
 //! A database that cannot be opened is reported and the daemon goes on without history; a
 //! SQLite file that is not a sound database is moved aside first (`store`).
@@ -36,9 +37,10 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use probe::engine::{Engine, Event, Record};
+use probe::graph::NodeKind;
 use probe::outcome::{FailureReason, unix_ms};
 use probe::target::TargetId;
-use probe::verdict::{Cause, HealthState};
+use probe::verdict::Cause;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -94,8 +96,6 @@ pub struct HistoryConfig {
     pub rollups: Duration,
     /// The most bytes the history may take; past it the oldest days go first.
     pub max_bytes: u64,
-    /// The score a group needs to count as up (the readiness `min_score`).
-    pub min_score: f64,
     /// `scoring.sla_window`: each probed target's uptime over it is given to the graph as its
     /// SLA.
     pub sla_window: Option<Duration>,
@@ -537,7 +537,6 @@ impl History {
             }
             _ = opened.wait_for(|o| *o) => {}
         }
-        let mut groups: HashMap<TargetId, (HealthState, &'static str)> = HashMap::new();
         // The feed is drained on a clock, never awaited record by record: a waiting receiver
         // would be woken by every one of 10k runs a second, and the wake-ups would cost more
         // than the counting.
@@ -546,14 +545,12 @@ impl History {
         let mut records = Vec::with_capacity(1024);
         let mut counted_hour = now_ms().div_euclid(rollup::HOUR_MS);
         let mut second = tokio::time::Instant::now();
-        // Whether the last look found any group (until then, there may be).
-        let mut any_groups = true;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let moved = self.drain(&mut feed, &mut records);
+            self.drain(&mut feed, &mut records, groups_ours());
             let now = now_ms();
             let whole_second = second.elapsed() >= WRITE_EVERY;
             if whole_second {
@@ -565,7 +562,7 @@ impl History {
                     counted_hour = hour;
                     // The hour's last runs, still held by their targets, before it closes.
                     engine.flush_runs();
-                    self.drain(&mut feed, &mut records);
+                    self.drain(&mut feed, &mut records, groups_ours());
                     let gone = self.not_counted(&engine);
                     let finished = self
                         .inner
@@ -575,30 +572,23 @@ impl History {
                     self.queue_days(finished);
                 }
             }
-            // A group's health moves with its dependencies' transitions: looked at with them,
-            // or a short outage would go unrecorded, and every second besides (a score drifts
-            // with every result). Not at all while the graph has no groups.
-            if (whole_second || (moved && any_groups)) && groups_ours() {
-                any_groups = self.sample_groups(&engine, &mut groups, now);
-            }
         }
         // What came before the stop still counts, the runs targets hold too.
         engine.flush_runs();
-        self.drain(&mut feed, &mut records);
+        self.drain(&mut feed, &mut records, groups_ours());
         let _ = counted.send(true);
     }
 
-    /// Counts what the feed holds, a handful of records at a time; whether a transition was
-    /// among them.
-    fn drain(&self, feed: &mut mpsc::Receiver<Record>, records: &mut Vec<Record>) -> bool {
-        let mut moved = false;
+    /// Counts what the feed holds, a handful of records at a time; groups' transitions are
+    /// recorded only when `groups` (see [`GroupsOurs`]).
+    fn drain(&self, feed: &mut mpsc::Receiver<Record>, records: &mut Vec<Record>, groups: bool) {
         while let Ok(record) = feed.try_recv() {
             records.push(record);
             if records.len() == records.capacity() {
-                moved |= self.take(records);
+                self.take(records, groups);
             }
         }
-        moved | self.take(records)
+        self.take(records, groups);
     }
 
     /// Gives the graph every probed target's uptime over `window` as its SLA: all of them every
@@ -628,6 +618,8 @@ impl History {
                 }),
                 event = events.recv() => {
                     let mut ids = match event {
+                        // A group has no SLA: its score is its dependencies'.
+                        Ok(event) if event.kind == NodeKind::Group => continue,
                         Ok(event) => vec![event.target],
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Vec::new(),
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -639,6 +631,7 @@ impl History {
                             () = &mut settle => break,
                             () = cancel.cancelled() => return,
                             event = events.recv() => match event {
+                                Ok(event) if event.kind == NodeKind::Group => {}
                                 Ok(event) => ids.push(event.target),
                                 // Too many to follow one by one: all of them, then.
                                 Err(_) => { every.reset_immediately(); break }
@@ -691,8 +684,8 @@ impl History {
             .collect()
     }
 
-    /// Counts a handful of records and queues their transitions; whether there were any.
-    fn take(&self, records: &mut Vec<Record>) -> bool {
+    /// Counts a handful of records and queues their transitions (a group's when `groups`).
+    fn take(&self, records: &mut Vec<Record>, groups: bool) {
         let mut transitions = Vec::new();
         let mut finished = Vec::new();
         {
@@ -707,6 +700,12 @@ impl History {
                     // write and to count.
                     Record::Transition(event)
                         if self.inner.shared && event.cause == Cause::Cluster => {}
+                    // A group has no runs to count: its transitions are its history.
+                    Record::Transition(event) if event.kind == NodeKind::Group => {
+                        if groups {
+                            transitions.push(row_of(&event));
+                        }
+                    }
                     Record::Transition(event) => {
                         finished.extend(rollups.transition(&event.target, ms(event.at), event.to));
                         transitions.push(row_of(&event));
@@ -716,14 +715,13 @@ impl History {
         }
         self.queue_days(finished);
         if transitions.is_empty() {
-            return false;
+            return;
         }
         let mut pending = self.inner.pending.lock();
         pending.transitions.extend(transitions);
         let dropped = pending.bound();
         drop(pending);
         self.count_dropped(dropped);
-        true
     }
 
     fn queue_days(&self, days: Vec<DayRow>) {
@@ -734,52 +732,6 @@ impl History {
         for (day, target, hours) in days {
             pending.days.insert((day, target), hours);
         }
-    }
-
-    /// Records a transition for every group whose health changed; whether there is any group.
-    fn sample_groups(
-        &self,
-        engine: &Engine,
-        known: &mut HashMap<TargetId, (HealthState, &'static str)>,
-        now: i64,
-    ) -> bool {
-        let min_score = self.inner.config.min_score;
-        let groups: Vec<_> = engine.with_graph(|g| g.groups().collect());
-        let mut rows = Vec::new();
-        let mut present = std::collections::HashSet::with_capacity(groups.len());
-        for probe::graph::NodeStatus {
-            id,
-            score,
-            dependency_down,
-            ..
-        } in groups
-        {
-            let (state, cause) = match score {
-                None => (HealthState::Probing, "unknown"),
-                Some(_) if dependency_down => (HealthState::Down, "dependency_down"),
-                Some(s) if s < min_score => (HealthState::Down, "score"),
-                Some(_) => (HealthState::Up, "score"),
-            };
-            let from = known.get(&id).map_or(HealthState::Probing, |(s, _)| *s);
-            if from != state {
-                rows.push(TransitionRow {
-                    target: id.to_string(),
-                    at_ms: now,
-                    from: from.as_str().to_owned(),
-                    to: state.as_str().to_owned(),
-                    cause: cause.to_owned(),
-                    reason: None,
-                    detail: score.map(|s| format!("score {s:.3}, min_score {min_score}")),
-                });
-            }
-            known.insert(id.clone(), (state, cause));
-            present.insert(id);
-        }
-        known.retain(|id, _| present.contains(id));
-        if !rows.is_empty() {
-            self.inner.pending.lock().transitions.extend(rows);
-        }
-        !present.is_empty()
     }
 
     /// The writer: opens the database, then writes what is queued once a second.

@@ -173,16 +173,25 @@ impl Daemon {
         body["targets"].as_array().unwrap().clone()
     }
 
+    /// A target's state, or a group's verdict (from the graph).
     pub async fn state_of(&self, id: &str) -> Option<String> {
-        self.targets()
-            .await
-            .iter()
-            .find(|t| t["id"] == id)
-            .map(|t| t["state"].as_str().unwrap().to_owned())
+        let state = |nodes: &[Value]| {
+            nodes
+                .iter()
+                .find(|n| n["id"] == id)
+                .and_then(|n| n["state"].as_str().map(str::to_owned))
+        };
+        match state(&self.targets().await) {
+            Some(found) => Some(found),
+            None => {
+                let graph: Value = self.get("/v1/graph").await.json().await.unwrap();
+                state(graph["nodes"].as_array().map_or(&[], Vec::as_slice))
+            }
+        }
     }
 
-    /// Polls the API until the targets have the given states (the API is the only signal the
-    /// daemon offers for a verdict).
+    /// Polls the API until the targets (or groups) have the given states (the API is the only
+    /// signal the daemon offers for a verdict).
     pub async fn wait_states(&self, want: &[(&str, &str)]) {
         let deadline = Instant::now() + WAIT;
         loop {

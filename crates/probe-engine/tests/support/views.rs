@@ -249,6 +249,7 @@ pub struct Node {
     pub kind: String,
     #[serde(deserialize_with = "Option::deserialize")]
     pub state: Option<String>,
+    pub flapping: bool,
     #[serde(deserialize_with = "Option::deserialize")]
     pub score: Option<f64>,
     pub unknown: bool,
@@ -278,6 +279,7 @@ pub struct Child {
     pub kind: String,
     #[serde(deserialize_with = "Option::deserialize")]
     pub state: Option<String>,
+    pub flapping: bool,
     #[serde(deserialize_with = "Option::deserialize")]
     pub score: Option<f64>,
     pub unknown: bool,
@@ -446,6 +448,8 @@ pub struct Check {
 #[serde(deny_unknown_fields)]
 pub struct Event {
     pub target: String,
+    /// `target` or `group`.
+    pub kind: String,
     pub from: String,
     pub to: String,
     pub cause: String,

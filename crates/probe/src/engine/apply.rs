@@ -27,13 +27,16 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
         scoring,
         readiness,
         pools,
+        groups,
     } = topology;
     let desired = by_id(specs);
     let ids: Vec<&TargetId> = desired.iter().map(|s| &s.id).collect();
-    let nodes = graph_nodes(&ids, nodes, &pools)?;
+    let nodes = graph_nodes(&ids, nodes, &pools, &groups)?;
     let is_desired = |id: &TargetId| ids.binary_search(&id).is_ok();
     let mut membership = inner.applying.lock();
-    inner.hub().apply_graph(&nodes, scoring, readiness)?;
+    inner
+        .hub()
+        .apply_graph(&nodes, scoring, groups, readiness)?;
     let current = inner.targets.load_full();
     let mut diff = Diff::default();
     let mut retired: Vec<Arc<Target>> = current

@@ -30,7 +30,9 @@ use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
 use super::view::{Event, HeldRuns, Readiness, Record, Runs, Vote};
-use crate::graph::{Graph, GraphConfig, NodeSpec, ReadinessPolicy};
+use crate::graph::{
+    Graph, GraphConfig, GroupRule, GroupTransition, NodeKind, NodeSpec, ReadinessPolicy,
+};
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
 use crate::passive::call::Call;
@@ -405,6 +407,7 @@ impl Hub {
             recovery,
             vote,
         } = effects;
+        let mut groups = Vec::new();
         if after.is_some() || score.is_some() {
             let mut core = self.core.lock();
             let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
@@ -430,6 +433,9 @@ impl Hub {
                 if let Some((quality, state)) = score {
                     core.deps.record(&seat.id, quality, state);
                 }
+                if moved {
+                    groups = core.deps.judge_critical(&seat.id);
+                }
                 self.publish_readiness(&core, moved);
             }
         }
@@ -443,6 +449,7 @@ impl Hub {
         for (t, detail) in transitions {
             self.announce(seat, t, detail);
         }
+        self.announce_groups(groups);
         if let Some(state) = vote {
             let _ = self.votes.send(Vote {
                 target: seat.id.clone(),
@@ -485,28 +492,70 @@ impl Hub {
             detail = detail.as_deref().unwrap_or(""),
             "target state changed"
         );
-        let event = Event {
+        self.emit(Event {
             target: seat.id.clone(),
+            kind: NodeKind::Probed,
             from: t.from,
             to: t.to,
             cause: t.cause,
             at: SystemTime::now(),
             detail,
-        };
+        });
+    }
+
+    /// Hands an event to the history feed and the subscribers. No subscribers is fine: the
+    /// event is still logged (and a target's counted).
+    fn emit(&self, event: Event) {
         self.feed(|| Record::Transition(event.clone()));
-        // No subscribers is fine: the event is still logged and counted.
         let _ = self.events.send(event);
     }
 
-    /// Installs a topology's graph, scoring and readiness policy; nothing changes on error.
+    /// Judges every group once and announces each change of verdict, as a target's is (logged
+    /// and broadcast), once the lock is released.
+    pub fn judge(&self) {
+        let moved = self.core.lock().deps.judge();
+        self.announce_groups(moved);
+    }
+
+    /// Logs and broadcasts groups' changes of verdict.
+    fn announce_groups(&self, moved: Vec<GroupTransition>) {
+        for GroupTransition {
+            group,
+            transition: t,
+            detail,
+        } in moved
+        {
+            tracing::info!(
+                group = group.as_str(),
+                from = t.from.as_str(),
+                to = t.to.as_str(),
+                cause = t.cause.as_str(),
+                detail = detail.as_str(),
+                "group state changed"
+            );
+            self.emit(Event {
+                target: group,
+                kind: NodeKind::Group,
+                from: t.from,
+                to: t.to,
+                cause: t.cause,
+                at: SystemTime::now(),
+                detail: Some(detail),
+            });
+        }
+    }
+
+    /// Installs a topology's graph, scoring, group rules and readiness policy; nothing changes on
+    /// error.
     pub fn apply_graph(
         &self,
         nodes: &[NodeSpec],
         scoring: GraphConfig,
+        rules: BTreeMap<TargetId, GroupRule>,
         readiness: Option<ReadinessPolicy>,
     ) -> Result<(), TopologyError> {
         let mut core = self.core.lock();
-        core.deps.apply(nodes, scoring, readiness)?;
+        core.deps.apply(nodes, scoring, rules, readiness)?;
         self.window.store(scoring.window(), Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.publish_readiness(&core, true);

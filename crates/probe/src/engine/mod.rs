@@ -155,6 +155,7 @@ impl Engine {
         if let Some(health) = self_health {
             tokio::spawn(health.watch(cancel.clone()));
         }
+        tokio::spawn(judge_groups(inner.clone(), cancel.clone()));
         tokio::spawn(passive::tick_pools(inner.clone(), cancel));
         Self { inner }
     }
@@ -623,6 +624,19 @@ fn score(graph: &Graph, status: &mut TargetStatus) {
     if let Some(node) = graph.status(&status.id) {
         status.score = node.score;
         status.dependency_down = node.dependency_down;
+    }
+}
+
+/// Judges every group once every [`JUDGE_EVERY`](crate::graph::JUDGE_EVERY) until cancelled.
+async fn judge_groups(inner: Arc<Inner>, cancel: CancellationToken) {
+    let mut ticks = tokio::time::interval(crate::graph::JUDGE_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        inner.hub().judge();
     }
 }
 

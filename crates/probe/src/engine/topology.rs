@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::engine::spec::TargetSpec;
 use crate::graph::{
-    Graph, GraphConfig, GraphError, GraphReadiness, NodeError, NodeKind, NodeSpec, ReadinessLatch,
-    ReadinessPolicy,
+    Graph, GraphConfig, GraphError, GraphReadiness, GroupRule, GroupTransition, NodeError,
+    NodeKind, NodeSpec, ReadinessLatch, ReadinessPolicy,
 };
 use crate::passive::PoolPolicy;
 use crate::target::TargetId;
@@ -35,6 +35,9 @@ pub struct Topology {
     /// Groups run as pools, by group id: their target members are ejected on real-traffic
     /// failures, readmitted through recovery and ramped back by slow start.
     pub pools: BTreeMap<TargetId, PoolPolicy>,
+    /// How groups are judged, by group id ([`GroupRule`]); a group not listed has the default
+    /// rule.
+    pub groups: BTreeMap<TargetId, GroupRule>,
 }
 
 impl From<Vec<TargetSpec>> for Topology {
@@ -61,6 +64,9 @@ pub enum TopologyError {
     /// A pool is a group of members: a target or an unknown id cannot be one.
     #[error("pool {0} is not a group")]
     PoolNotAGroup(TargetId),
+    /// A group rule judges a group's score: a target or an unknown id cannot have one.
+    #[error("group rule for {0}, which is not a group")]
+    RuleNotAGroup(TargetId),
 }
 
 impl Topology {
@@ -73,7 +79,7 @@ impl Topology {
         let mut ids: Vec<&TargetId> = self.targets.iter().map(|t| &t.id).collect();
         ids.sort();
         ids.dedup();
-        let nodes = graph_nodes(&ids, self.nodes.clone(), &self.pools)?;
+        let nodes = graph_nodes(&ids, self.nodes.clone(), &self.pools, &self.groups)?;
         Graph::build(self.scoring, &nodes)
             .map(drop)
             .map_err(TopologyError::Graph)
@@ -109,11 +115,12 @@ pub(super) fn by_id(mut specs: Vec<TargetSpec>) -> Vec<TargetSpec> {
 }
 
 /// The graph nodes of a topology: the declared ones, checked against the targets (`ids`, sorted
-/// and unique) and the pools, plus a leaf for every target without one.
+/// and unique), the pools and the group rules, plus a leaf for every target without one.
 pub(super) fn graph_nodes(
     ids: &[&TargetId],
     declared: Vec<NodeSpec>,
     pools: &BTreeMap<TargetId, PoolPolicy>,
+    rules: &BTreeMap<TargetId, GroupRule>,
 ) -> Result<Vec<NodeSpec>, TopologyError> {
     let is_target = |id: &TargetId| ids.binary_search(&id).is_ok();
     let mut named = HashSet::new();
@@ -132,6 +139,9 @@ pub(super) fn graph_nodes(
         .collect();
     if let Some(pool) = pools.keys().find(|id| !groups.contains(id)) {
         return Err(TopologyError::PoolNotAGroup(pool.clone()));
+    }
+    if let Some(rule) = rules.keys().find(|id| !groups.contains(id)) {
+        return Err(TopologyError::RuleNotAGroup(rule.clone()));
     }
     let leaves: Vec<NodeSpec> = ids
         .iter()
@@ -161,15 +171,17 @@ impl Dependencies {
         }
     }
 
-    /// Installs a new topology's graph, scoring and policy.
+    /// Installs a new topology's graph, scoring, group rules and policy.
     pub fn apply(
         &mut self,
         nodes: &[NodeSpec],
         scoring: GraphConfig,
+        rules: BTreeMap<TargetId, GroupRule>,
         readiness: Option<ReadinessPolicy>,
     ) -> Result<(), TopologyError> {
         self.graph.apply(nodes).map_err(TopologyError::Graph)?;
         self.graph.reconfigure(scoring);
+        self.graph.set_group_rules(rules);
         self.latch = match (self.latch.take(), readiness) {
             (_, None) => None,
             (Some(mut latch), Some(policy)) => {
@@ -210,6 +222,17 @@ impl Dependencies {
     pub fn reset(&mut self, id: &TargetId) {
         let recorded = self.graph.reset(id);
         self.after(recorded);
+    }
+
+    /// Judges every group once ([`Graph::judge`]).
+    pub fn judge(&mut self) -> Vec<GroupTransition> {
+        self.graph.judge(tokio::time::Instant::now())
+    }
+
+    /// Takes down the groups whose critical dependency `id` went DOWN
+    /// ([`Graph::judge_critical`]).
+    pub fn judge_critical(&mut self, id: &TargetId) -> Vec<GroupTransition> {
+        self.graph.judge_critical(id)
     }
 
     /// The policy's verdict; `None` without a policy.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::cluster::Placement;
+use crate::graph::NodeKind;
 use crate::outcome::{Failure, Outcome, Signal, TlsFacts};
 use crate::passive::breaker::CircuitSnapshot;
 use crate::passive::outlier::MemberStatus;
@@ -132,8 +133,11 @@ pub struct MaintenanceInfo {
 /// One state change, as broadcast to subscribers ([`Engine::subscribe`](super::Engine::subscribe)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
-    /// The target that moved.
+    /// The target or group that moved.
     pub target: TargetId,
+    /// A target's verdict ([`NodeKind::Probed`]: its results moved it) or a group's (judged
+    /// from its score, [`crate::graph::GroupRule`]).
+    pub kind: NodeKind,
     /// The state before.
     pub from: HealthState,
     /// The state after.

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::NodeKind;
 use super::explain::Export;
 use crate::target::TargetId;
 use crate::verdict::state::HealthState;
@@ -37,7 +38,11 @@ impl Causes {
                 critical[from].push(to);
             }
         }
-        let down = |i: usize| export.nodes[i].state == Some(HealthState::Down);
+        // What caps a parent: a probed node DOWN (a group's verdict caps nothing).
+        let down = |i: usize| {
+            export.nodes[i].kind == NodeKind::Probed
+                && export.nodes[i].state == Some(HealthState::Down)
+        };
         let mut memo: Vec<Option<BTreeSet<usize>>> = vec![None; export.nodes.len()];
         let mut causes = Self::default();
         for (i, node) in export.nodes.iter().enumerate() {

@@ -21,8 +21,12 @@ pub struct NodeStatus {
     pub score: Option<f64>,
     /// Whether a critical dependency is DOWN (the score is capped).
     pub dependency_down: bool,
-    /// The probed node's state; `None` for a group.
+    /// The node's verdict: a probed node's state, a group's as its rule judges it
+    /// ([`GroupRule`](super::GroupRule)). `None` only for a probed node the engine has not
+    /// reported on.
     pub state: Option<HealthState>,
+    /// Whether a group is held in PROBING for flapping (a target's flag is on its status).
+    pub flapping: bool,
 }
 
 /// One dependency, as exported.
@@ -52,7 +56,7 @@ pub struct Export {
 ///
 /// Displays on one line, e.g.
 /// `checkout 0.42: orders-api 0.70 (w 0.60, critical) DEGRADED; cache 0.00 (w 0.40) DOWN`.
-/// A probed node adds its state after its score, `, stability 0.95` when it has
+/// Each node adds its state (a group's verdict) after its score, a probed node `, stability 0.95` when it has
 /// dependencies and `, sla 0.9990` when it has an SLA; a capped node adds `, dependency down`, and the capping child `caps`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Explanation {
@@ -194,12 +198,18 @@ impl Graph {
     }
 
     fn node_status(&self, i: usize) -> NodeStatus {
+        let id = &self.topo.ids[i];
+        let (state, flapping) = match self.topo.kinds[i] {
+            NodeKind::Probed => (self.nodes.states[i], false),
+            NodeKind::Group => (Some(self.judges.state(id)), self.judges.is_flapping(id)),
+        };
         NodeStatus {
-            id: self.topo.ids[i].clone(),
+            id: id.clone(),
             kind: self.topo.kinds[i],
             score: known(self.nodes.scores[i]),
             dependency_down: self.nodes.dependency_down[i],
-            state: self.nodes.states[i],
+            state,
+            flapping,
         }
     }
 

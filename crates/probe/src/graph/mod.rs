@@ -30,6 +30,10 @@
 //!
 //! Topology changes ([`Graph::apply`]) keep every surviving node's results and state.
 //!
+//! A group's verdict (UP, DEGRADED, DOWN or PROBING) is its score and critical dependencies
+//! judged by its [`GroupRule`], on a target's state machine, once every [`JUDGE_EVERY`]
+//! ([`Graph::judge`], the `judge` submodule): the one verdict every reader shows.
+//!
 //! [`Causes::of`] reads an [`Export`] for the roots of its failures: the DOWN nodes that make
 //! others `dependency_down`, each with what it impacts (the `causes` submodule).
 //!
@@ -58,6 +62,7 @@
 mod causes;
 mod compiled;
 mod explain;
+mod judge;
 mod readiness;
 mod score;
 #[cfg(test)]
@@ -67,6 +72,8 @@ mod validate;
 pub use causes::Causes;
 use compiled::{Child, Compiled, normalised};
 pub use explain::{ChildExplanation, Edge, Explanation, Export, NodeStatus};
+use judge::Judges;
+pub use judge::{GroupRule, GroupRuleError, GroupTransition, JUDGE_EVERY};
 pub use readiness::{GraphReadiness, ReadinessLatch, ReadinessPolicy, ReadinessPolicyError};
 use score::{Inputs, Nodes, Pending, probed_stability};
 pub use validate::GraphError;
@@ -248,6 +255,8 @@ pub struct Graph {
     nodes: Nodes,
     /// Scratch of the incremental walk, kept so an update allocates nothing.
     pending: Pending,
+    /// The groups' rules and verdicts (the `judge` submodule).
+    judges: Judges,
 }
 
 impl Graph {
@@ -260,6 +269,7 @@ impl Graph {
             pending: Pending::new(0),
             topo,
             nodes: Nodes::with_capacity(config.window, 0),
+            judges: Judges::default(),
         }
     }
 
@@ -278,6 +288,7 @@ impl Graph {
             pending: Pending::new(topo.len()),
             topo,
             nodes,
+            judges: Judges::default(),
         };
         graph.full_rescore();
         Ok(graph)

@@ -15,7 +15,7 @@
 //! was: an instance does not stop serving because a reload added a dependency, and does not start
 //! serving before its required nodes have results.
 
-use super::Graph;
+use super::{Graph, NodeKind};
 use crate::target::TargetId;
 use crate::verdict::state::HealthState;
 
@@ -165,7 +165,10 @@ impl ReadinessLatch {
         for id in &self.policy.require {
             let failure = match graph.status(id) {
                 None => Some(format!("{id} is not in the dependency graph")),
-                Some(node) if node.state == Some(HealthState::Down) => {
+                // A group's verdict is its own rule's; readiness keeps to its `min_score`.
+                Some(node)
+                    if node.kind == NodeKind::Probed && node.state == Some(HealthState::Down) =>
+                {
                     Some(format!("{id} is DOWN"))
                 }
                 Some(node) if node.dependency_down => {

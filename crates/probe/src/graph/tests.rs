@@ -155,7 +155,8 @@ fn group_of_groups() {
     let all = g.status(&id("all")).unwrap();
     assert_eq!(
         (all.kind, all.state, all.dependency_down),
-        (NodeKind::Group, None, false)
+        // A group's verdict is judged apart (`judge`), and this one has not been yet.
+        (NodeKind::Group, Some(Probing), false)
     );
 }
 
@@ -317,7 +318,7 @@ fn explanation_names_weights_criticality_and_the_cap() {
     let e = g.explain(&id("checkout")).unwrap();
     assert_eq!(
         e.to_string(),
-        "checkout 0.42: orders-api 0.70 (w 0.60, critical) DEGRADED; cache 0.00 (w 0.40) DOWN"
+        "checkout 0.42 PROBING: orders-api 0.70 (w 0.60, critical) DEGRADED; cache 0.00 (w 0.40) DOWN"
     );
     assert_eq!(e.stability, Some(1.0));
     assert_eq!(e.children[0].weight, 0.6);
@@ -328,7 +329,7 @@ fn explanation_names_weights_criticality_and_the_cap() {
     assert!(e.children[0].caps);
     assert_eq!(
         e.to_string(),
-        "checkout 0.00, dependency down: orders-api 0.70 (w 0.60, critical, caps) DOWN; \
+        "checkout 0.00 PROBING, dependency down: orders-api 0.70 (w 0.60, critical, caps) DOWN; \
          cache 0.00 (w 0.40) DOWN"
     );
     assert_eq!(
@@ -587,7 +588,9 @@ fn export_and_dot() {
             kind: NodeKind::Group,
             score: Some(0.0),
             dependency_down: true,
-            state: None,
+            // Not judged yet.
+            state: Some(HealthState::Probing),
+            flapping: false,
         }
     );
     assert_eq!(g.groups().collect::<Vec<_>>(), [export.nodes[2].clone()]);
@@ -617,7 +620,7 @@ fn export_and_dot() {
   node [style=filled];
   \"cache\" [shape=box, label=\"cache\\n0.00 DOWN\", fillcolor=\"0.000 0.400 1.000\"];
   \"db\" [shape=box, label=\"db\\n1.00 UP\", fillcolor=\"0.333 0.400 1.000\"];
-  \"shop\" [shape=ellipse, label=\"shop\\n0.00\\ndependency down\", fillcolor=\"0.000 0.400 1.000\"];
+  \"shop\" [shape=ellipse, label=\"shop\\n0.00 PROBING\\ndependency down\", fillcolor=\"0.000 0.400 1.000\"];
   \"shop\" -> \"db\" [label=\"0.75\"];
   \"shop\" -> \"cache\" [label=\"0.25\", style=bold];
 }

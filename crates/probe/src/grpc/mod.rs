@@ -38,7 +38,6 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::engine::Engine;
 use crate::gate::Gate;
-use crate::graph::NodeKind;
 use crate::target::TargetId;
 
 pub use watch::WatchStream;
@@ -105,10 +104,9 @@ impl HealthService {
                 let Some(node) = self.engine.with_graph(|g| g.status(id)) else {
                     return ServingStatus::ServiceUnknown;
                 };
-                match node.kind {
-                    NodeKind::Probed => node.state.is_some_and(|s| s.counts_as_ready()),
-                    NodeKind::Group => !node.dependency_down,
-                }
+                // A target's state, a group's verdict: SERVING in UP, DEGRADED (and a target in
+                // MAINTENANCE, which readiness counts too).
+                node.state.is_some_and(|s| s.counts_as_ready())
             }
         };
         if serving && !stopping {

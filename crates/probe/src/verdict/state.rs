@@ -105,6 +105,9 @@ pub enum Cause {
     Cluster,
     /// The votes of the members probing a replicated target reached a quorum (or lost it).
     Quorum,
+    /// A critical dependency of a group went DOWN: the group is DOWN at once, since that
+    /// dependency's own verdict was confirmed already ([`crate::graph::GroupRule`]).
+    Dependency,
 }
 
 impl Cause {
@@ -120,6 +123,7 @@ impl Cause {
             Self::Readmitted => "readmitted",
             Self::Cluster => "cluster",
             Self::Quorum => "quorum",
+            Self::Dependency => "dependency_down",
         }
     }
 }
@@ -171,6 +175,7 @@ pub fn is_legal(from: HealthState, to: HealthState, cause: Cause) -> bool {
         // A mirror of a machine elsewhere, which kept to this table.
         (_, _, Cluster) => true,
         (Probing | Up | Degraded | Down, Probing | Up | Degraded | Down, Quorum) => true,
+        (Probing | Up | Degraded, Down, Dependency) => true,
         _ => false,
     }
 }
@@ -364,6 +369,26 @@ impl StateMachine {
     /// Whether the target is held DOWN by an ejection.
     pub fn is_ejected(&self) -> bool {
         self.ejected
+    }
+
+    /// DOWN at once, for a group whose critical dependency went DOWN: that verdict was confirmed
+    /// where it was reached, so confirming it again here would only delay it. The counters say
+    /// `fall` failures, so the group comes back after `rise` passing judgments. A flapping hold
+    /// ends. `None` if already DOWN or in maintenance.
+    pub fn dependency_down(&mut self) -> Option<Transition> {
+        if matches!(self.state, HealthState::Down | HealthState::Maintenance) {
+            return None;
+        }
+        self.passes = 0;
+        self.goods = 0;
+        self.degradeds = 0;
+        self.failures = self.failures.max(self.thresholds.fall.get());
+        self.last = Some(Quality::Failed);
+        self.judged = true;
+        if let Some(flips) = &mut self.flips {
+            flips.flapping = None;
+        }
+        self.go(HealthState::Down, Cause::Dependency)
     }
 
     /// Takes the verdict another member published for the target, with the counters behind it,
@@ -610,7 +635,7 @@ mod tests {
     use std::num::NonZeroU32;
 
     const STATES: [HealthState; 5] = [Probing, Up, Degraded, Maintenance, Down];
-    const CAUSES: [Cause; 9] = [
+    const CAUSES: [Cause; 10] = [
         Cause::Results,
         Cause::Flapping,
         Cause::Settled,
@@ -620,6 +645,7 @@ mod tests {
         Cause::Readmitted,
         Cause::Cluster,
         Cause::Quorum,
+        Cause::Dependency,
     ];
 
     fn nz(n: u32) -> NonZeroU32 {
@@ -708,7 +734,8 @@ mod tests {
                 "ejected",
                 "readmitted",
                 "cluster",
-                "quorum"
+                "quorum",
+                "dependency_down"
             ]
         );
     }
@@ -923,6 +950,23 @@ mod tests {
     }
 
     #[test]
+    fn a_dependency_down_is_down_at_once_and_rise_passes_bring_it_back() {
+        let mut m = machine(2, 3, None);
+        run(&mut m, &[G, G]);
+        let t = m.dependency_down().unwrap();
+        assert_eq!((t.from, t.to, t.cause), (Up, Down, Cause::Dependency));
+        assert_eq!(m.dependency_down(), None, "already DOWN");
+        // Failures keep it DOWN; one pass is not enough, `rise` passes are.
+        assert_eq!(run(&mut m, &[F, G, G]), [Down, Down, Up]);
+        // From PROBING too; a machine in maintenance stays there.
+        let mut m = machine(2, 3, None);
+        assert_eq!(m.dependency_down().map(|t| t.from), Some(Probing));
+        let mut m = machine(2, 3, None);
+        m.start_maintenance();
+        assert_eq!(m.dependency_down(), None);
+    }
+
+    #[test]
     fn the_table_allows_no_self_loops_and_guards_maintenance() {
         let states = STATES;
         let causes = CAUSES;
@@ -945,8 +989,8 @@ mod tests {
                     if cause == Cause::Results {
                         assert_ne!(to, Probing, "results never take a verdict away");
                     }
-                    if cause == Cause::Ejected {
-                        assert_eq!(to, Down, "an ejection is DOWN");
+                    if cause == Cause::Ejected || cause == Cause::Dependency {
+                        assert_eq!(to, Down, "an ejection, a dependency DOWN: DOWN");
                     }
                     if cause == Cause::Readmitted {
                         assert_eq!((from, to), (Down, Probing), "readmitted is DOWN -> PROBING");

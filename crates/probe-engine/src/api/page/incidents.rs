@@ -217,6 +217,7 @@ mod tests {
             score: None,
             dependency_down: false,
             state: None,
+            flapping: false,
         }
     }
 

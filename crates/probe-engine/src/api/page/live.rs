@@ -1,7 +1,7 @@
-//! What the page shows that the engine's transitions do not carry: a group's state, which
-//! follows its dependencies' scores and has no transition of its own in the engine, every
-//! node's score as the rows show it (two decimals), and each node's words and colour in the
-//! drawn graph.
+//! What the page shows that the engine's transitions do not carry: every node's score as the
+//! rows show it (two decimals), each node's words and colour in the drawn graph, and a group's
+//! verdict with them (its transitions come on the engine's stream too; here it is sent with the
+//! score and words that go with it).
 //!
 //! One task looks at the graph every [`EVERY`] while at least one page listens (nothing is
 //! looked at otherwise), and sends every listening page what changed since its last look, in

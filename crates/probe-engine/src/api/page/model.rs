@@ -46,7 +46,7 @@ pub(super) struct PageQuery {
 
 /// What the rows are filtered by, and which page of them is shown.
 pub(super) struct Filter {
-    /// Rows in this state (a group's as [`draw::group_state`] tells it).
+    /// Rows in this state (a group's verdict as its rule judges it).
     pub(super) state: Option<HealthState>,
     /// Rows a group (or any node) depends on, directly or not.
     pub(super) group: Option<TargetId>,
@@ -358,10 +358,9 @@ impl Candidate<'_> {
     }
 }
 
-/// A node's state; a group's as [`draw::group_state`] tells it.
+/// A node's verdict: a group's as its rule judges it; PROBING before the engine has one.
 pub(super) fn node_state(node: &NodeStatus) -> HealthState {
-    node.state
-        .unwrap_or_else(|| draw::group_state(node.dependency_down, node.score))
+    node.state.unwrap_or(HealthState::Probing)
 }
 
 /// Worst first: what needs a look comes to the top of the first page.

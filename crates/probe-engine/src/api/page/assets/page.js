@@ -1,8 +1,8 @@
 // The status page's script: what it adds to a page that is complete without it.
 // - Live updates: each `transition` of /status/events sets its row's state (words, colour,
-//   data-state) and moves the overview's counts, without a reload; each `nodes` event sets
-//   the scores that moved, the states of groups (which have no transitions), and the words
-//   and colour of the graph's nodes; each `incidents` event (the history has written newer
+//   data-state) and, for a target, moves the overview's counts (which count targets), without
+//   a reload; each `nodes` event sets the scores that moved, the groups' verdicts with them,
+//   and the words and colour of the graph's nodes; each `incidents` event (the history has written newer
 //   transitions) puts /status/incidents in place of the incidents section, one fetch at a
 //   time.
 // - Explanations: selecting a node of the graph (or a row's name) shows why it scores what it
@@ -30,8 +30,10 @@
 
   const onTransition = (event) => {
     const t = JSON.parse(event.data);
-    count(t.from, -1);
-    count(t.to, 1);
+    if (t.kind === 'target') {
+      count(t.from, -1);
+      count(t.to, 1);
+    }
     const row = rowOf(t.target);
     if (!row) return;
     setState(row, t.to);
