@@ -14,8 +14,8 @@ use probe::outcome::{CheckResult, Failure, FailureReason, Verdict};
 use probe::resolve::Names;
 use probe::tier::Probe;
 use probe::tier::icmp::{self, Flavour, IcmpDegradedIf, IcmpHost, IcmpProbe, IcmpSpec};
-use probe_engine::netns_or_skip;
-use probe_engine::testing::{Netns, skipped_outside_ci, skipped_without_ipv6};
+use probe_testkit::netns_or_skip;
+use probe_testkit::{Netns, skipped_outside_ci, skipped_without_ipv6};
 use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_millis(500);

@@ -60,7 +60,7 @@ async fn open_port_succeeds() {
 #[tokio::test]
 async fn ipv6_loopback_succeeds() {
     let Ok(l) = TcpListener::bind("[::1]:0").await else {
-        probe_engine::testing::skipped_without_ipv6();
+        probe_testkit::skipped_without_ipv6();
         return;
     };
     let addr = l.local_addr().unwrap();
@@ -282,7 +282,7 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
 /// namespace) fails as `unreachable`, not as a timeout or a refusal.
 #[tokio::test]
 async fn an_unreachable_host_fails_as_unreachable() {
-    let netns = probe_engine::netns_or_skip!();
+    let netns = probe_testkit::netns_or_skip!();
     let listener = netns.tcp_listener().unwrap();
     let addr = listener.local_addr().unwrap();
     // Reachable first: the fault, not the set-up, makes the difference.

@@ -102,7 +102,7 @@ async fn a_closed_port_is_refused_at_once() {
 async fn a_host_name_is_resolved_per_run() {
     // Dual-stack, so `localhost` reaches it whether it resolves to 127.0.0.1 or ::1 first.
     let Ok(socket) = UdpSocket::bind("[::]:0").await else {
-        probe_engine::testing::skipped_without_ipv6();
+        probe_testkit::skipped_without_ipv6();
         return;
     };
     let port = socket.local_addr().unwrap().port();

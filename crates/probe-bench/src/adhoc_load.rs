@@ -115,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .spawn()
             .with_context(|| format!("starting {}", daemon_binary.display()))?,
     );
-    let exporter = probe_engine::testing::Blackbox::start_binary(&args.blackbox, BLACKBOX_YML)
+    let exporter = probe_testkit::Blackbox::start_binary(&args.blackbox, BLACKBOX_YML)
         .with_context(|| format!("starting {}", args.blackbox.display()))?;
     let peers = [
         Peer {

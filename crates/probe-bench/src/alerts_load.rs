@@ -104,7 +104,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
-use probe_engine::testing::Alertmanager;
+use probe_testkit::Alertmanager;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -1216,7 +1216,7 @@ async fn get_text(http: &reqwest::Client, url: &str) -> anyhow::Result<String> {
 /// Prometheus on a free loopback port, scraping the daemon and alerting to an Alertmanager:
 /// the suite's fixture with a rule file of its own; killed when dropped.
 struct Prometheus {
-    server: probe_engine::testing::Prometheus,
+    server: probe_testkit::Prometheus,
     _rules: tempfile::TempDir,
 }
 
@@ -1236,7 +1236,7 @@ impl Prometheus {
              job_name: probe-engine\n    static_configs: [{{targets: [\"{daemon}\"]}}]\n",
             rules.display()
         );
-        let server = probe_engine::testing::Prometheus::start_binary(
+        let server = probe_testkit::Prometheus::start_binary(
             binary,
             &config,
             &["--alertmanager.notification-queue-capacity=20000"],

@@ -12,7 +12,7 @@
 //! targets that left: no memory, no descriptor, no `/metrics` series. Short benchmarks cannot
 //! show a slow leak; this one churns for ten minutes and samples the daemon once a minute.
 //!
-//! 1. **Peers**: a throw-away etcd (`probe_etcd::testing::TestEtcd`, as `etcd-load` starts it)
+//! 1. **Peers**: a throw-away etcd (`probe_testkit::etcd::TestEtcd`, as `etcd-load` starts it)
 //!    and [`LISTENERS`] accept-and-drop listeners on 127.0.0.1 (`support::accept_and_drop`).
 //! 2. **Daemon**: the real binary (`--daemon`, default `probe-engine` next to this binary, i.e.
 //!    `target/release/probe-engine`), as `probe-engine run --config DIR --listen 127.0.0.1:PORT
@@ -82,7 +82,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use probe_etcd::DEFAULT_PREFIX;
 use probe_etcd::etcd_client::{Client, PutOptions, Txn, TxnOp};
-use probe_etcd::testing::TestEtcd;
+use probe_testkit::etcd::TestEtcd;
 use rand::RngExt;
 use tokio::time::Instant;
 

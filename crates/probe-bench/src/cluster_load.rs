@@ -75,7 +75,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
 use probe_etcd::etcd_client::{Client, GetOptions};
-use probe_etcd::testing::TestEtcd;
+use probe_testkit::etcd::TestEtcd;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -5,7 +5,7 @@
 //! ```
 //!
 //! The harness starts `etcd` (Debian's `etcd-server`; `scripts/setup` installs it) with
-//! `probe_etcd::testing::TestEtcd`, writes `--targets` keys (one TCP target each, against a
+//! `probe_testkit::etcd::TestEtcd`, writes `--targets` keys (one TCP target each, against a
 //! loopback port nobody listens on, probed every 60 s so that probing stays out of the way), in
 //! transactions of `--batch` keys, then starts the daemon's topology layer in this process
 //! (`probe_engine::topology::TopologyHandle`, on a config whose only content is the `topology.etcd`
@@ -24,7 +24,7 @@ use probe::engine::{Engine, EngineConfig};
 use probe::target::TargetId;
 use probe_etcd::DEFAULT_PREFIX;
 use probe_etcd::etcd_client::{Client, Txn, TxnOp};
-use probe_etcd::testing::TestEtcd;
+use probe_testkit::etcd::TestEtcd;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -72,7 +72,7 @@
 //!    SQLite's `dbstat`), `blob_bytes_per_target_day` (the rollup blobs alone),
 //!    `transitions_per_target_day`, `gb_per_year_100k` (the file's figure for 100k targets over
 //!    365 days), `sim_s` (how long the week took). The same rows go to a throw-away PostgreSQL
-//!    (`probe_engine::testing::Postgres`, the history tests' fixture; `--no-postgres`, or a
+//!    (`probe_testkit::Postgres`, the history tests' fixture; `--no-postgres`, or a
 //!    machine without it, leaves it out, and says so): `pg_bytes_per_target_day` ([`Store::size`]:
 //!    the live rows) and `pg_disk_bytes_per_target_day` (`pg_total_relation_size` of every
 //!    table of the schema, indexes included, through `psql`).
@@ -104,7 +104,7 @@ use probe_engine::history::ActionRow;
 use probe_engine::history::rollup::{DAY_MS, HOUR_MS, Rollups};
 use probe_engine::history::store::{Backend, Batch, Store, TransitionRow};
 use probe_engine::history::uptime;
-use probe_engine::testing::{Postgres, PostgresError};
+use probe_testkit::{Postgres, PostgresError};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::Value;

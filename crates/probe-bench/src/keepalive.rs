@@ -7,7 +7,7 @@
 //! ```
 //!
 //! nginx (Debian's `nginx-light`, started on a free loopback port by
-//! [`probe_engine::testing::Nginx`]) closes an idle kept-alive connection after
+//! [`probe_testkit::Nginx`]) closes an idle kept-alive connection after
 //! `--keepalive-timeout-ms` (1 s) and every connection after `--keepalive-requests` (20). An
 //! engine probes it with `--targets` (100) HTTP targets on the default pooled connections, every
 //! `--interval-ms` (1 s, start jitter 0.1, timeout half the interval, `fall` 3): each probe
@@ -37,7 +37,7 @@ use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
 use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
-use probe_engine::testing::{KeepAlive, Nginx};
+use probe_testkit::{KeepAlive, Nginx};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{self, Collector};

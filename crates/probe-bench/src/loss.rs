@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Needs root (network namespaces) and `nft`: for each loss rate of `--losses` (percent), a
-//! network namespace of its own ([`probe_engine::testing::Netns`]) holds `--targets` (100)
+//! network namespace of its own ([`probe_testkit::Netns`]) holds `--targets` (100)
 //! accept-and-close TCP listeners on its veth address, and its nftables drop that share of the
 //! SYNs entering it (`numgen random mod 100 < N`: each SYN independently). One [`Engine`] per
 //! namespace probes them with real connects from the root namespace: interval `--interval-ms`
@@ -76,7 +76,7 @@ use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
 use probe::verdict::{Cause, FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
-use probe_engine::testing::{AcceptServer, LossModel, Netns, NetnsError};
+use probe_testkit::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{self, Collector, percentile, result};

@@ -326,7 +326,7 @@ pub fn start_child_server(
 /// A blackbox_exporter started by a harness on a free loopback port with one module, stopped when
 /// dropped: the suite's fixture, probing through one module.
 pub struct Blackbox {
-    exporter: probe_engine::testing::Blackbox,
+    exporter: probe_testkit::Blackbox,
     module: String,
 }
 
@@ -356,7 +356,7 @@ impl Blackbox {
         config_yaml: &str,
     ) -> anyhow::Result<Self> {
         Ok(Self {
-            exporter: probe_engine::testing::Blackbox::start_binary(binary, config_yaml)?,
+            exporter: probe_testkit::Blackbox::start_binary(binary, config_yaml)?,
             module: module.to_owned(),
         })
     }

@@ -14,7 +14,5 @@ pub mod history;
 pub mod import;
 pub mod limits;
 pub mod persist;
-#[cfg(feature = "test-support")]
-pub mod testing;
 pub mod topology;
 pub mod watch;

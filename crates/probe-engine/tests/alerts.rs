@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use probe_engine::testing::Alertmanager;
+use probe_testkit::Alertmanager;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -366,7 +366,7 @@ async fn a_flapping_target_raises_one_alert_not_a_series() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_lease_is_lost_sends_nothing_until_it_is_back() {
-    let mut etcd = probe_etcd::testing::TestEtcd::start().await.expect("etcd");
+    let mut etcd = probe_testkit::etcd::TestEtcd::start().await.expect("etcd");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (am, hook, mut daemon, _dir) = alerting(
@@ -785,7 +785,7 @@ async fn a_test_notification_reaches_every_receiver_and_says_which_failed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_entries_alert_by_their_own_alert_key() {
-    let etcd = probe_etcd::testing::TestEtcd::start().await.expect("etcd");
+    let etcd = probe_testkit::etcd::TestEtcd::start().await.expect("etcd");
     let (am, hook, daemon, _dir) = alerting(
         &format!(
             "topology:\n  etcd:\n    endpoints: [\"{}\"]\n",
@@ -830,7 +830,7 @@ async fn etcd_entries_alert_by_their_own_alert_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_member_that_takes_a_target_over_goes_on_with_its_episode() {
-    let etcd = probe_etcd::testing::TestEtcd::start().await.expect("etcd");
+    let etcd = probe_testkit::etcd::TestEtcd::start().await.expect("etcd");
     let db = support::closed_port();
     let before = format!(
         "cluster: {{etcd: {{endpoints: [\"{}\"]}}, lease_ttl: 2s}}\n",

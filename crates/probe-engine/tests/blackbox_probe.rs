@@ -9,7 +9,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
-use probe_engine::testing::{OpensslServer, blackbox_or_skip, openssl};
+use probe_testkit::{OpensslServer, blackbox_or_skip, openssl};
 use support::Daemon;
 use support::prom::{Metrics, assert_same_probe_series};
 
@@ -157,7 +157,7 @@ async fn probe_answers_as_blackbox_exporter_does_on_the_same_servers() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     if openssl(d, &["version"]).is_err() {
-        probe_engine::testing::skipped_outside_ci("openssl is not installed");
+        probe_testkit::skipped_outside_ci("openssl is not installed");
         return;
     }
     openssl(
@@ -520,10 +520,10 @@ async fn a_real_prometheus_scrapes_probe_through_the_documented_relabelling() {
             .replace("TARGETS", &format!("\"{open_addr}\", \"{closed}\""))
             .replace("DAEMON", &daemon.addr.to_string())
     );
-    let prometheus = match probe_engine::testing::Prometheus::start(&config) {
+    let prometheus = match probe_testkit::Prometheus::start(&config) {
         Ok(prometheus) => prometheus,
-        Err(probe_engine::testing::PrometheusError::Missing) => {
-            probe_engine::testing::skipped_outside_ci("prometheus is not installed");
+        Err(probe_testkit::PrometheusError::Missing) => {
+            probe_testkit::skipped_outside_ci("prometheus is not installed");
             return;
         }
         Err(e) => panic!("{e}"),

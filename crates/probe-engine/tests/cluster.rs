@@ -11,9 +11,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use probe_engine::netns_or_skip;
-use probe_engine::testing::{AcceptServer, Netns};
-use probe_etcd::testing::TestEtcd;
+use probe_testkit::etcd::TestEtcd;
+use probe_testkit::netns_or_skip;
+use probe_testkit::{AcceptServer, Netns};
 use serde_json::Value;
 use support::{Daemon, WAIT};
 use tokio::time::Instant;

@@ -1,5 +1,5 @@
 //! The daemon with targets in a real etcd (started per test on loopback ports by
-//! `probe_etcd::testing::TestEtcd`): keys become targets, changes apply as diffs, bad values are
+//! `probe_testkit::etcd::TestEtcd`): keys become targets, changes apply as diffs, bad values are
 //! rejected per key, and an outage changes nothing but the reported state.
 
 mod support;
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use probe_etcd::DEFAULT_PREFIX;
 use probe_etcd::etcd_client::{Client, CompactionOptions, DeleteOptions, PutOptions};
-use probe_etcd::testing::TestEtcd;
+use probe_testkit::etcd::TestEtcd;
 use serde_json::Value;
 use support::views::{self, Topology};
 use support::{Daemon, WAIT, promtool_check};

@@ -11,7 +11,7 @@ use probe::resolve::Names;
 use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};
-use probe_engine::testing::blackbox_or_skip;
+use probe_testkit::blackbox_or_skip;
 use support::peers::Grpcio;
 
 /// Our verdict on a case: UP, or a failure with this reason and detail.

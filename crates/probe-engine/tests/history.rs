@@ -16,7 +16,7 @@ use probe_engine::history::codec::{self, Day, Hour};
 use probe_engine::history::rollup::DAY_MS;
 use probe_engine::history::store::{Backend, Batch, Store, TransitionRow};
 use probe_engine::history::uptime;
-use probe_engine::testing::postgres_or_skip;
+use probe_testkit::postgres_or_skip;
 use serde_json::Value;
 use support::{Daemon, closed_port};
 
@@ -875,7 +875,7 @@ async fn owners(daemon: &Daemon, total: usize) -> std::collections::BTreeMap<Str
 #[tokio::test]
 async fn a_cluster_sharing_postgres_shows_every_targets_history_from_any_member() {
     let Some(pg) = postgres_or_skip() else { return };
-    let etcd = probe_etcd::testing::TestEtcd::start().await.unwrap();
+    let etcd = probe_testkit::etcd::TestEtcd::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Accepting, so that the many connects never fill the backlog.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Command, Output};
 
-use probe_engine::testing::blackbox_or_skip;
+use probe_testkit::blackbox_or_skip;
 use support::prom::assert_same_probe_series;
 use support::{BIN, Daemon};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use probe_engine::testing::{KeepAlive, Nginx, NginxError};
+use probe_testkit::{KeepAlive, Nginx, NginxError};
 use support::Daemon;
 use tokio::time::Instant;
 
@@ -37,7 +37,7 @@ async fn nginx_closing_kept_alive_connections_fails_no_probe() {
     let nginx = match Nginx::start(keep_alive) {
         Ok(nginx) => nginx,
         Err(NginxError::Missing) => {
-            probe_engine::testing::skipped_outside_ci(
+            probe_testkit::skipped_outside_ci(
                 "the keep-alive test: nginx is not installed (scripts/setup installs nginx-light)",
             );
             return;

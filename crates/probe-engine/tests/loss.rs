@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use probe::verdict::{Schedule, ScheduleSettings};
-use probe_engine::netns_or_skip;
-use probe_engine::testing::{AcceptServer, LossModel, poisson_upper};
+use probe_testkit::netns_or_skip;
+use probe_testkit::{AcceptServer, LossModel, poisson_upper};
 use serde_json::Value;
 use support::Daemon;
 use tokio::sync::mpsc;

@@ -1,11 +1,11 @@
-//! The network-fault fixture itself (`probe_engine::testing`): each fault does what its name
+//! The network-fault fixture itself (`probe_testkit`): each fault does what its name
 //! says, seen from the root namespace as a client sees it, and nothing outlives the fixture.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use probe_engine::netns_or_skip;
-use probe_engine::testing::{AcceptServer, Netns};
+use probe_testkit::netns_or_skip;
+use probe_testkit::{AcceptServer, Netns};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

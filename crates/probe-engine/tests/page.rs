@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fantoccini::Locator;
-use probe_engine::testing::{Browser, BrowserError, skipped_outside_ci};
+use probe_testkit::{Browser, BrowserError, skipped_outside_ci};
 use reqwest::Method;
 use reqwest::header::{self, HeaderMap};
 use support::{Daemon, WAIT, badge_texts, closed_port};

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
-use probe_engine::netns_or_skip;
-use probe_engine::testing::AcceptServer;
+use probe_testkit::AcceptServer;
+use probe_testkit::netns_or_skip;
 use serde_json::Value;
 use support::{BIN, Daemon, SilentServer, WAIT};
 use tokio::time::Instant;

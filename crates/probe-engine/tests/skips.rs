@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use probe_engine::testing::blackbox_or_skip;
+use probe_testkit::blackbox_or_skip;
 
 /// A fixture test: blackbox_exporter starts and listens.
 #[test]

@@ -21,7 +21,7 @@ use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::tls::{CaBundle, StartTls, TlsProbe, TlsSpec, TlsTrust};
-use probe_engine::testing::{OpensslServer, blackbox_or_skip, openssl};
+use probe_testkit::{OpensslServer, blackbox_or_skip, openssl};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
@@ -315,8 +315,8 @@ fn seconds(at: SystemTime) -> f64 {
 async fn the_tls_tier_agrees_with_blackbox_exporter_on_openssl_servers() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    if probe_engine::testing::openssl(d, &["version"]).is_err() {
-        probe_engine::testing::skipped_outside_ci("openssl is not installed");
+    if probe_testkit::openssl(d, &["version"]).is_err() {
+        probe_testkit::skipped_outside_ci("openssl is not installed");
         return;
     }
     let root = Authority::root(d, "compat root");

@@ -36,7 +36,6 @@
 //!   sees it;
 //! - [`cluster`]: a member of a cluster at work: the member set fed to the engine, verdicts
 //!   published and adopted, votes exchanged, maintenance shared;
-//! - `testing` (feature `test-support`): a throw-away `etcd` for tests, reusable from any crate.
 //!
 //! Metrics (`probe_etcd_*`, through the `metrics` facade) are described by
 //! [`describe_metrics`].
@@ -58,8 +57,6 @@ mod metrics;
 pub mod snapshot;
 pub mod source;
 pub mod status;
-#[cfg(feature = "test-support")]
-pub mod testing;
 
 pub use config::{BackoffConfig, ClientCert, Credentials, DEFAULT_PREFIX, SourceConfig, TlsFiles};
 pub use discovery::{Decoder, EtcdDiscovery};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use probe::cluster::MemberId;
 use probe_etcd::membership::{Lease, MemberRecord, Membership, MembershipError, unix_ms_now};
-use probe_etcd::testing::{TestEtcd, wait_for};
+use probe_testkit::etcd::{TestEtcd, wait_for};
 use tokio_util::sync::CancellationToken;
 
 const PREFIX: &str = "/probe-engine/cluster/";

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use probe_etcd::etcd_client::{Certificate, Identity, TlsOptions};
-use probe_etcd::testing::{ServerTls, TestEtcd, wait_for};
 use probe_etcd::{
     ClientCert, Credentials, DEFAULT_PREFIX, Snapshot, Source, SourceConfig, Status, SyncState,
     TlsFiles,
 };
+use probe_testkit::etcd::{ServerTls, TestEtcd, wait_for};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

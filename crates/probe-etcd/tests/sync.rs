@@ -1,4 +1,4 @@
-//! The sync against a real etcd, started per test by `probe_etcd::testing::TestEtcd` on
+//! The sync against a real etcd, started per test by `probe_testkit::etcd::TestEtcd` on
 //! loopback ports. Tests wait on the published channels with bounded timeouts, never on sleeps.
 
 use std::collections::BTreeMap;
@@ -10,10 +10,10 @@ use bytes::Bytes;
 use probe_etcd::etcd_client::{
     self, Client, CompactionOptions, GetOptions, PutOptions, Txn, TxnOp,
 };
-use probe_etcd::testing::{TestEtcd, wait_for};
 use probe_etcd::{
     BackoffConfig, DEFAULT_PREFIX, Entry, Snapshot, Source, SourceConfig, Status, SyncState,
 };
+use probe_testkit::etcd::{TestEtcd, wait_for};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

@@ -1216,7 +1216,7 @@ mod tests {
 
     #[tokio::test]
     async fn postgres_rows_are_packed_when_opened() {
-        let Some(pg) = crate::testing::postgres_or_skip() else {
+        let Some(pg) = probe_testkit::postgres_or_skip() else {
             return;
         };
         rows_are_packed_when_opened(Backend::Postgres(pg.url()), &pg.url()).await;

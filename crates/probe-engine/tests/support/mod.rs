@@ -403,7 +403,7 @@ pub fn promtool_check(metrics: &str) {
         .stderr(Stdio::piped())
         .spawn()
     else {
-        probe_engine::testing::skipped_outside_ci(
+        probe_testkit::skipped_outside_ci(
             "the promtool lint: promtool is not installed (scripts/setup installs it)",
         );
         return;

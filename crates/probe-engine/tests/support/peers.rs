@@ -4,7 +4,7 @@ use std::io::BufRead as _;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
-use probe_engine::testing::skipped_outside_ci;
+use probe_testkit::skipped_outside_ci;
 
 /// A grpcio health server: "" and `payments` SERVING, `ledger` NOT_SERVING; it prints its port
 /// once it listens.

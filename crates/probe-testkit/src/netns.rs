@@ -71,16 +71,16 @@ impl NetnsError {
     }
 }
 
-/// Creates a [`Netns`](crate::testing::Netns), or prints `SKIPPED: <why>` and returns from the
+/// Creates a [`Netns`](crate::Netns), or prints `SKIPPED: <why>` and returns from the
 /// calling test when this machine cannot (not root, `ip` or `nft` missing). Any other failure
 /// panics. Usable in tests that return `()`.
 #[macro_export]
 macro_rules! netns_or_skip {
     () => {
-        match $crate::testing::Netns::new() {
+        match $crate::Netns::new() {
             Ok(netns) => netns,
-            Err($crate::testing::NetnsError::Skip(why)) => {
-                $crate::testing::skipped_outside_ci(&why);
+            Err($crate::NetnsError::Skip(why)) => {
+                $crate::skipped_outside_ci(&why);
                 return;
             }
             Err(e) => panic!("could not create a network namespace: {e}"),

@@ -111,7 +111,7 @@ pub struct Browser {
 pub enum BrowserError {
     /// This machine cannot run it: `/usr/bin/chromium` or `chromedriver` is missing
     /// (`scripts/setup` installs Debian's `chromium` and `chromium-driver`). A test says so with
-    /// [`skipped_outside_ci`](crate::testing::skipped_outside_ci).
+    /// [`skipped_outside_ci`](crate::skipped_outside_ci).
     #[error("{0}")]
     Skip(String),
     /// ChromeDriver exited or never listened; the end of its log says why.
@@ -535,7 +535,7 @@ mod tests {
         match Browser::start(javascript).await {
             Ok(browser) => Some(browser),
             Err(BrowserError::Skip(why)) => {
-                crate::testing::skipped_outside_ci(&format!("the browser fixture: {why}"));
+                crate::skipped_outside_ci(&format!("the browser fixture: {why}"));
                 None
             }
             Err(e) => panic!("{e}"),

@@ -1,5 +1,13 @@
-//! Fixtures for tests (feature `test-support`): real network faults in network namespaces, a
-//! real nginx for the keep-alive race ([`Nginx`]), and how a test says it was skipped.
+//! The workspace's test fixtures: the real peers the suite runs against (etcd, PostgreSQL,
+//! Chromium, nginx, Alertmanager, Prometheus, blackbox_exporter, OpenSSL's `s_server`), real
+//! network faults in network namespaces, and how a test says it was skipped.
+//!
+//! A crate of its own (`publish = false`), a dev-dependency of the crates whose tests use it and
+//! a dependency of the benchmark harnesses (`probe-bench`): the product crates ship none of it,
+//! nor its dependencies.
+//!
+//! [`etcd::TestEtcd`] is a throw-away etcd on loopback ports (a single member, a cluster, or
+//! https), for the etcd source's and the cluster's tests.
 //!
 //! Loopback cannot lose a packet on purpose, and a listener that stops accepting is not a host
 //! that vanished, so the tests of what the engine does under packet loss, blackholes and
@@ -34,16 +42,16 @@
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
 //!
-//! # Using it from another crate's tests
+//! # Using it from a crate's tests
 //! ```toml
 //! [dev-dependencies]
-//! probe-engine = { workspace = true, features = ["test-support"] }
+//! probe-testkit.workspace = true
 //! ```
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use probe_engine::testing::AcceptServer;
-//! let netns = probe_engine::netns_or_skip!();
+//! use probe_testkit::AcceptServer;
+//! let netns = probe_testkit::netns_or_skip!();
 //! let server = AcceptServer::start(netns.tcp_listener().unwrap()).unwrap();
 //! netns.loss_syn(3).unwrap(); // 3% of the SYNs into the namespace are dropped
 //! // ... probe server.addr() from the root namespace ...
@@ -54,6 +62,7 @@
 mod alertmanager;
 mod blackbox;
 mod browser;
+pub mod etcd;
 mod model;
 mod netns;
 mod nginx;

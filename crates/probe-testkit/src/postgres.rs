@@ -54,7 +54,7 @@ pub enum PostgresError {
     /// This machine cannot run it: the server binaries, or the `postgres` user it must run as
     /// under root, are missing (`scripts/setup` installs Debian's `postgresql`, which brings
     /// both). A test says so with
-    /// [`skipped_outside_ci`](crate::testing::skipped_outside_ci).
+    /// [`skipped_outside_ci`](crate::skipped_outside_ci).
     #[error("{0}")]
     Skip(String),
     /// `initdb`, the database's creation or the server failed or never became ready; the end of
@@ -135,7 +135,7 @@ impl Postgres {
 }
 
 /// A started server for a test, or `None` when this machine cannot run one: the test says
-/// `SKIPPED: <why>` ([`skipped_outside_ci`](crate::testing::skipped_outside_ci)) and returns,
+/// `SKIPPED: <why>` ([`skipped_outside_ci`](crate::skipped_outside_ci)) and returns,
 /// rather than passing without having run.
 ///
 /// # Panics
@@ -144,7 +144,7 @@ pub fn postgres_or_skip() -> Option<Postgres> {
     match Postgres::start() {
         Ok(postgres) => Some(postgres),
         Err(PostgresError::Skip(why)) => {
-            crate::testing::skipped_outside_ci(&why);
+            crate::skipped_outside_ci(&why);
             None
         }
         Err(e) => panic!("{e}"),

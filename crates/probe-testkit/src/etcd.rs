@@ -1,9 +1,10 @@
-//! A real, throw-away `etcd` for tests (feature `test-support`).
+//! A real, throw-away `etcd` for tests.
 //!
 //! [`TestEtcd::start`] runs the `etcd` binary (Debian's `etcd-server` package, installed by
 //! `scripts/setup`; or the program named by `PROBE_ETCD_BIN`) as a single-member cluster with
 //! its own temporary data directory, on free 127.0.0.1 ports, and waits until it answers. It
-//! listens on loopback only, unless a test asks for the host's end of a namespace of its own. Dropping it kills the process and removes the data.
+//! listens on loopback only, unless a test asks for the host's end of a namespace of its own.
+//! Dropping it kills the process and removes the data.
 //!
 //! [`TestEtcd::start_tls`] serves https instead, with the certificates a test generates;
 //! [`TestEtcd::start_cluster`] starts several members forming one etcd cluster;
@@ -13,30 +14,19 @@
 //! [`TestEtcd::restart`]), which is how outage tests make etcd disappear and come back with the
 //! content it had.
 //!
-//! # Using it from another crate's tests
-//! The harness is a module of the library behind a feature, rather than a file under `tests/`,
-//! so any crate of the workspace reuses it with one line in its `Cargo.toml`:
-//!
-//! ```toml
-//! [dev-dependencies]
-//! probe-etcd = { workspace = true, features = ["test-support"] }
-//! ```
-//!
 //! ```no_run
-//! use probe_etcd::testing::{TestEtcd, wait_for};
-//! use probe_etcd::{Source, SourceConfig};
+//! use probe_testkit::etcd::{TestEtcd, wait_for};
 //! use std::time::Duration;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let etcd = TestEtcd::start().await?;
 //! let mut client = etcd.client().await?;
 //! client.put("/probe-engine/targets/web", r#"{"id":"web"}"#, None).await?;
-//! let source = Source::new(SourceConfig::new([etcd.endpoint()]))?;
-//! let mut snapshots = source.snapshots();
-//! let cancel = tokio_util::sync::CancellationToken::new();
-//! tokio::spawn(source.run(cancel.clone()));
-//! let snapshot = wait_for(&mut snapshots, Duration::from_secs(10), |s| s.len() == 1).await;
-//! # let _ = snapshot; Ok(()) }
+//! // What a test waits on instead of sleeping: a watch channel (an etcd source's snapshots,
+//! // say) until its value holds.
+//! let (_tx, mut rx) = tokio::sync::watch::channel(1);
+//! let seen = wait_for(&mut rx, Duration::from_secs(10), |v| *v == 1).await;
+//! # let _ = seen; Ok(()) }
 //! ```
 
 use std::fmt::Debug;
@@ -424,7 +414,7 @@ fn free_ports() -> io::Result<(u16, u16)> {
 }
 
 /// Waits until the value in `rx` satisfies `predicate` and returns a clone of it: the way tests
-/// synchronise with a [`Source`](crate::Source), instead of sleeping.
+/// synchronise with a watched source (an etcd source's snapshots), instead of sleeping.
 ///
 /// # Panics
 /// When `within` passes first, or the sender is dropped, with the last value in the message;
