@@ -18,17 +18,22 @@ fn blackbox_exporter_starts() {
 }
 
 /// This test binary running only [`blackbox_exporter_starts`], with no tool on `PATH`, and
-/// `CI` set or not.
-fn without_the_exporter(ci: bool) -> Output {
+/// `CI` set or not; what it printed, and what it wrote to its `PROBE_SKIPS` file (its own, not
+/// the suite's: this skip is on purpose).
+fn without_the_exporter(ci: bool) -> (Output, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let skips = dir.path().join("skips");
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", "blackbox_exporter_starts", "--nocapture"])
         .env("PATH", "/nonexistent")
+        .env("PROBE_SKIPS", &skips)
         .env_remove("CI");
     if ci {
         command.env("CI", "true");
     }
-    command.output().unwrap()
+    let output = command.output().unwrap();
+    (output, std::fs::read_to_string(&skips).unwrap_or_default())
 }
 
 fn text(output: &Output) -> String {
@@ -58,8 +63,9 @@ fn judge(text: &str) -> (Option<i32>, String) {
 
 #[test]
 fn a_fixture_test_without_its_peer_fails_under_ci_and_fails_the_suite_outside_it() {
-    // Under CI, the test itself fails, saying what it lacked.
-    let under_ci = without_the_exporter(true);
+    // Under CI, the test itself fails, saying what it lacked, and writes no skip.
+    let (under_ci, skipped) = without_the_exporter(true);
+    assert_eq!(skipped, "");
     assert!(!under_ci.status.success(), "{}", text(&under_ci));
     assert!(
         text(&under_ci).contains("CI must run this test")
@@ -68,15 +74,17 @@ fn a_fixture_test_without_its_peer_fails_under_ci_and_fails_the_suite_outside_it
         text(&under_ci)
     );
 
-    // Outside CI it passes, saying SKIPPED with its name; the judge fails the run on it.
-    let outside = without_the_exporter(false);
+    // Outside CI it passes, saying SKIPPED with its name, on its standard error and in the
+    // `PROBE_SKIPS` file that `scripts/test` hands the judge; the judge fails the run on it.
+    let (outside, skipped) = without_the_exporter(false);
     assert!(outside.status.success(), "{}", text(&outside));
-    let log = text(&outside);
+    let line = "SKIPPED: blackbox_exporter_starts: blackbox_exporter is not installed";
+    assert!(text(&outside).contains(line), "{}", text(&outside));
     assert!(
-        log.contains("SKIPPED: blackbox_exporter_starts: blackbox_exporter is not installed"),
-        "{log}"
+        skipped.starts_with(line) && skipped.lines().count() == 1,
+        "{skipped}"
     );
-    let (code, said) = judge(&log);
+    let (code, said) = judge(&skipped);
     assert_eq!(code, Some(1), "{said}");
     assert!(
         said.trim_end()

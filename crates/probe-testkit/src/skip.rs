@@ -6,13 +6,27 @@
 use std::io::Write as _;
 
 /// Says that the calling test cannot run here, and why, as a `SKIPPED: <why>` line written
-/// straight to the process's standard error: the test harness captures what a passing test
-/// prints, and a skip must show (`scripts/test` counts these lines in its summary).
-/// The line names the test: the harness runs each on a thread of its name.
+/// straight to the process's standard error (the harness captures what a passing test prints,
+/// and a skip must show), and appended to the file `PROBE_SKIPS` names, when it does:
+/// `scripts/test` runs every test in a process of its own whose output is kept only when it
+/// fails, and reads the skips from that file. The line names the test: the harness runs each
+/// on a thread of its name.
 fn skipped(why: &str) {
     let thread = std::thread::current();
-    let test = thread.name().unwrap_or("a test");
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+    let line = format!("SKIPPED: {}: {why}\n", thread.name().unwrap_or("a test"));
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("PROBE_SKIPS") {
+        // One write of one line to a file opened for appending: lines of tests that skip at
+        // the same moment do not interleave.
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            let _ = writeln!(std::io::stderr(), "PROBE_SKIPS: {e}");
+        }
+    }
 }
 
 /// Says the calling test was skipped (a `SKIPPED` line), for a test whose needs
