@@ -108,19 +108,26 @@ impl GroupRule {
         self.flap
     }
 
-    /// What one judgment of a known `score` counts as, and the words that say why.
-    fn judge(&self, score: f64) -> (Quality, String) {
+    /// What one judgment of a known `score` counts as.
+    fn quality(&self, score: f64) -> Quality {
         if score >= self.up_from {
-            (Quality::Good, format!("score {score:.2}"))
+            Quality::Good
         } else if score >= self.degraded_from {
-            let why = format!("score {score:.2} under up_from {}", self.up_from);
-            (Quality::Degraded, why)
+            Quality::Degraded
         } else {
-            let why = format!(
+            Quality::Failed
+        }
+    }
+
+    /// The words that say why `score` counts as it does.
+    fn why(&self, score: f64) -> String {
+        match self.quality(score) {
+            Quality::Good => format!("score {score:.2}"),
+            Quality::Degraded => format!("score {score:.2} under up_from {}", self.up_from),
+            Quality::Failed => format!(
                 "score {score:.2} under degraded_from {}",
                 self.degraded_from
-            );
-            (Quality::Failed, why)
+            ),
         }
     }
 }
@@ -209,30 +216,32 @@ impl Graph {
     /// Judges every group once (see the module doc) at `now`; returns the changes of verdict.
     pub fn judge(&mut self, now: Instant) -> Vec<GroupTransition> {
         let mut moved = Vec::new();
-        let mut present = Vec::new();
+        let mut groups = 0;
         for i in 0..self.topo.len() {
             if self.topo.kinds[i] != NodeKind::Group {
                 continue;
             }
+            groups += 1;
             let id = &self.topo.ids[i];
-            present.push(id);
             let judge = self.judges.of(id);
-            let (transition, detail) = if self.nodes.dependency_down[i] {
-                let detail = critical_down(&self.topo, &self.nodes.states, i);
-                match judge.machine.dependency_down() {
-                    Some(t) => (Some(t), detail),
-                    // Already DOWN: the failure still counts against a recovery.
-                    None => (judge.machine.observe(Quality::Failed, now), detail),
-                }
+            let score = self.nodes.scores[i];
+            let down = self.nodes.dependency_down[i];
+            let transition = if down {
+                // Already DOWN: the failure still counts against a recovery.
+                let t = judge.machine.dependency_down();
+                t.or_else(|| judge.machine.observe(Quality::Failed, now))
+            } else if score.is_nan() {
+                continue;
             } else {
-                let score = self.nodes.scores[i];
-                if score.is_nan() {
-                    continue;
-                }
-                let (quality, detail) = judge.rule.judge(score);
-                (judge.machine.observe(quality, now), detail)
+                judge.machine.observe(judge.rule.quality(score), now)
             };
             if let Some(transition) = transition {
+                // Words only for a change: most judgments change nothing.
+                let detail = if down {
+                    critical_down(&self.topo, &self.nodes.states, i)
+                } else {
+                    judge.rule.why(score)
+                };
                 moved.push(GroupTransition {
                     group: id.clone(),
                     transition,
@@ -240,11 +249,14 @@ impl Graph {
                 });
             }
         }
-        if self.judges.judges.len() > present.len() {
-            present.sort_unstable();
-            self.judges
-                .judges
-                .retain(|id, _| present.binary_search(&id).is_ok());
+        // Groups gone with a topology change: their machines go too.
+        if self.judges.judges.len() > groups {
+            let (topo, judges) = (&self.topo, &mut self.judges.judges);
+            judges.retain(|id, _| {
+                topo.index
+                    .get(id)
+                    .is_some_and(|&i| topo.kinds[i as usize] == NodeKind::Group)
+            });
         }
         moved
     }
