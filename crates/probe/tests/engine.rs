@@ -611,7 +611,7 @@ async fn wait_for(
 }
 
 fn node_score(engine: &Engine, name: &str) -> Option<f64> {
-    engine.with_graph(|g| g.status(&id(name)).unwrap().score)
+    engine.graph().status(&id(name)).unwrap().score
 }
 
 /// `svc` needs a critical `db` (weight 4) and a non-critical `cache` (weight 1); readiness
@@ -689,7 +689,7 @@ async fn results_feed_scores_and_readiness_follows_the_policy() {
     engine.end_maintenance(&id("db")).unwrap();
     wait_for(&mut events, "db", HealthState::Down).await;
     assert_eq!(node_score(&engine, "svc"), Some(0.0));
-    assert!(engine.with_graph(|g| g.status(&id("svc")).unwrap().dependency_down));
+    assert!(engine.graph().status(&id("svc")).unwrap().dependency_down);
     let r = engine.readiness();
     assert!(!r.ready);
     assert_eq!(
@@ -697,7 +697,7 @@ async fn results_feed_scores_and_readiness_follows_the_policy() {
         Some("svc has a critical dependency DOWN (db)")
     );
     assert_eq!(
-        engine.with_graph(|g| g.explain(&id("svc")).unwrap().to_string()),
+        engine.graph().explain(&id("svc")).unwrap().to_string(),
         format!(
             "svc 0.00 DOWN, dependency down: db {:.2} (w 0.80, critical, caps) DOWN; cache {:.2} (w 0.20) DOWN",
             engine.status(&id("db")).unwrap().score.unwrap(),
@@ -787,7 +787,7 @@ async fn an_invalid_topology_changes_nothing() {
         Err(TopologyError::NotATarget(id("svc")))
     );
     // Still the valid topology.
-    let nodes = engine.with_graph(|g| g.export().nodes.len());
+    let nodes = engine.graph().export().nodes.len();
     assert_eq!(nodes, 3);
     assert_eq!(engine.readiness().total, 1, "the policy stayed");
     assert!(engine.apply(valid.clone()).unwrap().is_empty());

@@ -162,7 +162,7 @@ async fn a_failing_member_is_ejected_at_once_held_down_and_ramped_back() {
     let switches = switches();
     engine.apply(pool(&switches, |t| t)).unwrap();
     all_up(&engine, &mut events).await;
-    let score = |engine: &Engine| engine.with_graph(|g| g.status(&id("api")).unwrap().score);
+    let score = |engine: &Engine| engine.graph().status(&id("api")).unwrap().score;
     assert_eq!(score(&engine), Some(1.0));
 
     // Three gateway failures eject `a` there and then, while its active probe still passes.
@@ -475,9 +475,9 @@ async fn a_failure_being_confirmed_is_not_a_verdict() {
     engine.apply(topology).unwrap();
     all_up(&engine, &mut events).await;
 
-    let graph_state = |engine: &Engine| engine.with_graph(|g| g.status(&id("a")).unwrap().state);
+    let graph_state = |engine: &Engine| engine.graph().status(&id("a")).unwrap().state;
     let dependency_down =
-        |engine: &Engine| engine.with_graph(|g| g.status(&id("api")).unwrap().dependency_down);
+        |engine: &Engine| engine.graph().status(&id("api")).unwrap().dependency_down;
     switches[0].down.store(true, Ordering::SeqCst);
     for n in 1..=2 {
         failures(&engine, "a", n).await;

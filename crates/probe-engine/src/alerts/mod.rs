@@ -312,12 +312,10 @@ impl Loop {
     /// One look at the engine: the episodes brought up to date, and what changed.
     fn look(&self, episodes: &mut Episodes) -> Vec<Alert> {
         let statuses = self.engine.listing();
-        let export = self.engine.with_graph(probe::graph::Graph::export);
+        let graph = self.engine.graph();
+        let export = graph.export();
         let causes = Causes::of(&export);
-        let engine = &self.engine;
-        let explain = |id: &probe::target::TargetId| {
-            engine.with_graph(|g| g.explain(id).map(|e| e.to_string()))
-        };
+        let explain = |id: &probe::target::TargetId| graph.explain(id).map(|e| e.to_string());
         let world = World {
             statuses: &statuses,
             export: &export,

@@ -36,7 +36,8 @@ pub(super) async fn health(
         Some(status) => Some(Message::state(status.state)),
         None => state
             .engine
-            .with_graph(|g| g.status(&id))
+            .graph()
+            .status(&id)
             .filter(|node| node.kind == NodeKind::Group)
             .map(|node| Message::state(node.state.unwrap_or(HealthState::Probing))),
     };

@@ -97,7 +97,7 @@ fn health_report(state: &ApiState) -> Response {
         checks.insert(format!("{}:responseTime", s.id), json!([check]));
     }
     // Each group by its verdict, as its rule judges it (keyed `<id>:score`, its score observed).
-    let groups: Vec<NodeStatus> = state.engine.with_graph(|g| g.groups().collect());
+    let groups: Vec<NodeStatus> = state.engine.graph().groups().collect();
     for node in groups {
         let verdict = node.state.unwrap_or(HealthState::Probing);
         let status = check_status(verdict);

@@ -48,7 +48,7 @@ pub(super) fn kept(state: &ApiState) -> Result<&History, ApiError> {
 /// The id of a target or group the engine knows, or a 404.
 pub(super) fn known(state: &ApiState, id: &str) -> Result<TargetId, ApiError> {
     let id = parse_id(id)?;
-    if state.engine.contains(&id) || state.engine.with_graph(|g| g.status(&id).is_some()) {
+    if state.engine.contains(&id) || state.engine.graph().status(&id).is_some() {
         Ok(id)
     } else {
         Err(EngineError::UnknownTarget(id).into())

@@ -196,15 +196,17 @@ pub(super) async fn target(
 }
 
 /// A node's explanation and the graph's root causes, or a 404: what `explain` answers with, here
-/// and on the status page. One lock for both, so the causes are those of the scores shown; the
-/// walk for causes is over the whole graph, as an explanation is asked for by a person, not
+/// and on the status page. Both from one view of the graph, read without a lock; the walk for
+/// causes is over the whole graph, as an explanation is asked for by a person, not
 /// polled.
 pub(super) fn explained(
     engine: &Engine,
     id: &TargetId,
 ) -> Result<(probe::graph::Explanation, Causes), ApiError> {
-    engine
-        .with_graph(|g| g.explain(id).map(|e| (e, Causes::of(&g.export()))))
+    let graph = engine.graph();
+    graph
+        .explain(id)
+        .map(|e| (e, Causes::of(&graph.export())))
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -254,19 +256,19 @@ pub(super) async fn graph(
     let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     match query.format.as_deref() {
         None | Some("json") => {
-            let export = state.engine.with_graph(probe::graph::Graph::export);
+            let export = state.engine.graph().export();
             let nodes: Vec<NodeView> = export.nodes.iter().map(NodeView::from).collect();
             let edges: Vec<EdgeView> = export.edges.iter().map(EdgeView::from).collect();
             Ok(Json(json!({ "nodes": nodes, "edges": edges })).into_response())
         }
         Some("dot") => Ok((
             [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
-            state.engine.with_graph(probe::graph::Graph::to_dot),
+            state.engine.graph().to_dot(),
         )
             .into_response()),
         Some("svg") => {
             // Copied under the graph's lock, drawn after it.
-            let export = state.engine.with_graph(probe::graph::Graph::export);
+            let export = state.engine.graph().export();
             let svg = super::draw::graph(&export);
             Ok((
                 [(header::CONTENT_TYPE, "image/svg+xml; charset=utf-8")],

@@ -610,12 +610,12 @@ impl History {
         loop {
             let ids: Vec<TargetId> = tokio::select! {
                 () = cancel.cancelled() => return,
-                _ = every.tick() => engine.with_graph(|g| {
-                    g.nodes()
-                        .filter(|n| n.kind == probe::graph::NodeKind::Probed)
-                        .map(|n| n.id)
-                        .collect()
-                }),
+                _ = every.tick() => engine
+                    .graph()
+                    .nodes()
+                    .filter(|n| n.kind == probe::graph::NodeKind::Probed)
+                    .map(|n| n.id)
+                    .collect(),
                 event = events.recv() => {
                     let mut ids = match event {
                         // A group has no SLA: its score is its dependencies'.

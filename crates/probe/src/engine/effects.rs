@@ -4,8 +4,11 @@
 //! releases the lock, and hands them to the [`Hub`]. The hub then:
 //! 1. applies them to the readiness tally and the dependency graph, under the hub's `core` lock;
 //! 2. feeds an ejected member's active result to its pools, under the `pools` lock;
-//! 3. publishes what changed as immutable snapshots (the readiness verdict, the pools' routing
-//!    tables), which `/readyz` and [`Engine::pick`](super::Engine::pick) load without a lock;
+//! 3. publishes what changed for readers who take no lock: the readiness verdict and the pools'
+//!    routing tables as immutable snapshots, which `/readyz` and
+//!    [`Engine::pick`](super::Engine::pick) load; the graph's scores and verdicts in its
+//!    [`GraphView`], which the graph updates in place as it rescores, and a new view swapped in
+//!    when the topology changes;
 //! 4. and only then logs, counts and broadcasts each transition, so a subscriber that sees an
 //!    event sees readiness already moved.
 //!
@@ -31,7 +34,7 @@ use super::readiness::Tally;
 use super::topology::{Dependencies, TopologyError};
 use super::view::{Event, HeldRuns, Readiness, Record, Runs, Vote};
 use crate::graph::{
-    Graph, GraphConfig, GroupRule, GroupTransition, NodeKind, NodeSpec, ReadinessPolicy,
+    GraphConfig, GraphView, GroupRule, GroupTransition, NodeKind, NodeSpec, ReadinessPolicy,
 };
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
@@ -287,6 +290,11 @@ pub(crate) struct Hub {
     /// load it on request ([`Hub::readiness_changes`]).
     readiness_changed: watch::Sender<()>,
     routes: ArcSwap<Routes>,
+    /// The graph's view ([`GraphView`]): the one its graph writes into, swapped when a topology
+    /// change replaces it.
+    graph: ArcSwap<GraphView>,
+    /// Marked after each change that moved any node of the graph (see [`Hub::graph_changes`]).
+    graph_changed: watch::Sender<()>,
     events: broadcast::Sender<Event>,
     /// This member's votes on replicated targets, as they change.
     votes: broadcast::Sender<Vote>,
@@ -311,6 +319,8 @@ impl Hub {
         Self {
             readiness: ArcSwap::from_pointee(core.tally.readiness(None)),
             readiness_changed: watch::Sender::new(()),
+            graph: ArcSwap::new(core.deps.graph.view().clone()),
+            graph_changed: watch::Sender::new(()),
             core: Mutex::new(core),
             pools: Mutex::new(PoolsCore {
                 pools: Pools::default(),
@@ -337,6 +347,35 @@ impl Hub {
     /// topology applied.
     pub fn readiness_changes(&self) -> watch::Receiver<()> {
         self.readiness_changed.subscribe()
+    }
+
+    /// The dependency graph as readers see it, without a lock (see [`GraphView`]).
+    pub fn graph(&self) -> Arc<GraphView> {
+        self.graph.load_full()
+    }
+
+    /// Marked each time any node of the graph moves (a score, a state, a verdict) and on each
+    /// topology applied: a watcher waits for it rather than looks every so often.
+    pub fn graph_changes(&self) -> watch::Receiver<()> {
+        self.graph_changed.subscribe()
+    }
+
+    /// Swaps in the graph's view when a topology change replaced it; returns whether any node
+    /// moved since `generation` (the view's when the core lock was taken), so that the caller
+    /// marks [`Hub::graph_changed`] once the lock is released.
+    fn store_view(&self, core: &Core, generation: u64) -> bool {
+        let view = core.deps.graph.view();
+        if !Arc::ptr_eq(&self.graph.load(), view) {
+            self.graph.store(view.clone());
+        }
+        view.generation() != generation
+    }
+
+    /// Marks the graph changed, when it did: outside every lock.
+    fn graph_moved(&self, moved: bool) {
+        if moved {
+            self.graph_changed.send_replace(());
+        }
     }
 
     /// The pools' routing tables as of the last change.
@@ -408,8 +447,10 @@ impl Hub {
             vote,
         } = effects;
         let mut groups = Vec::new();
+        let mut graph_moved = false;
         if after.is_some() || score.is_some() {
             let mut core = self.core.lock();
+            let generation = core.deps.graph.view().generation();
             let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
             if !applied.removed {
                 let mut moved = false;
@@ -437,8 +478,10 @@ impl Hub {
                     groups = core.deps.judge_critical(&seat.id);
                 }
                 self.publish_readiness(&core, moved);
+                graph_moved = self.store_view(&core, generation);
             }
         }
+        self.graph_moved(graph_moved);
         let out = recovery.and_then(|passed| {
             let moved = self.pools_changed(|pools, now| pools.active(&seat.id, passed, now));
             moved
@@ -513,7 +556,13 @@ impl Hub {
     /// Judges every group once and announces each change of verdict, as a target's is (logged
     /// and broadcast), once the lock is released.
     pub fn judge(&self) {
-        let moved = self.core.lock().deps.judge();
+        let (moved, graph_moved) = {
+            let mut core = self.core.lock();
+            let generation = core.deps.graph.view().generation();
+            let moved = core.deps.judge();
+            (moved, self.store_view(&core, generation))
+        };
+        self.graph_moved(graph_moved);
         self.announce_groups(moved);
     }
 
@@ -554,11 +603,16 @@ impl Hub {
         rules: BTreeMap<TargetId, GroupRule>,
         readiness: Option<ReadinessPolicy>,
     ) -> Result<(), TopologyError> {
-        let mut core = self.core.lock();
-        core.deps.apply(nodes, scoring, rules, readiness)?;
-        self.window.store(scoring.window(), Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.publish_readiness(&core, true);
+        {
+            let mut core = self.core.lock();
+            core.deps.apply(nodes, scoring, rules, readiness)?;
+            self.window.store(scoring.window(), Ordering::Release);
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.publish_readiness(&core, true);
+            self.store_view(&core, 0);
+        }
+        // Every topology applied is a change for a watcher: nodes came or went, or may have.
+        self.graph_moved(true);
         Ok(())
     }
 
@@ -572,6 +626,7 @@ impl Hub {
         added: impl Iterator<Item = &'a TargetId>,
     ) {
         let mut core = self.core.lock();
+        let generation = core.deps.graph.view().generation();
         for seat in removed {
             let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
             if applied.removed {
@@ -595,6 +650,9 @@ impl Hub {
         }
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.publish_readiness(&core, true);
+        let graph_moved = self.store_view(&core, generation);
+        drop(core);
+        self.graph_moved(graph_moved);
     }
 
     /// Installs the topology's pools at `now`, over the targets `target` finds by id; returns
@@ -714,16 +772,16 @@ impl Hub {
         self.pools.lock().pools.members(now)
     }
 
-    /// Runs `f` on the dependency graph, under the core lock: copy out and return.
-    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
-        f(&self.core.lock().deps.graph)
-    }
-
     /// Sets a target's SLA in the graph, and publishes readiness if that moved it.
     pub fn set_sla(&self, id: &TargetId, sla: Option<f64>) {
-        let mut core = self.core.lock();
-        core.deps.set_sla(id, sla);
-        self.publish_readiness(&core, false);
+        let graph_moved = {
+            let mut core = self.core.lock();
+            let generation = core.deps.graph.view().generation();
+            core.deps.set_sla(id, sla);
+            self.publish_readiness(&core, false);
+            self.store_view(&core, generation)
+        };
+        self.graph_moved(graph_moved);
     }
 }
 
@@ -812,7 +870,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use crate::engine::{Engine, EngineConfig, TargetSpec, Topology};
-    use crate::graph::{Dependency, NodeKind};
+    use crate::graph::{Dependency, Graph, NodeKind};
     use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
     use crate::verdict::policy::{Schedule, ScheduleSettings, Thresholds};
@@ -960,7 +1018,7 @@ mod tests {
                 .map(|name| {
                     let id = TargetId::new(name).unwrap();
                     let state = engine.status(&id).map_or(HealthState::Probing, |s| s.state);
-                    let score = engine.with_graph(|g| g.status(&id).and_then(|n| n.score));
+                    let score = engine.graph().status(&id).and_then(|n| n.score);
                     (state, score)
                 })
                 .collect();
@@ -1007,6 +1065,7 @@ mod tests {
             .zip(states)
             .map(|(name, state)| {
                 let score = graph
+                    .view()
                     .status(&TargetId::new(name).unwrap())
                     .and_then(|n| n.score);
                 (state, score)
@@ -1061,5 +1120,132 @@ mod tests {
         assert!(!later(0, 0));
         assert!(!later(3, 5));
         assert!(later(2, u32::MAX), "counts wrap");
+    }
+
+    /// 10k probed nodes under 100 groups of 100, each group named `g<k>` over `t<k>-<j>`.
+    fn wide_graph(targets_per_group: usize) -> Vec<NodeSpec> {
+        let id = |s: String| TargetId::new(&s).unwrap();
+        let mut nodes = Vec::new();
+        for k in 0..100 {
+            let members: Vec<TargetId> = (0..targets_per_group)
+                .map(|j| id(format!("t{k}-{j}")))
+                .collect();
+            nodes.extend(members.iter().map(|m| NodeSpec {
+                id: m.clone(),
+                kind: NodeKind::Probed,
+                depends_on: Vec::new(),
+            }));
+            nodes.push(NodeSpec {
+                id: id(format!("g{k}")),
+                kind: NodeKind::Group,
+                depends_on: members
+                    .into_iter()
+                    .map(|m| Dependency::new(m, "test"))
+                    .collect(),
+            });
+        }
+        nodes
+    }
+
+    /// The graph's readers (status, explanation, export, DOT) and readiness answer while another
+    /// thread holds the hub's core lock, as a result being applied or a 10k-target topology
+    /// being compiled holds it: they read the published view and never wait for the writer.
+    #[test]
+    fn graph_reads_answer_while_the_hub_is_busy() {
+        let hub = Arc::new(Hub::new());
+        hub.apply_graph(
+            &wide_graph(100),
+            GraphConfig::default(),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+        let first = TargetId::new("t0-0").unwrap();
+        hub.core
+            .lock()
+            .deps
+            .record(&first, Quality::Good, HealthState::Up);
+        let busy = hub.core.lock();
+        let (told, answer) = std::sync::mpsc::channel();
+        let reader = {
+            let hub = hub.clone();
+            std::thread::spawn(move || {
+                let graph = hub.graph();
+                let export = graph.export();
+                let explained = graph.explain(&TargetId::new("g0").unwrap()).unwrap();
+                let dot = graph.to_dot();
+                let ready = hub.readiness().ready;
+                let _ = told.send((
+                    export.nodes.len(),
+                    export.edges.len(),
+                    graph.status(&TargetId::new("t0-0").unwrap()).unwrap().score,
+                    explained.children.len(),
+                    dot.len() > 10_000,
+                    ready,
+                ));
+            })
+        };
+        // Not a wait for the reader to be done at some time: if it took the lock it would never
+        // answer while `busy` is held, and the test would fail here rather than hang.
+        let seen = answer.recv_timeout(std::time::Duration::from_secs(60));
+        drop(busy);
+        reader.join().unwrap();
+        assert_eq!(
+            seen.expect("the reader waited for the hub's lock"),
+            (10_100, 10_000, Some(1.0), 100, true, true)
+        );
+    }
+
+    /// A topology change swaps in a new view, and the view before it stays whole for whoever
+    /// still reads it; a watcher is told of every move, and of nothing else.
+    #[test]
+    fn a_new_topology_is_a_new_view_and_watchers_are_told_of_moves() {
+        let hub = Hub::new();
+        let mut changes = hub.graph_changes();
+        hub.apply_graph(
+            &wide_graph(2),
+            GraphConfig::default(),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+        assert!(changes.has_changed().unwrap(), "a topology applied");
+        changes.mark_unchanged();
+        let before = hub.graph();
+        assert_eq!(before.len(), 300);
+
+        let first = TargetId::new("t0-0").unwrap();
+        hub.set_sla(&first, Some(0.5));
+        assert!(changes.has_changed().unwrap(), "an SLA moved a node");
+        changes.mark_unchanged();
+        assert_eq!(hub.graph().explain(&first).unwrap().sla, Some(0.5));
+        hub.set_sla(&first, Some(0.5));
+        assert!(
+            !changes.has_changed().unwrap(),
+            "the same SLA moved nothing"
+        );
+        hub.judge();
+        assert!(
+            !changes.has_changed().unwrap(),
+            "a judgment of unknown scores moved nothing"
+        );
+
+        hub.apply_graph(
+            &wide_graph(3),
+            GraphConfig::default(),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(hub.graph().len(), 400);
+        assert!(hub.graph().generation() > before.generation());
+        assert_eq!(
+            before.len(),
+            300,
+            "the old view still reads its own topology"
+        );
+        assert_eq!(before.explain(&first).unwrap().sla, Some(0.5));
+        assert_eq!(hub.graph().explain(&first).unwrap().sla, Some(0.5), "kept");
     }
 }

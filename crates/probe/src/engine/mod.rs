@@ -60,7 +60,7 @@ pub use view::{
     Readiness, Record, Run, Runs, TargetStatus, Vote,
 };
 
-use crate::graph::Graph;
+use crate::graph::GraphView;
 use crate::passive::breaker::CircuitState;
 use crate::passive::call::Call;
 use crate::passive::outlier::MemberStatus;
@@ -181,7 +181,7 @@ impl Engine {
     /// One target's status with its recent history.
     pub fn status(&self, id: &TargetId) -> Option<TargetStatus> {
         let mut status = self.inner.target(id).ok()?.status(true);
-        self.inner.hub().with_graph(|g| score(g, &mut status));
+        score(&self.inner.hub().graph(), &mut status);
         status.pool = self.inner.hub().member(id, Instant::now());
         Some(status)
     }
@@ -190,11 +190,10 @@ impl Engine {
     pub fn statuses(&self) -> Vec<TargetStatus> {
         let targets = self.inner.targets.load_full();
         let mut statuses: Vec<_> = targets.values().map(|t| t.status(false)).collect();
-        self.inner.hub().with_graph(|graph| {
-            for status in &mut statuses {
-                score(graph, status);
-            }
-        });
+        let graph = self.inner.hub().graph();
+        for status in &mut statuses {
+            score(&graph, status);
+        }
         let now = Instant::now();
         for status in &mut statuses {
             status.pool = self.inner.hub().member(&status.id, now);
@@ -205,19 +204,14 @@ impl Engine {
     /// Every target's status, sorted by id, without history, for a listing served often: each
     /// target's copy is shared with the previous listing while nothing of it changed, so a
     /// caller that keeps what it derived from a copy (a serialised fragment, keyed by the
-    /// `Arc`'s pointer) redoes only the targets that changed. The graph is read under one lock
-    /// for all of them.
+    /// `Arc`'s pointer) redoes only the targets that changed.
     pub fn listing(&self) -> Vec<Arc<TargetStatus>> {
         let targets = self.inner.targets.load_full();
-        let scores: Vec<(Option<f64>, bool)> = self.inner.hub().with_graph(|graph| {
-            targets
-                .keys()
-                .map(|id| {
-                    graph
-                        .status(id)
-                        .map_or((None, false), |n| (n.score, n.dependency_down))
-                })
-                .collect()
+        let graph = self.inner.hub().graph();
+        let scores = targets.keys().map(|id| {
+            graph
+                .status(id)
+                .map_or((None, false), |n| (n.score, n.dependency_down))
         });
         let now = Instant::now();
         let members: std::collections::HashMap<TargetId, MemberStatus> = self
@@ -256,16 +250,23 @@ impl Engine {
         listing
     }
 
-    /// Runs `f` on the dependency graph, for explanations and exports. The graph is locked
-    /// meanwhile, holding up every probe result that changes it: copy out what you need and
-    /// return.
-    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
-        self.inner.hub().with_graph(f)
+    /// The dependency graph's scores, states and group verdicts, for statuses, explanations and
+    /// exports. Read without a lock: a reader never holds up a probe result, and never waits for
+    /// one or for a topology being applied (see [`GraphView`]).
+    pub fn graph(&self) -> Arc<GraphView> {
+        self.inner.hub().graph()
+    }
+
+    /// Marked each time any node of the graph moves (a score, a state, a group's verdict) and on
+    /// each topology applied: for a watcher that shows the graph, which looks when this says and
+    /// compares, instead of looking every so often.
+    pub fn graph_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.inner.hub().graph_changes()
     }
 
     /// Sets a target's SLA, its uptime over a long window that the embedder keeps (the engine
     /// keeps no history): its score in the dependency graph is its success ratio times it
-    /// ([`Graph::set_sla`]). `None` scores it by its success ratio alone. A target not in the
+    /// ([`Graph::set_sla`](crate::graph::Graph::set_sla)). `None` scores it by its success ratio alone. A target not in the
     /// graph is left alone.
     pub fn set_sla(&self, id: &TargetId, sla: Option<f64>) {
         self.inner.hub().set_sla(id, sla);
@@ -302,7 +303,7 @@ impl Engine {
         for member in self.inner.hub().members(now) {
             encoder.member(member.id.as_str(), member.weight, member.ejected);
         }
-        for node in self.with_graph(|g| g.export().nodes) {
+        for node in self.graph().export().nodes {
             encoder.node(node.id.as_str(), node.score, node.dependency_down);
         }
         encoder.finish(out);
@@ -620,7 +621,7 @@ impl crate::gate::ReadinessCheck for Engine {
 }
 
 /// Copies a target's graph figures into its status.
-fn score(graph: &Graph, status: &mut TargetStatus) {
+fn score(graph: &GraphView, status: &mut TargetStatus) {
     if let Some(node) = graph.status(&status.id) {
         status.score = node.score;
         status.dependency_down = node.dependency_down;

@@ -161,11 +161,11 @@ mod tests {
         for name in ["db", "cache", "orders", "billing", "report"] {
             set(&mut g, name, HealthState::Up);
         }
-        assert_eq!(Causes::of(&g.export()), Causes::default());
+        assert_eq!(Causes::of(&g.view().export()), Causes::default());
         set(&mut g, "db", HealthState::Down);
         // The services fail too, but because of the database.
         set(&mut g, "orders", HealthState::Down);
-        let causes = Causes::of(&g.export());
+        let causes = Causes::of(&g.view().export());
         assert_eq!(
             causes.impacts,
             BTreeMap::from([(id("db"), ids(&["billing", "orders", "shop"]))])
@@ -192,7 +192,7 @@ mod tests {
         }
         // `new` has no verdict yet (PROBING): `web` has no cause.
         set(&mut g, "web", HealthState::Down);
-        let causes = Causes::of(&g.export());
+        let causes = Causes::of(&g.view().export());
         assert_eq!(
             causes.impacts,
             BTreeMap::from([(id("disk"), ids(&["api", "db"]))])
@@ -201,7 +201,7 @@ mod tests {
         assert!(!causes.is_impacted(&id("web")));
         // The bottom recovers: db is the root now.
         set(&mut g, "disk", HealthState::Up);
-        let causes = Causes::of(&g.export());
+        let causes = Causes::of(&g.view().export());
         assert_eq!(causes.impacts, BTreeMap::from([(id("db"), ids(&["api"]))]));
     }
 
@@ -217,7 +217,7 @@ mod tests {
         set(&mut g, "a", HealthState::Down);
         set(&mut g, "b", HealthState::Down);
         set(&mut g, "both", HealthState::Up);
-        let causes = Causes::of(&g.export());
+        let causes = Causes::of(&g.view().export());
         assert_eq!(causes.roots[&id("both")], ids(&["a", "b"]));
         assert_eq!(causes.impacts.len(), 2);
     }

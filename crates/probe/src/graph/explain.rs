@@ -1,11 +1,12 @@
 //! Reading the graph: one node's status, why it scores what it scores, and the whole graph for an
 //! API or as Graphviz DOT.
 //!
-//! These copy out of the compiled arrays; they are for requests and operators, not the hot path.
+//! They read a [`GraphView`], without a lock, and copy out of it; they are for requests and
+//! operators, not the hot path.
 
 use std::fmt::{self, Write as _};
 
-use super::{Graph, NodeKind};
+use super::{GraphView, NodeKind};
 use crate::target::TargetId;
 use crate::verdict::state::HealthState;
 
@@ -65,7 +66,8 @@ pub struct Explanation {
     /// The factor its children's mean is multiplied by: the success ratio of a probed node
     /// (`None` before its first result) times its SLA, 1 for a group.
     pub stability: Option<f64>,
-    /// The probed node's SLA, when the embedder gave one ([`Graph::set_sla`]).
+    /// The probed node's SLA, when the embedder gave one
+    /// ([`Graph::set_sla`](super::Graph::set_sla)).
     pub sla: Option<f64>,
     /// Its dependencies, in declaration order.
     pub children: Vec<ChildExplanation>,
@@ -84,7 +86,7 @@ pub struct ChildExplanation {
     pub caps: bool,
 }
 
-impl Graph {
+impl GraphView {
     /// A node's score and state, or `None` when it is not in the graph.
     pub fn status(&self, id: &TargetId) -> Option<NodeStatus> {
         let &i = self.topo.index.get(id)?;
@@ -94,30 +96,33 @@ impl Graph {
     /// Why a node scores what it does, or `None` when it is not in the graph.
     pub fn explain(&self, id: &TargetId) -> Option<Explanation> {
         let i = *self.topo.index.get(id)? as usize;
-        let stability = known(self.nodes.stability[i]);
+        let node = self.read(i);
         let children = self
             .topo
             .children(i)
             .iter()
-            .map(|child| ChildExplanation {
-                node: self.node_status(child.index as usize),
-                weight: child.weight,
-                critical: child.critical,
-                caps: child.critical
-                    && self.nodes.states[child.index as usize] == Some(HealthState::Down),
+            .map(|child| {
+                let status = self.node_status(child.index as usize);
+                ChildExplanation {
+                    caps: child.critical
+                        && status.kind == NodeKind::Probed
+                        && status.state == Some(HealthState::Down),
+                    node: status,
+                    weight: child.weight,
+                    critical: child.critical,
+                }
             })
             .collect();
         Some(Explanation {
             node: self.node_status(i),
-            stability,
-            sla: self.nodes.sla[i],
+            stability: known(node.stability),
+            sla: node.sla,
             children,
         })
     }
 
-    /// Every node's status, in no order and without the edges: what a watcher that looks every
-    /// second copies out, cheaper than a sorted [`Graph::export`] while the engine's lock is
-    /// held for it.
+    /// Every node's status, in no order and without the edges: cheaper than a sorted
+    /// [`GraphView::export`] for a watcher that compares them.
     pub fn nodes(&self) -> impl Iterator<Item = NodeStatus> + '_ {
         (0..self.topo.len()).map(|i| self.node_status(i))
     }
@@ -198,18 +203,14 @@ impl Graph {
     }
 
     fn node_status(&self, i: usize) -> NodeStatus {
-        let id = &self.topo.ids[i];
-        let (state, flapping) = match self.topo.kinds[i] {
-            NodeKind::Probed => (self.nodes.states[i], false),
-            NodeKind::Group => (Some(self.judges.state(id)), self.judges.is_flapping(id)),
-        };
+        let values = self.read(i);
         NodeStatus {
-            id: id.clone(),
+            id: self.topo.ids[i].clone(),
             kind: self.topo.kinds[i],
-            score: known(self.nodes.scores[i]),
-            dependency_down: self.nodes.dependency_down[i],
-            state,
-            flapping,
+            score: known(values.score),
+            dependency_down: values.dependency_down,
+            state: values.state,
+            flapping: values.flapping,
         }
     }
 

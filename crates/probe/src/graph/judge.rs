@@ -203,6 +203,23 @@ impl Judges {
 }
 
 impl Graph {
+    /// Node `i`'s verdict and whether it is held in PROBING for flapping: a probed node's state
+    /// as recorded (its flapping is on its target's status), a group's as judged.
+    pub(super) fn judged(&self, i: usize) -> (Option<HealthState>, bool) {
+        match self.topo.kinds[i] {
+            NodeKind::Probed => (self.nodes.states[i], false),
+            NodeKind::Group => {
+                let id = &self.topo.ids[i];
+                (Some(self.judges.state(id)), self.judges.is_flapping(id))
+            }
+        }
+    }
+
+    /// The indices of the group nodes.
+    fn group_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.topo.len()).filter(|&i| self.topo.kinds[i] == NodeKind::Group)
+    }
+
     /// Sets how each group is judged: `rules` by group id, the default for a group without one.
     /// A group whose rule changed starts again in PROBING; the others keep their verdicts.
     /// Ids that are not groups are ignored (the engine's topology refuses them).
@@ -211,6 +228,7 @@ impl Graph {
             .judges
             .retain(|id, judge| rules.get(id).copied().unwrap_or_default() == judge.rule);
         self.judges.rules = rules;
+        self.publish(self.group_indices());
     }
 
     /// Judges every group once (see the module doc) at `now`; returns the changes of verdict.
@@ -258,6 +276,8 @@ impl Graph {
                     .is_some_and(|&i| topo.kinds[i as usize] == NodeKind::Group)
             });
         }
+        // A judgment may move a verdict or the flapping flag: what moved reaches the readers.
+        self.publish(self.group_indices());
         moved
     }
 
@@ -283,6 +303,9 @@ impl Graph {
                     detail: critical_down(&self.topo, &self.nodes.states, i),
                 });
             }
+        }
+        if !moved.is_empty() {
+            self.publish(self.topo.parents(node as usize).iter().map(|&p| p as usize));
         }
         moved
     }
@@ -353,7 +376,7 @@ mod tests {
             .map(|_| {
                 *at += JUDGE_EVERY;
                 g.judge(*at);
-                g.status(&id("shop")).unwrap().state.unwrap()
+                g.view().status(&id("shop")).unwrap().state.unwrap()
             })
             .collect()
     }
@@ -372,14 +395,14 @@ mod tests {
 
         // cache half failed: 0.75, under up_from. DEGRADED after `rise` (degrade) judgments.
         feed(&mut g, "cache", Quality::Failed, Up, 2);
-        assert_eq!(g.status(&id("shop")).unwrap().score, Some(0.75));
+        assert_eq!(g.view().status(&id("shop")).unwrap().score, Some(0.75));
         assert_eq!(judge(&mut g, &mut at, 3), [Up, Degraded, Degraded]);
 
         // Every cache result failed: 0.5 is still DEGRADED; under it, DOWN after `fall`.
         feed(&mut g, "cache", Quality::Failed, Up, 2);
         assert_eq!(judge(&mut g, &mut at, 1), [Degraded]);
         feed(&mut g, "db", Quality::Degraded, Up, 1);
-        assert!(g.status(&id("shop")).unwrap().score.unwrap() < 0.5);
+        assert!(g.view().status(&id("shop")).unwrap().score.unwrap() < 0.5);
         assert_eq!(judge(&mut g, &mut at, 3), [Degraded, Degraded, Down]);
 
         // Back: `rise` passing judgments, UP at once since the last was good.
@@ -461,11 +484,11 @@ mod tests {
         feed(&mut g, "cache", bad, Up, 4);
         feed(&mut g, "db", Quality::Degraded, Up, 4);
         assert_eq!(judge(&mut g, &mut at, 1), [Probing]);
-        assert!(g.status(&id("shop")).unwrap().flapping);
+        assert!(g.view().status(&id("shop")).unwrap().flapping);
         // Held while the judgments agree for less than min_stable; then the verdict.
         assert_eq!(judge(&mut g, &mut at, 9), [Probing; 9]);
         assert_eq!(judge(&mut g, &mut at, 1), [Down]);
-        assert!(!g.status(&id("shop")).unwrap().flapping);
+        assert!(!g.view().status(&id("shop")).unwrap().flapping);
     }
 
     #[test]
@@ -487,11 +510,14 @@ mod tests {
         judge(&mut g, &mut at, 2);
         // The same rule, declared: the verdict stays.
         g.set_group_rules(BTreeMap::from([(id("shop"), GroupRule::default())]));
-        assert_eq!(g.status(&id("shop")).unwrap().state, Some(HealthState::Up));
+        assert_eq!(
+            g.view().status(&id("shop")).unwrap().state,
+            Some(HealthState::Up)
+        );
         // Another rule: PROBING until judged again.
         g.set_group_rules(BTreeMap::from([(id("shop"), rule(1, 1, None))]));
         assert_eq!(
-            g.status(&id("shop")).unwrap().state,
+            g.view().status(&id("shop")).unwrap().state,
             Some(HealthState::Probing)
         );
         assert_eq!(judge(&mut g, &mut at, 1), [HealthState::Up]);

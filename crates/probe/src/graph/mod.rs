@@ -55,7 +55,7 @@
 //! let mut graph = Graph::build(GraphConfig::default(), &specs).map_err(|e| format!("{e:?}"))?;
 //! graph.record(&id("db")?, Quality::Good, HealthState::Up)?;
 //! graph.record(&id("db")?, Quality::Failed, HealthState::Probing)?;
-//! assert_eq!(graph.status(&id("checkout")?).and_then(|s| s.score), Some(0.5));
+//! assert_eq!(graph.view().status(&id("checkout")?).and_then(|s| s.score), Some(0.5));
 //! # Ok(()) }
 //! ```
 
@@ -68,6 +68,7 @@ mod score;
 #[cfg(test)]
 mod tests;
 mod validate;
+mod view;
 
 pub use causes::Causes;
 use compiled::{Child, Compiled, normalised};
@@ -78,6 +79,9 @@ pub use readiness::{GraphReadiness, ReadinessLatch, ReadinessPolicy, ReadinessPo
 use score::{Inputs, Nodes, Pending, probed_stability};
 pub use validate::GraphError;
 use validate::{Target, Validated, validate};
+pub use view::GraphView;
+
+use std::sync::Arc;
 
 use crate::target::TargetId;
 use crate::verdict::state::{HealthState, Quality};
@@ -247,16 +251,39 @@ pub struct Applied {
     pub incremental: bool,
 }
 
-/// The dependency graph with its scores. Plain data: wrap it in a lock to share it.
-#[derive(Clone, Debug)]
+/// The dependency graph with its scores. Its writer is whoever holds it mutably (wrap it in a
+/// lock to share the writing); its readers read its [`GraphView`], without a lock.
+#[derive(Debug)]
 pub struct Graph {
     config: GraphConfig,
-    topo: Compiled,
+    /// Shared with the view, which reads ids and edges from it.
+    topo: Arc<Compiled>,
     nodes: Nodes,
     /// Scratch of the incremental walk, kept so an update allocates nothing.
     pending: Pending,
+    /// The nodes the last update rescored, to publish: scratch as `pending` is.
+    rescored: Vec<u32>,
     /// The groups' rules and verdicts (the `judge` submodule).
     judges: Judges,
+    /// What readers see (the `view` submodule).
+    view: Arc<GraphView>,
+}
+
+impl Clone for Graph {
+    /// A copy with a view of its own: the copy's changes never reach the original's readers.
+    fn clone(&self) -> Self {
+        let mut copy = Self {
+            config: self.config,
+            topo: self.topo.clone(),
+            nodes: self.nodes.clone(),
+            pending: self.pending.clone(),
+            rescored: Vec::new(),
+            judges: self.judges.clone(),
+            view: self.view.clone(),
+        };
+        copy.fresh_view();
+        copy
+    }
 }
 
 impl Graph {
@@ -264,13 +291,24 @@ impl Graph {
     pub fn empty(config: GraphConfig) -> Self {
         let mut topo = Compiled::with_capacity(0, 0);
         topo.finish();
-        Self {
+        Self::new(config, topo, Nodes::with_capacity(config.window, 0))
+    }
+
+    /// A graph of `topo` and `nodes`, published as they are.
+    fn new(config: GraphConfig, topo: Compiled, nodes: Nodes) -> Self {
+        let topo = Arc::new(topo);
+        let view = Arc::new(GraphView::new(topo.clone(), 0));
+        let graph = Self {
             config,
-            pending: Pending::new(0),
+            pending: Pending::new(topo.len()),
+            rescored: Vec::new(),
             topo,
-            nodes: Nodes::with_capacity(config.window, 0),
+            nodes,
             judges: Judges::default(),
-        }
+            view,
+        };
+        graph.publish_all();
+        graph
     }
 
     /// Validates and compiles `specs`. Every node starts unknown, probed ones in PROBING.
@@ -283,13 +321,7 @@ impl Graph {
         for &kind in &topo.kinds {
             nodes.push_fresh(kind);
         }
-        let mut graph = Self {
-            config,
-            pending: Pending::new(topo.len()),
-            topo,
-            nodes,
-            judges: Judges::default(),
-        };
+        let mut graph = Self::new(config, topo, nodes);
         graph.full_rescore();
         Ok(graph)
     }
@@ -427,6 +459,7 @@ impl Graph {
             (self.nodes.scores[i], self.nodes.dependency_down[i]) =
                 inputs.evaluate(&self.nodes.scores, self.nodes.stability[i], i);
         }
+        self.publish_all();
     }
 
     /// The index of a probed node.
@@ -471,11 +504,11 @@ impl Graph {
             critical_cap: self.config.critical_cap,
         };
         let mut node = i;
-        let mut rescored = 0;
+        self.rescored.clear();
         loop {
             let before = scores[node];
             (scores[node], dependency_down[node]) = inputs.evaluate(scores, stability[node], node);
-            rescored += 1;
+            self.rescored.push(node as u32);
             if moved || before.to_bits() != scores[node].to_bits() {
                 for &parent in inputs.topo.parents(node) {
                     self.pending.insert(parent);
@@ -484,9 +517,14 @@ impl Graph {
             moved = false;
             match self.pending.pop_from(node) {
                 Some(next) => node = next,
-                None => return rescored,
+                None => break,
             }
         }
+        let rescored = std::mem::take(&mut self.rescored);
+        self.publish(rescored.iter().map(|&n| n as usize));
+        let count = rescored.len();
+        self.rescored = rescored;
+        count
     }
 
     /// Replaces the topology with `specs`, keeping the results and state of every node that is
@@ -588,6 +626,7 @@ impl Graph {
         for i in survivors..n {
             (scores[i], dependency_down[i]) = inputs.evaluate(scores, stability[i], i);
         }
+        self.publish(survivors..n);
         Ok(())
     }
 
@@ -610,11 +649,13 @@ impl Graph {
         Ok(())
     }
 
-    /// Swaps in a new topology with its per-node data, and resizes the scratch.
+    /// Swaps in a new topology with its per-node data, resizes the scratch, and publishes a new
+    /// view of it.
     fn install(&mut self, topo: Compiled, nodes: Nodes) {
         self.pending = Pending::new(topo.len());
-        self.topo = topo;
+        self.topo = Arc::new(topo);
         self.nodes = nodes;
+        self.fresh_view();
     }
 }
 

@@ -163,7 +163,7 @@ impl ReadinessLatch {
         let mut reason = String::new();
         let mut passing = 0;
         for id in &self.policy.require {
-            let failure = match graph.status(id) {
+            let failure = match graph.view().status(id) {
                 None => Some(format!("{id} is not in the dependency graph")),
                 // A group's verdict is its own rule's; readiness keeps to its `min_score`.
                 Some(node)
@@ -173,6 +173,7 @@ impl ReadinessLatch {
                 }
                 Some(node) if node.dependency_down => {
                     let down: Vec<String> = graph
+                        .view()
                         .explain(id)
                         .map(|e| e.children)
                         .unwrap_or_default()

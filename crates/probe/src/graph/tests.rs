@@ -56,7 +56,7 @@ fn feed(g: &mut Graph, name: &str, results: &[Quality], state: HealthState) {
 }
 
 fn score(g: &Graph, name: &str) -> Option<f64> {
-    g.status(&id(name)).unwrap().score
+    g.view().status(&id(name)).unwrap().score
 }
 
 /// The incremental values equal a full rescore's bit for bit, and scores are in [0, 1].
@@ -91,6 +91,13 @@ fn check_consistent(g: &Graph) -> Result<(), TestCaseError> {
             "{} scores {}",
             node,
             score
+        );
+        // Readers see what the writer has: every update published the nodes it moved.
+        prop_assert_eq!(
+            format!("{:?}", g.view.read(i)),
+            format!("{:?}", g.published(i)),
+            "published values of {}",
+            node
         );
     }
     Ok(())
@@ -152,7 +159,7 @@ fn group_of_groups() {
     assert_eq!(score(&g, "web"), Some(0.5));
     assert_eq!(score(&g, "api"), Some(0.875));
     assert_eq!(score(&g, "all"), Some(0.6875));
-    let all = g.status(&id("all")).unwrap();
+    let all = g.view().status(&id("all")).unwrap();
     assert_eq!(
         (all.kind, all.state, all.dependency_down),
         // A group's verdict is judged apart (`judge`), and this one has not been yet.
@@ -175,7 +182,7 @@ fn critical_down_caps_the_parent_only() {
     feed(&mut g, "db", &[F], Probing);
     assert_eq!(score(&g, "app"), Some(0.75));
     feed(&mut g, "db", &[F], Down);
-    let app = g.status(&id("app")).unwrap();
+    let app = g.view().status(&id("app")).unwrap();
     assert_eq!(app.score, Some(0.0), "capped at the default cap 0");
     assert!(app.dependency_down);
     assert_eq!(
@@ -183,14 +190,14 @@ fn critical_down_caps_the_parent_only() {
         Some(Up),
         "the parent's own state does not change"
     );
-    let top = g.status(&id("top")).unwrap();
+    let top = g.view().status(&id("top")).unwrap();
     assert_eq!((top.score, top.dependency_down), (Some(0.0), false));
 
     // A DOWN dependency that is not critical only counts through its score.
     g.set_state(&id("db"), Probing).unwrap();
     g.set_state(&id("cache"), Down).unwrap();
     assert_eq!(score(&g, "app"), Some(0.5 / 3.0 + 0.5));
-    assert!(!g.status(&id("app")).unwrap().dependency_down);
+    assert!(!g.view().status(&id("app")).unwrap().dependency_down);
 
     // A cap above the score leaves it.
     let mut g = Graph::build(GraphConfig::try_new(20, 0.5, 0.3).unwrap(), &specs).unwrap();
@@ -200,7 +207,7 @@ fn critical_down_caps_the_parent_only() {
     assert_eq!(score(&g, "app"), Some(0.3));
     feed(&mut g, "cache", &[F; 20], Down);
     assert_eq!(score(&g, "app"), Some(0.25), "below the cap");
-    assert!(g.status(&id("app")).unwrap().dependency_down);
+    assert!(g.view().status(&id("app")).unwrap().dependency_down);
 }
 
 #[test]
@@ -225,7 +232,7 @@ fn the_window_slides_and_skips_maintenance() {
         Some(1.0),
         "maintenance results are not counted"
     );
-    assert_eq!(g.status(&id("a")).unwrap().state, Some(Maintenance));
+    assert_eq!(g.view().status(&id("a")).unwrap().state, Some(Maintenance));
     feed(&mut g, "a", &[G, G, F], Probing);
     assert_eq!(score(&g, "a"), Some(0.75));
     feed(&mut g, "a", &[F, F, F], Down);
@@ -265,7 +272,7 @@ fn unknown_propagates_and_is_never_healthy() {
     g.set_state(&id("b"), Probing).unwrap();
     assert_eq!(score(&g, "b"), Some(0.0), "a verdict once reached stays");
     assert_eq!(
-        g.explain(&id("parent")).unwrap().to_string(),
+        g.view().explain(&id("parent")).unwrap().to_string(),
         "parent unknown UP, stability unknown: a 1.00 (w 1.00) UP"
     );
 }
@@ -315,7 +322,7 @@ fn explanation_names_weights_criticality_and_the_cap() {
     ]);
     feed(&mut g, "orders-api", &[G, G, G, G, G, G, G, F, F, F], Deg);
     feed(&mut g, "cache", &[F], Down);
-    let e = g.explain(&id("checkout")).unwrap();
+    let e = g.view().explain(&id("checkout")).unwrap();
     assert_eq!(
         e.to_string(),
         "checkout 0.42 PROBING: orders-api 0.70 (w 0.60, critical) DEGRADED; cache 0.00 (w 0.40) DOWN"
@@ -325,7 +332,7 @@ fn explanation_names_weights_criticality_and_the_cap() {
     assert!(!e.children[0].caps);
 
     g.set_state(&id("orders-api"), Down).unwrap();
-    let e = g.explain(&id("checkout")).unwrap();
+    let e = g.view().explain(&id("checkout")).unwrap();
     assert!(e.children[0].caps);
     assert_eq!(
         e.to_string(),
@@ -333,10 +340,10 @@ fn explanation_names_weights_criticality_and_the_cap() {
          cache 0.00 (w 0.40) DOWN"
     );
     assert_eq!(
-        g.explain(&id("cache")).unwrap().to_string(),
+        g.view().explain(&id("cache")).unwrap().to_string(),
         "cache 0.00 DOWN"
     );
-    assert_eq!(g.explain(&id("nope")), None);
+    assert_eq!(g.view().explain(&id("nope")), None);
 }
 
 #[test]
@@ -492,11 +499,11 @@ fn apply_adds_and_removes_incrementally_and_keeps_results() {
         }
     );
     assert_eq!(score(&g, "a"), Some(0.5), "results survive the reload");
-    assert_eq!(g.status(&id("a")).unwrap().state, Some(Up));
+    assert_eq!(g.view().status(&id("a")).unwrap().state, Some(Up));
     assert_eq!(score(&g, "new-top"), None, "c is new");
     feed(&mut g, "c", &[G], Up);
     assert_eq!(score(&g, "new-top"), Some(0.75));
-    assert_eq!(g.status(&id("old-top")), None);
+    assert_eq!(g.view().status(&id("old-top")), None);
     check_consistent(&g).unwrap();
 }
 
@@ -578,7 +585,7 @@ fn export_and_dot() {
     ]);
     feed(&mut g, "db", &[G], Up);
     feed(&mut g, "cache", &[F], Down);
-    let export = g.export();
+    let export = g.view().export();
     let ids: Vec<&str> = export.nodes.iter().map(|n| n.id.as_str()).collect();
     assert_eq!(ids, ["cache", "db", "shop"]);
     assert_eq!(
@@ -593,8 +600,11 @@ fn export_and_dot() {
             flapping: false,
         }
     );
-    assert_eq!(g.groups().collect::<Vec<_>>(), [export.nodes[2].clone()]);
-    let mut nodes: Vec<NodeStatus> = g.nodes().collect();
+    assert_eq!(
+        g.view().groups().collect::<Vec<_>>(),
+        [export.nodes[2].clone()]
+    );
+    let mut nodes: Vec<NodeStatus> = g.view().nodes().collect();
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
     assert_eq!(nodes, export.nodes);
     assert_eq!(
@@ -615,7 +625,7 @@ fn export_and_dot() {
         ]
     );
     assert_eq!(
-        g.to_dot(),
+        g.view().to_dot(),
         "digraph dependencies {
   node [style=filled];
   \"cache\" [shape=box, label=\"cache\\n0.00 DOWN\", fillcolor=\"0.000 0.400 1.000\"];
@@ -884,7 +894,7 @@ fn reset_forgets_a_nodes_results() {
     g.reset(&id("db")).unwrap();
     assert_eq!(score(&g, "db"), None);
     assert_eq!(score(&g, "svc"), None);
-    assert_eq!(g.status(&id("db")).unwrap().state, Some(Probing));
+    assert_eq!(g.view().status(&id("db")).unwrap().state, Some(Probing));
     feed(&mut g, "db", &[G], Up);
     assert_eq!(score(&g, "svc"), Some(1.0));
     assert_eq!(g.reset(&id("svc")), Err(NodeError::Group(id("svc"))));
@@ -1083,7 +1093,7 @@ fn an_sla_multiplies_a_leafs_success_ratio_and_moves_its_parents() {
         .map(|n| score(&g, n).map(f64::to_bits))
         .into();
     assert_eq!(incremental, full);
-    let explained = g.explain(&id("db")).unwrap();
+    let explained = g.view().explain(&id("db")).unwrap();
     assert_eq!(explained.sla, Some(0.9));
     assert!(explained.to_string().contains("sla 0.9000"), "{explained}");
     // The same SLA again changes nothing; none goes back to the ratio alone; out of range clamps.

@@ -101,7 +101,7 @@ impl HealthService {
                 };
             }
             Service::Node(id) => {
-                let Some(node) = self.engine.with_graph(|g| g.status(id)) else {
+                let Some(node) = self.engine.graph().status(id) else {
                     return ServingStatus::ServiceUnknown;
                 };
                 // A target's state, a group's verdict: SERVING in UP, DEGRADED (and a target in

@@ -3,28 +3,29 @@
 //! verdict with them (its transitions come on the engine's stream too; here it is sent with the
 //! score and words that go with it).
 //!
-//! One task looks at the graph every [`EVERY`] while at least one page listens (nothing is
-//! looked at otherwise), and sends every listening page what changed since its last look, in
-//! one `nodes` event: the stream stays one event a second at most, however many rows moved.
-//! Its first look only learns what is shown.
+//! One task looks at the graph when the engine says it moved ([`Engine::graph_changes`]) and a
+//! page listens, and sends every listening page what changed since its last look, in one `nodes`
+//! event; after a look it lets [`EVERY`] pass before the next, so the stream stays one event a
+//! second at most, however many rows moved. Nothing is looked at while the graph stands still or
+//! no page listens. A page's arrival is a look too: the first one only learns what is shown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use probe::engine::Engine;
-use probe::graph::{NodeKind, NodeStatus};
+use probe::graph::NodeKind;
 use probe::target::TargetId;
 use probe::verdict::HealthState;
 use serde_json::json;
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::draw;
 use super::model::node_state;
 use super::render::score;
 
-/// How often the graph is looked at while a page listens.
+/// The least time between two looks at the graph.
 const EVERY: Duration = Duration::from_secs(1);
 
 /// Looks a listener may fall behind by before it is told it missed some (`lagged`).
@@ -34,6 +35,8 @@ const BACKLOG: usize = 16;
 #[derive(Clone)]
 pub(crate) struct Rows {
     sender: broadcast::Sender<Arc<str>>,
+    /// Told when a page starts listening, so that what it is sent is measured from then.
+    joined: Arc<Notify>,
 }
 
 /// A node as the page shows it: a group's state (a target's comes with its transitions), the
@@ -49,32 +52,41 @@ impl Rows {
     /// Starts the task that looks at `engine`'s graph, until `cancel`.
     pub(crate) fn start(engine: Engine, cancel: CancellationToken) -> Self {
         let (sender, _) = broadcast::channel(BACKLOG);
-        tokio::spawn(look(engine, sender.clone(), cancel));
-        Self { sender }
+        let joined = Arc::new(Notify::new());
+        tokio::spawn(look(engine, sender.clone(), joined.clone(), cancel));
+        Self { sender, joined }
     }
 
     /// The changes from now on, each look's as one JSON array.
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
-        self.sender.subscribe()
+        let receiver = self.sender.subscribe();
+        self.joined.notify_one();
+        receiver
     }
 }
 
-async fn look(engine: Engine, sender: broadcast::Sender<Arc<str>>, cancel: CancellationToken) {
+async fn look(
+    engine: Engine,
+    sender: broadcast::Sender<Arc<str>>,
+    joined: Arc<Notify>,
+    cancel: CancellationToken,
+) {
     let mut shown: Option<HashMap<TargetId, Shown>> = None;
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut moved = engine.graph_changes();
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
-            _ = tick.tick() => {}
+            () = joined.notified() => {}
+            changed = moved.changed() => if changed.is_err() { return },
         }
         if sender.receiver_count() == 0 {
+            // Nobody to tell: what was shown is let go, and the next page's arrival learns it.
+            shown = None;
             continue;
         }
-        // Copied out under the engine's lock; the labels are made after it is let go.
-        let nodes: Vec<NodeStatus> = engine.with_graph(|g| g.nodes().collect());
-        let now: HashMap<TargetId, Shown> = nodes
-            .into_iter()
+        let now: HashMap<TargetId, Shown> = engine
+            .graph()
+            .nodes()
             .map(|n| {
                 let state = (n.kind == NodeKind::Group).then(|| node_state(&n));
                 let score = score(n.score);
@@ -96,6 +108,10 @@ async fn look(engine: Engine, sender: broadcast::Sender<Arc<str>>, cancel: Cance
             let _ = sender.send(changes);
         }
         shown = Some(now);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(EVERY) => {}
+        }
     }
 }
 

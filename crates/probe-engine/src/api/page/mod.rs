@@ -177,7 +177,7 @@ async fn recent_incidents(
         .and_then(|read| read.map_err(|e| e.to_string()))
         .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?;
     let response = blocking("rendering the incidents", move || {
-        let export = state.engine.with_graph(probe::graph::Graph::export);
+        let export = state.engine.graph().export();
         html_answer(render::incidents_section(Some((&recent, &export))))
     })
     .await;

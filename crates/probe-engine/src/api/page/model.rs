@@ -145,7 +145,7 @@ impl Snapshot {
     /// Reads it: the graph under one lock, the causes of the scores exported.
     pub(super) fn take(state: &ApiState) -> Self {
         let listing = state.engine.listing();
-        let export = state.engine.with_graph(probe::graph::Graph::export);
+        let export = state.engine.graph().export();
         let causes = Causes::of(&export);
         Self {
             listing,
