@@ -3,11 +3,11 @@
 //! A pool of 10 members (custom probes on a 1 h interval, so probing stays out of the figures),
 //! each with the default circuit breaker, and the default outlier, recovery and slow-start
 //! policy:
-//! - `passive/report`: one [`Engine::report`] of a successful call: the target lookup, its
+//! - `passive/report`: one [`Pools::report`](probe::engine::Pools::report) of a successful call: the target lookup, its
 //!   breaker's record and its pool's outlier record (what every real call costs);
-//! - `passive/pick`: one [`Engine::pick`] whose lease is dropped unfinished: the weighted draw
+//! - `passive/pick`: one [`Pools::pick`](probe::engine::Pools::pick) whose lease is dropped unfinished: the weighted draw
 //!   over the pool's routing table and the breaker's decision, without the report;
-//! - `passive/pick_finish`: one [`Engine::pick`] and [`Lease::finish`](probe::engine::Lease):
+//! - `passive/pick_finish`: one [`Pools::pick`](probe::engine::Pools::pick) and [`Lease::finish`](probe::engine::Lease):
 //!   the weighted draw, the breaker's decision, and the report;
 //! - `client/bare` and `client/balanced`: one request through an in-memory service that answers
 //!   200 at once, without and with [`BalanceLayer`]; the difference is the layer's overhead per
@@ -141,19 +141,25 @@ fn bench(c: &mut Criterion) {
     let ok = Call::http(200, Duration::from_millis(3));
     let member = id("m3");
     c.bench_function("passive/report", |b| {
-        b.iter(|| engine.report(black_box(&member), black_box(&ok)));
+        b.iter(|| engine.pools().report(black_box(&member), black_box(&ok)));
     });
     let pool = id("pool");
     c.bench_function("passive/pick", |b| {
         b.iter(|| {
             drop(black_box(
-                engine.pick(black_box(&pool), &[]).expect("a member"),
+                engine
+                    .pools()
+                    .pick(black_box(&pool), &[])
+                    .expect("a member"),
             ))
         });
     });
     c.bench_function("passive/pick_finish", |b| {
         b.iter(|| {
-            let lease = engine.pick(black_box(&pool), &[]).expect("a member");
+            let lease = engine
+                .pools()
+                .pick(black_box(&pool), &[])
+                .expect("a member");
             lease.finish(black_box(&ok));
         });
     });

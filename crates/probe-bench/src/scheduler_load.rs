@@ -294,7 +294,7 @@ async fn measure(
     let end = start.elapsed();
     let rss_end = support::vm_rss()?;
     let cpu = support::cpu_ticks("self")? - cpu_before;
-    let workers = engine.scheduler().workers();
+    let workers = engine.workload().workers;
     cancel.cancel();
     engine.stopped().await;
     upkeep_stop.store(true, Ordering::Relaxed);

@@ -317,7 +317,7 @@ fn probe(args: &Args, self_health: bool, addrs: &[SocketAddr]) -> anyhow::Result
             let (engine, max) = (engine.clone(), max_multiplier.clone());
             tokio::spawn(async move {
                 loop {
-                    max.fetch_max(engine.self_health().unwrap_or(0), Ordering::Relaxed);
+                    max.fetch_max(engine.workload().lateness.unwrap_or(0), Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             })

@@ -590,7 +590,7 @@ impl Mark {
         Ok(Self {
             runs,
             failed,
-            workers: engine.scheduler().workers(),
+            workers: engine.workload().workers,
             lag: counters.lag_buckets(),
             cpu: CpuSnapshot::take()?,
             rss: support::vm_rss()?,

@@ -297,10 +297,10 @@ async fn measure(
         .map_err(|e| anyhow::anyhow!("applying the targets: {e}"))?;
     tokio::time::sleep(warmup).await;
     let first = Mark::take(runs, failures, lag, &server_pid)?;
-    let workers0 = engine.scheduler().workers();
+    let workers0 = engine.workload().workers;
     tokio::time::sleep_until(first.at + window).await;
     let last = Mark::take(runs, failures, lag, &server_pid)?;
-    let workers = engine.scheduler().workers();
+    let workers = engine.workload().workers;
     let statuses = engine.statuses();
     let up = statuses
         .iter()

@@ -202,8 +202,8 @@ impl AdHoc {
         let timeout = module
             .timeout_within(scrape_timeout)
             .map_err(Refusal::BadRequest)?;
-        let scheduler = self.engine.scheduler();
-        if scheduler.in_flight() >= scheduler.in_flight_cap() {
+        let workload = self.engine.workload();
+        if workload.in_flight >= workload.in_flight_cap {
             return Err(Refusal::Busy(
                 "the scheduled probes take the whole in-flight cap; try again later".to_owned(),
             ));

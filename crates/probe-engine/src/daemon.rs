@@ -165,7 +165,7 @@ impl Daemon {
                     })?,
                 };
                 // Before the first apply: no target is probed before the cluster says whose.
-                engine.join_cluster(name.clone(), cluster.replication);
+                engine.cluster().join(name.clone(), cluster.replication);
                 Some((cluster.clone(), name))
             }
         };
@@ -309,6 +309,8 @@ impl Daemon {
     /// requests drained and probes stopped within the grace, then [`Daemon::serve`] returns.
     /// Idempotent.
     pub fn stop(&self) {
+        // Not ready now, not when the sequence's task gets to it (after leaving a cluster).
+        self.gate.leave();
         self.stop.cancel();
     }
 

@@ -18,7 +18,7 @@
 //! # Tasks ([`Cluster::run`])
 //! - membership: renews the lease; when it is lost (a pause or a partition past the TTL), joins
 //!   again under the same name with a new lease;
-//! - members: each fresh member view becomes the engine's member set ([`Engine::set_members`]).
+//! - members: each fresh member view becomes the engine's member set ([`Cluster::set_members`](probe::engine::Cluster::set_members)).
 //!   A stale view (etcd out of reach) changes nothing: a member cut off keeps probing what it
 //!   owned, and when etcd is down for everyone nobody takes over anything;
 //! - follower: reads the prefix, then watches it; verdicts are adopted, votes recorded,
@@ -158,7 +158,7 @@ impl Cluster {
     /// Joins the cluster: the member key is written (refused when the name is taken), then the
     /// verdicts, votes and maintenance already in etcd are read into the engine, so that the
     /// targets this member is given resume from them. The engine must have joined already
-    /// ([`Engine::join_cluster`]), so that it probes nothing before [`Cluster::run`] gives it the
+    /// ([`Cluster::join`](probe::engine::Cluster::join)), so that it probes nothing before [`Cluster::run`] gives it the
     /// member set.
     ///
     /// # Errors
@@ -356,7 +356,7 @@ impl Shared {
             metrics::gauge!(crate::metrics::CLUSTER_MEMBERS).set(current.members.len() as f64);
             let names: Vec<MemberId> = current.members.keys().cloned().collect();
             if !current.stale && current.lease == Lease::Live && applied.as_ref() != Some(&names) {
-                let reassigned = self.engine.set_members(names.clone());
+                let reassigned = self.engine.cluster().set_members(names.clone());
                 if reassigned.moved > 0 {
                     tracing::info!(
                         members = names.len(),
@@ -368,7 +368,7 @@ impl Shared {
                 }
                 metrics::counter!(crate::metrics::CLUSTER_HANDOFFS)
                     .increment(reassigned.taken as u64);
-                if let Some(loads) = self.engine.cluster_loads() {
+                if let Some(loads) = self.engine.cluster().loads() {
                     let owned = loads.members.get(&loads.me).map_or(0, |l| l.0);
                     metrics::gauge!(crate::metrics::CLUSTER_OWNED).set(owned as f64);
                 }
@@ -384,8 +384,8 @@ impl Shared {
 
     /// Marks every verdict and vote of this member to be compared with etcd's.
     fn mark_all(&self) {
-        let states = self.engine.decisions();
-        let votes = self.engine.own_votes();
+        let states = self.engine.cluster().decisions();
+        let votes = self.engine.cluster().own_votes();
         let mut dirty = self.dirty.lock();
         dirty.states.extend(states.into_iter().map(|(id, _)| id));
         dirty.votes.extend(votes.into_iter().map(|(id, _)| id));
@@ -396,7 +396,7 @@ impl Shared {
     /// Marks the targets whose verdict or vote this member's engine changed.
     async fn mark(&self) {
         let mut events = self.engine.subscribe();
-        let mut votes = self.engine.subscribe_votes();
+        let mut votes = self.engine.cluster().subscribe_votes();
         loop {
             tokio::select! {
                 event = events.recv() => match event {
@@ -466,7 +466,7 @@ impl Shared {
         {
             let known = self.states.lock();
             for id in states {
-                let Some(published) = self.engine.decided(id) else {
+                let Some(published) = self.engine.cluster().decided(id) else {
                     continue;
                 };
                 let held = known.get(id);
@@ -498,7 +498,7 @@ impl Shared {
             }
         }
         for id in votes {
-            let Some(vote) = self.engine.own_vote(id) else {
+            let Some(vote) = self.engine.cluster().own_vote(id) else {
                 continue;
             };
             ops.push(TxnOp::put(
@@ -683,13 +683,13 @@ impl Shared {
                 };
                 if let Some(published) = record.published() {
                     // Kept by the engine for a target it does not have yet.
-                    self.engine.adopt(&id, &published);
+                    self.engine.cluster().adopt(&id, &published);
                 }
                 self.states.lock().insert(id, record);
             }
             Some(Key::Vote(id, member)) => {
                 let vote = std::str::from_utf8(value).ok().and_then(parse_state);
-                let _ = self.engine.set_vote(&id, &member, vote);
+                let _ = self.engine.cluster().set_vote(&id, &member, vote);
             }
             Some(Key::Maintenance(id)) => {
                 let Ok(record) = serde_json::from_slice::<MaintenanceRecord>(value) else {
@@ -712,10 +712,10 @@ impl Shared {
         match self.parse(key) {
             Some(Key::State(id)) => {
                 self.states.lock().remove(&id);
-                self.engine.withdraw(&id);
+                self.engine.cluster().withdraw(&id);
             }
             Some(Key::Vote(id, member)) => {
-                let _ = self.engine.set_vote(&id, &member, None);
+                let _ = self.engine.cluster().set_vote(&id, &member, None);
             }
             Some(Key::Maintenance(id)) => {
                 let _ = self.engine.end_maintenance(&id);

@@ -421,7 +421,7 @@ async fn a_post_without_idempotency_key_is_never_retried() {
     assert_eq!(dying + healthy, 20, "no POST was sent twice");
 
     // With a key, the same request is retried.
-    engine.clear_ejection(&id("m0")).unwrap();
+    engine.pools().clear_ejection(&id("m0")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let keyed = || {
         http::Request::post("http://upstream/orders")
@@ -458,6 +458,7 @@ async fn with_every_circuit_open_the_layer_fails_fast_without_a_request() {
     .await;
     for member in ["m0", "m1"] {
         engine
+            .pools()
             .command_circuit(&id(member), CircuitCommand::ForceOpen)
             .unwrap();
     }

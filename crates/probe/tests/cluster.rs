@@ -48,7 +48,7 @@ impl Member {
             cancel.clone(),
         );
         let name = MemberId::new(name).unwrap();
-        assert!(engine.join_cluster(name.clone(), default));
+        assert!(engine.cluster().join(name.clone(), default));
         let probes: Vec<(TargetId, Arc<Switch>)> = targets
             .iter()
             .map(|t| (TargetId::new(t).unwrap(), Arc::new(Switch::default())))
@@ -111,14 +111,17 @@ fn tid(s: &str) -> TargetId {
 fn relay(members: &[&Member]) {
     for _ in 0..3 {
         for from in members {
-            let votes = from.engine.own_votes();
-            let decisions = from.engine.decisions();
+            let votes = from.engine.cluster().own_votes();
+            let decisions = from.engine.cluster().decisions();
             for to in members.iter().filter(|m| m.name != from.name) {
                 for (id, vote) in &votes {
-                    to.engine.set_vote(id, &from.name, Some(*vote)).unwrap();
+                    to.engine
+                        .cluster()
+                        .set_vote(id, &from.name, Some(*vote))
+                        .unwrap();
                 }
                 for (id, verdict) in &decisions {
-                    to.engine.adopt(id, verdict);
+                    to.engine.cluster().adopt(id, verdict);
                 }
             }
         }
@@ -151,7 +154,10 @@ async fn each_target_is_probed_and_exported_by_its_owner_alone() {
         );
     }
     for m in [&a, &b] {
-        let reassigned = m.engine.set_members([a.name.clone(), b.name.clone()]);
+        let reassigned = m
+            .engine
+            .cluster()
+            .set_members([a.name.clone(), b.name.clone()]);
         assert_eq!(reassigned.moved, 40);
         // Given out by the first member set: nothing was handed over.
         assert_eq!(reassigned.taken, 0);
@@ -194,7 +200,7 @@ async fn each_target_is_probed_and_exported_by_its_owner_alone() {
         let count = scrapes.iter().filter(|s| s.contains(&series)).count();
         assert_eq!(count, 1, "{id}");
     }
-    let loads = a.engine.cluster_loads().unwrap();
+    let loads = a.engine.cluster().loads().unwrap();
     assert_eq!(loads.me, a.name);
     assert_eq!(loads.members[&a.name].0, owned[0]);
     assert_eq!(loads.members[&b.name].0, owned[1]);
@@ -209,8 +215,8 @@ async fn a_member_that_takes_a_target_over_resumes_from_its_verdict() {
     a.probe("db").down.store(true, Ordering::SeqCst);
     b.probe("db").down.store(true, Ordering::SeqCst);
     // a alone is a member: it owns the target and takes it DOWN.
-    a.engine.set_members([a.name.clone()]);
-    b.engine.set_members([a.name.clone()]);
+    a.engine.cluster().set_members([a.name.clone()]);
+    b.engine.cluster().set_members([a.name.clone()]);
     run_for(4 * INTERVAL).await;
     assert_eq!(a.state("db"), HealthState::Down);
     relay(&[&a, &b]);
@@ -220,7 +226,7 @@ async fn a_member_that_takes_a_target_over_resumes_from_its_verdict() {
 
     // a is gone: b takes the target over, probes it within one interval, and it stays DOWN
     // with no transition.
-    let reassigned = b.engine.set_members([b.name.clone()]);
+    let reassigned = b.engine.cluster().set_members([b.name.clone()]);
     assert_eq!(reassigned.taken, 1);
     // Probed soon: within a quarter of its interval.
     run_for(INTERVAL / 4 + Duration::from_millis(10)).await;
@@ -229,7 +235,7 @@ async fn a_member_that_takes_a_target_over_resumes_from_its_verdict() {
     let after = b.engine.status(&tid("db")).unwrap();
     assert_eq!((after.state, after.transitions), (HealthState::Down, 1));
     // Published with its counters capped at the thresholds: settled, it stops changing.
-    let published = b.engine.decided(&tid("db")).unwrap();
+    let published = b.engine.cluster().decided(&tid("db")).unwrap();
     assert_eq!(
         (published.state, published.consecutive_failures),
         (HealthState::Down, 2)
@@ -254,7 +260,7 @@ async fn a_replicated_target_goes_down_only_when_a_quorum_says_so() {
         .collect();
     let names: Vec<MemberId> = members.iter().map(|m| m.name.clone()).collect();
     for m in &members {
-        m.engine.set_members(names.clone());
+        m.engine.cluster().set_members(names.clone());
     }
     let all: Vec<&Member> = members.iter().collect();
     let id = tid("api");
@@ -272,7 +278,7 @@ async fn a_replicated_target_goes_down_only_when_a_quorum_says_so() {
     run_for(4 * INTERVAL).await;
     relay(&all);
     assert_eq!(
-        members[0].engine.own_vote(&id),
+        members[0].engine.cluster().own_vote(&id),
         Some(HealthState::Down),
         "its own vote"
     );
@@ -297,7 +303,7 @@ async fn a_replicated_target_goes_down_only_when_a_quorum_says_so() {
 async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it() {
     let cancel = CancellationToken::new();
     let a = Member::start("a", &["db"], Replication::ONE, &cancel);
-    a.engine.set_members([a.name.clone()]);
+    a.engine.cluster().set_members([a.name.clone()]);
     let late = tid("late");
     let probe = Arc::new(Switch::default());
     probe.down.store(true, Ordering::SeqCst);
@@ -309,7 +315,7 @@ async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it
         since: Some(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
     };
     // Published before the target reached this member (a source that lags): kept.
-    assert!(!a.engine.adopt(&late, &down));
+    assert!(!a.engine.cluster().adopt(&late, &down));
     a.engine
         .apply(vec![spec(&tid("db"), &a.probes[0].1), spec(&late, &probe)])
         .unwrap();
@@ -326,8 +332,8 @@ async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it
     assert_eq!((status.state, status.transitions), (HealthState::Down, 1));
     // A withdrawn verdict is not kept.
     let gone = tid("gone");
-    a.engine.adopt(&gone, &down);
-    a.engine.withdraw(&gone);
+    a.engine.cluster().adopt(&gone, &down);
+    a.engine.cluster().withdraw(&gone);
     let probe = Arc::new(Switch::default());
     a.engine
         .apply(vec![

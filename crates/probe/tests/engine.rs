@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use probe::engine::{
-    Engine, EngineConfig, RUNS_HELD_FOR, Record, TargetSpec, Topology, TopologyError,
-};
+use probe::engine::{Engine, EngineConfig, Record, TargetSpec, Topology, TopologyError};
 use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
@@ -209,15 +207,15 @@ async fn in_flight_is_capped_and_workers_shrink_back() {
         starts.recv().await.unwrap();
     }
     assert_eq!(probe.max_running.load(Ordering::SeqCst), CAP);
-    assert!(engine.scheduler().workers() <= CAP);
+    assert!(engine.workload().workers <= CAP);
 
     // With nothing to do, the pool returns to its minimum after the idle timeout.
     engine.apply(Vec::new()).unwrap();
     tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(engine.scheduler().workers(), 2);
+    assert_eq!(engine.workload().workers, 2);
     cancel.cancel();
     engine.stopped().await;
-    assert_eq!(engine.scheduler().workers(), 0);
+    assert_eq!(engine.workload().workers, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -254,7 +252,7 @@ async fn pool_grows_with_the_backlog() {
         10,
         "all ran at once"
     );
-    assert!(engine.scheduler().workers() >= 10);
+    assert!(engine.workload().workers >= 10);
     cancel.cancel();
     engine.stopped().await;
 }
@@ -288,8 +286,8 @@ async fn runs_reach_the_record_feed_together_and_none_is_left_behind() {
     // Four runs: the first made the target UP, and came before its transition; the others
     // are held.
     assert_eq!(waiting(&mut feed), [1, 0]);
-    // The run 10 s after the second hands the eleven over.
-    let held_runs = (RUNS_HELD_FOR.as_secs() / interval.as_secs()) as usize + 1;
+    // The run 10 s after the second (the longest a target holds a run) hands the eleven over.
+    let held_runs = (10 / interval.as_secs()) as usize + 1;
     for _ in 5..=held_runs + 1 {
         starts.recv().await.unwrap();
     }
@@ -845,7 +843,7 @@ async fn a_passive_failure_re_probes_at_once() {
         outcome: CallOutcome::Success,
         latency: Duration::from_millis(3),
     };
-    engine.report(&id("db"), &ok).unwrap();
+    engine.pools().report(&id("db"), &ok).unwrap();
     assert_eq!(starts.recv().await.unwrap() - settled, interval);
 
     // Failures re-probe now, once for a burst, and the grid is kept afterwards.
@@ -853,7 +851,7 @@ async fn a_passive_failure_re_probes_at_once() {
     let reported = Instant::now();
     let failed = Call::http(503, Duration::from_millis(3));
     for _ in 0..5 {
-        engine.report(&id("db"), &failed).unwrap();
+        engine.pools().report(&id("db"), &failed).unwrap();
     }
     let expedited = starts.recv().await.unwrap();
     assert_eq!(expedited, reported, "re-probed at once");
@@ -864,12 +862,12 @@ async fn a_passive_failure_re_probes_at_once() {
         "one extra run; the grid is kept"
     );
     // While a run is in flight (it takes 1 ms): one more right after it.
-    engine.report(&id("db"), &failed).unwrap();
+    engine.pools().report(&id("db"), &failed).unwrap();
     let after = starts.recv().await.unwrap();
     assert_eq!(after - next, Duration::from_millis(1));
     assert_eq!(starts.recv().await.unwrap() - settled, 3 * interval);
     assert_eq!(
-        engine.report(&id("ghost"), &failed),
+        engine.pools().report(&id("ghost"), &failed),
         Err(probe::engine::EngineError::UnknownTarget(id("ghost")))
     );
     cancel.cancel();
@@ -924,7 +922,7 @@ async fn starve(config: EngineConfig) -> (HealthState, Option<u32>, Option<Failu
     let status = engine.status(&id("db")).unwrap();
     let result = (
         status.state,
-        engine.self_health(),
+        engine.workload().lateness,
         status.last_failure.map(|f| f.reason),
     );
     cancel.cancel();
@@ -1050,7 +1048,11 @@ struct Lagging {
 #[async_trait::async_trait]
 impl Probe for Lagging {
     async fn check(&self, timeout: Duration) -> CheckResult {
-        let multiplier = self.engine.get().and_then(Engine::self_health).unwrap_or(0);
+        let multiplier = self
+            .engine
+            .get()
+            .and_then(|e| e.workload().lateness)
+            .unwrap_or(0);
         self.runs.lock().unwrap().push((timeout, multiplier));
         let _ = self.starts.send(());
         let reason = match self.mode.load(Ordering::SeqCst) {
@@ -1248,12 +1250,12 @@ async fn the_scheduler_counts_the_probes_in_flight() {
             1,
         )])
         .unwrap();
-    assert_eq!(engine.scheduler().in_flight(), 0);
+    assert_eq!(engine.workload().in_flight, 0);
     starts.recv().await.unwrap();
-    assert_eq!(engine.scheduler().in_flight(), 1);
+    assert_eq!(engine.workload().in_flight, 1);
     // The run takes 4 s; the next one is 10 s after this one began.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(engine.scheduler().in_flight(), 0);
+    assert_eq!(engine.workload().in_flight, 0);
     cancel.cancel();
     engine.stopped().await;
 }
@@ -1383,9 +1385,9 @@ async fn surplus_workers_leave_right_after_a_burst() {
     for _ in 0..20 {
         starts.recv().await.unwrap();
     }
-    assert_eq!(engine.scheduler().workers(), 20, "the burst grew the pool");
+    assert_eq!(engine.workload().workers, 20, "the burst grew the pool");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(engine.scheduler().workers(), 6);
+    assert_eq!(engine.workload().workers, 6);
     cancel.cancel();
     engine.stopped().await;
 }

@@ -245,7 +245,7 @@ async fn the_gate_reports_its_own_outcomes_to_the_engine() {
     gate.startup_complete();
     let app = Router::new()
         .route("/fail", get(|| async { StatusCode::BAD_GATEWAY }))
-        .layer(GateLayer::new(gate).observe(Arc::new(engine.reporter(me.clone()))));
+        .layer(GateLayer::new(gate).observe(Arc::new(engine.pools().reporter(me.clone()))));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -150,7 +150,7 @@ async fn with_b_ejected(
     engine.apply(topology).unwrap();
     all_up(&engine, &mut events).await;
     for _ in 0..3 {
-        engine.report(&id("b"), &bad_gateway()).unwrap();
+        engine.pools().report(&id("b"), &bad_gateway()).unwrap();
     }
     (engine, cancel, events, switches)
 }
@@ -166,10 +166,10 @@ async fn a_failing_member_is_ejected_at_once_held_down_and_ramped_back() {
     assert_eq!(score(&engine), Some(1.0));
 
     // Three gateway failures eject `a` there and then, while its active probe still passes.
-    engine.report(&id("a"), &bad_gateway()).unwrap();
-    engine.report(&id("a"), &bad_gateway()).unwrap();
+    engine.pools().report(&id("a"), &bad_gateway()).unwrap();
+    engine.pools().report(&id("a"), &bad_gateway()).unwrap();
     assert_eq!(engine.status(&id("a")).unwrap().state, HealthState::Up);
-    engine.report(&id("a"), &bad_gateway()).unwrap();
+    engine.pools().report(&id("a"), &bad_gateway()).unwrap();
     let ejected_at = tokio::time::Instant::now();
     let status = engine.status(&id("a")).unwrap();
     assert_eq!(status.state, HealthState::Down);
@@ -186,7 +186,7 @@ async fn a_failing_member_is_ejected_at_once_held_down_and_ramped_back() {
 
     // No call goes to it while it is out.
     for _ in 0..200 {
-        let lease = engine.pick(&id("api"), &[]).unwrap();
+        let lease = engine.pools().pick(&id("api"), &[]).unwrap();
         assert_ne!(lease.id().as_str(), "a");
         lease.finish(&Call::http(200, Duration::from_millis(1)));
     }
@@ -230,12 +230,12 @@ async fn a_member_failing_on_probation_relapses_and_an_operator_can_clear_it() {
     let member = engine.status(&id("b")).unwrap().pool.unwrap();
     assert_eq!(member.phase.as_str(), "cooling_down");
     assert_eq!(
-        engine.clear_ejection(&id("a")),
+        engine.pools().clear_ejection(&id("a")),
         Err(EngineError::NotEjected(id("a")))
     );
 
     // An operator puts it back: PROBING, then its results decide (it still fails: DOWN).
-    engine.clear_ejection(&id("b")).unwrap();
+    engine.pools().clear_ejection(&id("b")).unwrap();
     let status = engine.status(&id("b")).unwrap();
     assert_eq!(status.state, HealthState::Probing);
     assert!(!status.pool.unwrap().ejected);
@@ -255,7 +255,7 @@ async fn at_most_max_ejection_percent_is_ejected() {
     // 50% of 3 members is 1: the second failing member stays in, and keeps getting traffic.
     for name in ["a", "b"] {
         for _ in 0..3 {
-            engine.report(&id(name), &bad_gateway()).unwrap();
+            engine.pools().report(&id(name), &bad_gateway()).unwrap();
         }
     }
     assert!(engine.status(&id("a")).unwrap().pool.unwrap().ejected);
@@ -287,18 +287,23 @@ async fn open_circuits_make_pick_skip_members_then_fail_fast() {
     all_up(&engine, &mut events).await;
     // Open every circuit by operator command, one by one: pick avoids the open ones.
     engine
+        .pools()
         .command_circuit(&id("a"), CircuitCommand::ForceOpen)
         .unwrap();
     engine
+        .pools()
         .command_circuit(&id("b"), CircuitCommand::ForceOpen)
         .unwrap();
     for _ in 0..50 {
-        assert_eq!(engine.pick(&id("api"), &[]).unwrap().id().as_str(), "c");
+        assert_eq!(
+            engine.pools().pick(&id("api"), &[]).unwrap().id().as_str(),
+            "c"
+        );
     }
     // `c` opens on its own: half of its window of four calls timed out (never two in a row, so
     // its pool does not eject it).
     for timed_out in [true, false, true, false] {
-        let lease = engine.pick(&id("api"), &[]).unwrap();
+        let lease = engine.pools().pick(&id("api"), &[]).unwrap();
         lease.finish(&if timed_out {
             Call {
                 outcome: CallOutcome::Timeout,
@@ -310,7 +315,7 @@ async fn open_circuits_make_pick_skip_members_then_fail_fast() {
     }
     let circuit = engine.status(&id("c")).unwrap().circuit.unwrap();
     assert_eq!(circuit.state, CircuitState::Open);
-    match engine.pick(&id("api"), &[]) {
+    match engine.pools().pick(&id("api"), &[]) {
         Err(PickError::Unavailable {
             rejected,
             retry_after,
@@ -324,19 +329,24 @@ async fn open_circuits_make_pick_skip_members_then_fail_fast() {
     // Ten seconds on, `c` is half-open with one trial call: a lease dropped unfinished gives
     // its slot back, so the trial can still be made.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    drop(engine.pick(&id("api"), &[]).unwrap());
-    let trial = engine.pick(&id("api"), &[]).unwrap();
-    assert!(engine.pick(&id("api"), &[]).is_err(), "one trial at a time");
+    drop(engine.pools().pick(&id("api"), &[]).unwrap());
+    let trial = engine.pools().pick(&id("api"), &[]).unwrap();
+    assert!(
+        engine.pools().pick(&id("api"), &[]).is_err(),
+        "one trial at a time"
+    );
     trial.finish(&Call::http(200, Duration::from_millis(1)));
     let circuit = engine.status(&id("c")).unwrap().circuit.unwrap();
     assert_eq!(circuit.state, CircuitState::Closed);
 
     assert_eq!(
-        engine.command_circuit(&id("a"), CircuitCommand::Reset),
+        engine
+            .pools()
+            .command_circuit(&id("a"), CircuitCommand::Reset),
         Ok(CircuitState::Closed)
     );
     assert_eq!(
-        engine.pick(&id("a"), &[]).unwrap_err(),
+        engine.pools().pick(&id("a"), &[]).unwrap_err(),
         PickError::NotAPool(id("a"))
     );
     cancel.cancel();
@@ -351,7 +361,7 @@ async fn pick_leaves_out_the_excluded_member_and_down_members() {
     engine.apply(pool(&switches, |t| t)).unwrap();
     all_up(&engine, &mut events).await;
     for _ in 0..50 {
-        let lease = engine.pick(&id("api"), &[id("a")]).unwrap();
+        let lease = engine.pools().pick(&id("api"), &[id("a")]).unwrap();
         assert_ne!(lease.id().as_str(), "a");
     }
     // Active probes take `b` DOWN: it is skipped without being ejected.
@@ -359,7 +369,7 @@ async fn pick_leaves_out_the_excluded_member_and_down_members() {
     wait_for(&mut events, "b", HealthState::Down).await;
     assert!(!engine.status(&id("b")).unwrap().pool.unwrap().ejected);
     for _ in 0..50 {
-        let lease = engine.pick(&id("api"), &[id("a")]).unwrap();
+        let lease = engine.pools().pick(&id("api"), &[id("a")]).unwrap();
         assert_eq!(lease.id().as_str(), "c");
     }
     cancel.cancel();
@@ -383,10 +393,10 @@ async fn real_traffic_stands_in_for_active_probes() {
     let ok = Call::http(200, Duration::from_millis(1));
     for _ in 0..10 {
         for _ in 0..5 {
-            engine.report(&id("a"), &ok).unwrap();
+            engine.pools().report(&id("a"), &ok).unwrap();
         }
         for _ in 0..4 {
-            engine.report(&id("b"), &ok).unwrap();
+            engine.pools().report(&id("b"), &ok).unwrap();
         }
         tokio::time::sleep(SECOND).await;
     }
@@ -403,9 +413,12 @@ async fn real_traffic_stands_in_for_active_probes() {
     // A failure among the successes brings the probe back at once.
     let before = runs(0);
     for _ in 0..5 {
-        engine.report(&id("a"), &ok).unwrap();
+        engine.pools().report(&id("a"), &ok).unwrap();
     }
-    engine.report(&id("a"), &Call::http(500, SECOND)).unwrap();
+    engine
+        .pools()
+        .report(&id("a"), &Call::http(500, SECOND))
+        .unwrap();
     tokio::time::sleep(SECOND / 10).await;
     assert_eq!(runs(0), before + 1, "re-probed on the failure");
     cancel.cancel();
@@ -427,7 +440,7 @@ async fn pools_must_be_groups_and_leaving_a_pool_readmits() {
     engine.apply(topology.clone()).unwrap();
     all_up(&engine, &mut events).await;
     for _ in 0..3 {
-        engine.report(&id("c"), &bad_gateway()).unwrap();
+        engine.pools().report(&id("c"), &bad_gateway()).unwrap();
     }
     assert_eq!(engine.status(&id("c")).unwrap().state, HealthState::Down);
     // The group stops being a pool: nothing holds `c` out any more.
@@ -451,7 +464,7 @@ async fn failures(engine: &Engine, name: &str, n: u32) {
 fn picks_of(engine: &Engine, name: &str) -> usize {
     (0..300)
         .filter(|_| {
-            let lease = engine.pick(&id("api"), &[]).unwrap();
+            let lease = engine.pools().pick(&id("api"), &[]).unwrap();
             let hit = lease.id().as_str() == name;
             lease.finish(&Call::http(200, Duration::from_millis(1)));
             hit
@@ -595,7 +608,7 @@ async fn a_permanent_ejection_holds_until_an_operator_clears_it() {
     assert!(matches!(member.phase, RecoveryPhase::Permanent(_)));
 
     // Cleared: back through PROBING, then UP, and ramped from the slow start's 0.1.
-    engine.clear_ejection(&id("b")).unwrap();
+    engine.pools().clear_ejection(&id("b")).unwrap();
     assert_eq!(engine.status(&id("b")).unwrap().state, HealthState::Probing);
     wait_for(&mut events, "b", HealthState::Up).await;
     let member = engine.status(&id("b")).unwrap().pool.unwrap();
@@ -652,7 +665,7 @@ fn picks_under_eight_threads_never_return_a_removed_member() {
                         // Read the flag before the pick: a pick that starts after the removal
                         // was published must not see the removed member.
                         let published = removed.load(Ordering::SeqCst);
-                        let lease = engine.pick(&id("api"), &[]).unwrap();
+                        let lease = engine.pools().pick(&id("api"), &[]).unwrap();
                         let name = lease.id().as_str().to_owned();
                         lease.finish(&ok);
                         picked.fetch_add(1, Ordering::SeqCst);

@@ -33,6 +33,9 @@ pub(super) async fn drain(
 ) -> Response {
     if !state.stop.is_cancelled() {
         tracing::info!(%actor, "drain requested through the API");
+        // Not ready before the answer says so: the stop sequence that `stop` starts runs on a
+        // task of its own, and a client that reads `/readyz` after this 202 must see it.
+        state.gate.leave();
         state.stop.cancel();
     }
     (StatusCode::ACCEPTED, Json(json!({ "state": "draining" }))).into_response()
@@ -196,7 +199,7 @@ pub(super) async fn report_call(
         .map_err(|e| e.body_text())
         .and_then(|Json(r)| r.validate())
         .map_err(|message| ApiError::new(StatusCode::BAD_REQUEST, message))?;
-    state.engine.report(&id, &call)?;
+    state.engine.pools().report(&id, &call)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "target": id.as_str(), "outcome": call.outcome.as_str() })),
@@ -231,7 +234,7 @@ pub(super) async fn command_circuit(
             ));
         }
     };
-    state.engine.command_circuit(&id, command)?;
+    state.engine.pools().command_circuit(&id, command)?;
     record(
         &state,
         &id,
@@ -250,7 +253,7 @@ pub(super) async fn clear_ejection(
     Authorized(actor): Authorized,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    state.engine.clear_ejection(&id)?;
+    state.engine.pools().clear_ejection(&id)?;
     record(&state, &id, "ejection_cleared", &actor, None);
     tracing::info!(%actor, target_id = %id, "ejection cleared through the API");
     detail(&state.engine, &id)

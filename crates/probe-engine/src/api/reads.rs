@@ -140,7 +140,8 @@ pub(super) async fn cluster(State(state): State<Arc<ApiState>>, _: Readable) -> 
     blocking("listing the cluster", move || {
         let view = cluster.view().borrow().clone();
         let loads = engine
-            .cluster_loads()
+            .cluster()
+            .loads()
             .map(|l| l.members)
             .unwrap_or_default();
         let lease = match view.lease {

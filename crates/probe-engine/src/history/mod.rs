@@ -676,7 +676,7 @@ impl History {
         ids.into_iter()
             .filter(|id| {
                 if self.inner.shared {
-                    engine.decided(id).is_none()
+                    engine.cluster().decided(id).is_none()
                 } else {
                     !engine.contains(id)
                 }

@@ -3,7 +3,7 @@
 //!
 //! [`BalanceLayer`] wraps any HTTP client service (hyper's, say) so that each request goes to a
 //! member of a pool ([`Topology::pools`](crate::engine::Topology::pools)) chosen by
-//! [`Engine::pick`]:
+//! [`Pools::pick`](crate::engine::Pools::pick):
 //! - by weight: ejected members get nothing, returning ones ramp up through slow start, DOWN
 //!   members are skipped;
 //! - failing fast, without a connection attempt, when every member is out or behind an open
@@ -128,13 +128,13 @@ where
             if let Some(budget) = &shared.budget {
                 budget.lock().deposit(Instant::now());
             }
-            let first = shared.engine.pick(&shared.pool, &[])?;
+            let first = shared.engine.pools().pick(&shared.pool, &[])?;
             let tried = first.id().clone();
             let (failed, result) = send(inner.clone(), first, request).await;
             let Some(again) = retry.filter(|_| failed && shared.may_retry()) else {
                 return result;
             };
-            let Ok(second) = shared.engine.pick(&shared.pool, &[tried]) else {
+            let Ok(second) = shared.engine.pools().pick(&shared.pool, &[tried]) else {
                 return result;
             };
             let mut inner = inner;

@@ -12,7 +12,7 @@
 //! rule the owner applies.
 //!
 //! The library holds no connection to the cluster's store: the daemon feeds the member set, the
-//! other members' verdicts and votes in ([`Engine::join_cluster`](crate::Engine::join_cluster)
+//! other members' verdicts and votes in ([`Cluster::join`](crate::engine::Cluster::join)
 //! and what follows it), and publishes what this member decides.
 
 mod ownership;

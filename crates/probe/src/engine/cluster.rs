@@ -4,8 +4,8 @@
 //! What a member does with a target is its [`Role`], kept in the target and changed only by the
 //! engine's apply lock (a topology applied, the member set changed). The verdict of a target
 //! travels as a [`Published`] value: its deciding member hands it out when it changes
-//! ([`Engine::decided`](super::Engine::decided)), the daemon writes it to the cluster's store,
-//! and every other member adopts it ([`Engine::adopt`](super::Engine::adopt)), so the graph,
+//! ([`Cluster::decided`](super::Cluster::decided)), the daemon writes it to the cluster's store,
+//! and every other member adopts it ([`Cluster::adopt`](super::Cluster::adopt)), so the graph,
 //! readiness and the API of every member see cluster-wide verdicts, and a member that takes a
 //! target over resumes from the verdict in force instead of PROBING.
 

@@ -6,7 +6,7 @@
 //! 2. feeds an ejected member's active result to its pools, under the `pools` lock;
 //! 3. publishes what changed for readers who take no lock: the readiness verdict and the pools'
 //!    routing tables as immutable snapshots, which `/readyz` and
-//!    [`Engine::pick`](super::Engine::pick) load; the graph's scores and verdicts in its
+//!    [`Pools::pick`](super::Pools::pick) load; the graph's scores and verdicts in its
 //!    [`GraphView`], which the graph updates in place as it rescores, and a new view swapped in
 //!    when the topology changes;
 //! 4. and only then logs, counts and broadcasts each transition, so a subscriber that sees an

@@ -4,7 +4,7 @@
 //! Serving health never probes and never waits on a prober. A probe run changes its target under
 //! the target's own short lock and books what that means elsewhere as effects; one place, the
 //! hub (`effects`), applies them to the readiness tally, the dependency graph and the pools, and
-//! publishes immutable snapshots: [`Engine::readiness`] and [`Engine::pick`] load one and take
+//! publishes immutable snapshots: [`Engine::readiness`] and [`Pools::pick`] load one and take
 //! no lock.
 //!
 //! Topology changes arrive as a whole desired set ([`Engine::apply`]) and are applied as a diff
@@ -50,26 +50,23 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use cluster::{Placement, Published, Replication, ReplicationError, Role};
-pub use members::{Loads, Reassigned};
+pub use members::{Cluster, Loads, Reassigned};
 pub use metrics::{DURATION_BUCKETS, describe_metrics, target_metric_families};
-pub use passive::{CircuitCommand, Lease, PickError, Reporter};
+pub use passive::{CircuitCommand, Lease, PickError, Pools, Reporter};
 pub use spec::TargetSpec;
 pub use topology::{Topology, TopologyError};
 pub use view::{
-    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH,
-    Readiness, Record, Run, Runs, TargetStatus, Vote,
+    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, Record, Run, Runs,
+    TargetStatus, Vote, Workload,
 };
 
 use crate::graph::GraphView;
-use crate::passive::breaker::CircuitState;
-use crate::passive::call::Call;
 use crate::passive::outlier::MemberStatus;
 use crate::resolve::Resolver;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
 use crate::verdict::self_health::{SelfHealth, SelfHealthConfig};
-use crate::verdict::state::HealthState;
 use effects::{Hub, Seated};
 use runtime::{ActiveMaintenance, Context};
 use shared::Inner;
@@ -389,177 +386,17 @@ impl Engine {
             .collect()
     }
 
-    /// Makes this engine the member `me` of a cluster, in which targets without a
-    /// [`Replication`] of their own have `default`: from now on
-    /// it probes only what the member set ([`Engine::set_members`]) gives it, and shows for the
-    /// other targets the verdicts their owners published ([`Engine::adopt`]). It probes nothing
-    /// until the first member set. Once: `false` (and nothing changes) when already in one.
-    ///
-    /// Join before the first [`Engine::apply`] so that no target is probed before the cluster
-    /// says whose it is.
-    pub fn join_cluster(&self, me: crate::cluster::MemberId, default: Replication) -> bool {
-        members::join(&self.inner, me, default)
+    /// This engine's side of a cluster: joining one, following its member set, and the verdicts
+    /// and votes it exchanges with the other members (for a front end such as the etcd source;
+    /// an engine on its own never needs it).
+    pub fn cluster(&self) -> Cluster<'_> {
+        Cluster { inner: &self.inner }
     }
 
-    /// Makes `members` the cluster's live members. Targets whose members changed start or stop
-    /// being probed here; a started one runs first at its place on its interval's grid (so a
-    /// member change never probes in a burst) and goes on from the verdict it showed, the one
-    /// its previous owner published: a DOWN target stays DOWN, an UP one UP, until this
-    /// member's own results say otherwise. Nothing outside a cluster.
-    pub fn set_members(
-        &self,
-        members: impl IntoIterator<Item = crate::cluster::MemberId>,
-    ) -> Reassigned {
-        members::set_members(&self.inner, members.into_iter().collect())
-    }
-
-    /// Takes the verdict the member that decides target `id` published; `false` when this
-    /// member decides it (its own verdict stands). An operator's maintenance held here stands
-    /// over it. The verdict of a target this engine does not have yet is kept, and the target
-    /// starts from it when an apply brings it, whatever its role (until
-    /// [`Engine::withdraw`]).
-    pub fn adopt(&self, id: &TargetId, published: &Published) -> bool {
-        if let Ok(target) = self.inner.target(id) {
-            return target.adopt(published);
-        }
-        self.inner
-            .published
-            .lock()
-            .insert(id.clone(), published.clone());
-        // An apply may have brought the target meanwhile, after looking for a kept verdict.
-        match self.inner.target(id) {
-            Ok(target) => {
-                let kept = self.inner.published.lock().remove(id);
-                kept.is_some_and(|p| target.adopt(&p))
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Forgets the verdict kept for a target this engine does not have (its key was deleted).
-    pub fn withdraw(&self, id: &TargetId) {
-        self.inner.published.lock().remove(id);
-    }
-
-    /// Records `member`'s vote on replicated target `id` (`None`: withdrawn, as when the member
-    /// left); the owner decides again. This member's own vote is its own results', so it is
-    /// not taken from outside.
-    ///
-    /// # Errors
-    /// [`EngineError::UnknownTarget`].
-    pub fn set_vote(
-        &self,
-        id: &TargetId,
-        member: &crate::cluster::MemberId,
-        vote: Option<HealthState>,
-    ) -> Result<(), EngineError> {
-        let target = self.inner.target(id)?;
-        if self.inner.ctx.member.get() != Some(member) {
-            target.set_vote(member, vote);
-        }
-        Ok(())
-    }
-
-    /// The verdict of target `id` to publish, when this member decides it (every target,
-    /// outside a cluster).
-    pub fn decided(&self, id: &TargetId) -> Option<Published> {
-        self.inner.target(id).ok()?.decided()
-    }
-
-    /// Every verdict this member decides, by target, for a publisher that lost track of the
-    /// changes (see [`Engine::subscribe`]) and must compare them all with what it published.
-    pub fn decisions(&self) -> Vec<(TargetId, Published)> {
-        let targets = self.inner.targets.load();
-        targets
-            .values()
-            .filter_map(|t| Some((t.id().clone(), t.decided()?)))
-            .collect()
-    }
-
-    /// This member's vote on replicated target `id`, when it probes it.
-    pub fn own_vote(&self, id: &TargetId) -> Option<HealthState> {
-        self.inner.target(id).ok()?.own_vote()
-    }
-
-    /// This member's votes on the replicated targets it probes.
-    pub fn own_votes(&self) -> Vec<(TargetId, HealthState)> {
-        let targets = self.inner.targets.load();
-        targets
-            .values()
-            .filter_map(|t| Some((t.id().clone(), t.own_vote()?)))
-            .collect()
-    }
-
-    /// A stream of this member's votes on replicated targets from now on; a subscriber that
-    /// falls more than 1024 behind misses some (`Lagged`) and should read
-    /// [`Engine::own_votes`].
-    pub fn subscribe_votes(&self) -> broadcast::Receiver<Vote> {
-        self.inner.hub().subscribe_votes()
-    }
-
-    /// This member's name and, for every member, how many targets it owns and how many more it
-    /// probes as a replica; `None` outside a cluster. One pass over the targets, under the
-    /// lock applies take: for an API, not for a hot path.
-    pub fn cluster_loads(&self) -> Option<Loads> {
-        members::loads(&self.inner)
-    }
-
-    /// Takes in what real traffic saw of a target (passive health):
-    /// - its circuit breaker, if it has one, counts the call;
-    /// - each pool it is in judges it, which may eject it (DOWN at once, before probes would
-    ///   notice) or, while it is out, count towards its return;
-    /// - a failure while the target is UP or DEGRADED re-probes it now, so the active verdict
-    ///   follows within one probe rather than one interval.
-    ///
-    /// # Errors
-    /// [`EngineError::UnknownTarget`].
-    pub fn report(&self, id: &TargetId, call: &Call) -> Result<(), EngineError> {
-        passive::report(&self.inner, id, call)
-    }
-
-    /// Chooses a member of pool `group` for one call, leaving out `exclude` (the member a retry
-    /// moves away from). Takes no lock: it reads the pool's published routing table.
-    ///
-    /// Members are drawn by weight: ejected members weigh nothing, returning ones ramp up
-    /// through slow start, and in panic every member not ejected permanently weighs the same.
-    /// Members that active probes hold DOWN are skipped too, unless that leaves none (a sick
-    /// member beats failing every call). A member whose circuit rejects the call is skipped and
-    /// the draw repeated.
-    ///
-    /// # Errors
-    /// [`PickError::NotAPool`], or [`PickError::Unavailable`] when no member can take the call.
-    pub fn pick(&self, group: &TargetId, exclude: &[TargetId]) -> Result<Lease, PickError> {
-        passive::pick(&self.inner, group, exclude)
-    }
-
-    /// Applies an operator's command to a target's circuit breaker; returns the state it left.
-    ///
-    /// # Errors
-    /// [`EngineError::UnknownTarget`] or [`EngineError::NoCircuitBreaker`].
-    pub fn command_circuit(
-        &self,
-        id: &TargetId,
-        command: CircuitCommand,
-    ) -> Result<CircuitState, EngineError> {
-        passive::command_circuit(&self.inner, id, command)
-    }
-
-    /// An operator puts an ejected target back in its pools, permanent ejections included: it
-    /// returns through slow start with its ejection history forgotten.
-    ///
-    /// # Errors
-    /// [`EngineError::UnknownTarget`] or [`EngineError::NotEjected`].
-    pub fn clear_ejection(&self, id: &TargetId) -> Result<(), EngineError> {
-        passive::clear_ejection(&self.inner, id)
-    }
-
-    /// Reports the outcomes a [`GateLayer`](crate::gate::GateLayer) observes as calls to
-    /// target `id`: the service behind the gate judged by its own traffic.
-    pub fn reporter(&self, id: TargetId) -> Reporter {
-        Reporter {
-            inner: self.inner.clone(),
-            id,
-        }
+    /// Passive health: what real traffic says of targets, their pools and circuit breakers, and
+    /// choosing a pool member for a call.
+    pub fn pools(&self) -> Pools<'_> {
+        Pools { inner: &self.inner }
     }
 
     /// A stream of every state change from now on. A subscriber that falls more than 1024
@@ -586,21 +423,23 @@ impl Engine {
         }
     }
 
-    /// The engine's local health multiplier (0 when it keeps time); `None` without self-health
-    /// awareness.
-    pub fn self_health(&self) -> Option<u32> {
-        self.inner.ctx.self_health.as_ref().map(|h| h.multiplier())
+    /// How busy the engine is now: its workers, its probes in flight against their cap, and
+    /// how late it runs. For an embedder's figures, and to turn away work of its own (ad-hoc
+    /// probes) while scheduled probes take the whole cap.
+    pub fn workload(&self) -> Workload {
+        let scheduler = &self.inner.scheduler;
+        Workload {
+            workers: scheduler.workers(),
+            in_flight: scheduler.in_flight(),
+            in_flight_cap: scheduler.in_flight_cap(),
+            lateness: self.inner.ctx.self_health.as_ref().map(|h| h.multiplier()),
+        }
     }
 
     /// The resolver the probes share: its health ([`Resolver::health`]) says whether it is out,
     /// and [`Resolver::reconfigure`] points it elsewhere.
     pub fn resolver(&self) -> &Arc<Resolver> {
         &self.inner.ctx.resolver
-    }
-
-    /// The scheduler, for its live figures (workers, probes in flight).
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.inner.scheduler
     }
 
     /// Resolves once the engine was cancelled and in-flight probes have finished.

@@ -1,9 +1,9 @@
 //! Passive health in the engine: what real traffic says about targets, next to what probes say.
 //!
-//! - [`Engine::report`](super::Engine::report) takes a real call's outcome: it goes to the target's circuit breaker and
+//! - [`Pools::report`] takes a real call's outcome: it goes to the target's circuit breaker and
 //!   to the outlier detection of each pool the target is in, and a failure of a healthy target
 //!   re-probes it at once.
-//! - [`Engine::pick`](super::Engine::pick) chooses a pool member for one call, by weight (ejection, slow start,
+//! - [`Pools::pick`] chooses a pool member for one call, by weight (ejection, slow start,
 //!   panic), skipping members whose circuit rejects the call; the [`Lease`] it returns reports
 //!   the call's outcome when finished.
 //! - An ejected member is held DOWN in its state machine (and so in the graph's scores) until its
@@ -53,7 +53,74 @@ pub enum CircuitCommand {
     Reset,
 }
 
-/// Why [`Engine::pick`](super::Engine::pick) found no member to call.
+/// Passive health ([`Engine::pools`](super::Engine::pools)): what real traffic says of the
+/// engine's targets, their pools and circuit breakers, and the choice of a member for a call.
+#[derive(Clone, Copy)]
+pub struct Pools<'a> {
+    pub(super) inner: &'a Arc<Inner>,
+}
+
+impl Pools<'_> {
+    /// Takes in what real traffic saw of a target (passive health):
+    /// - its circuit breaker, if it has one, counts the call;
+    /// - each pool it is in judges it, which may eject it (DOWN at once, before probes would
+    ///   notice) or, while it is out, count towards its return;
+    /// - a failure while the target is UP or DEGRADED re-probes it now, so the active verdict
+    ///   follows within one probe rather than one interval.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`].
+    pub fn report(&self, id: &TargetId, call: &Call) -> Result<(), EngineError> {
+        report(self.inner, id, call)
+    }
+
+    /// Chooses a member of pool `group` for one call, leaving out `exclude` (the member a retry
+    /// moves away from). Takes no lock: it reads the pool's published routing table.
+    ///
+    /// Members are drawn by weight: ejected members weigh nothing, returning ones ramp up
+    /// through slow start, and in panic every member not ejected permanently weighs the same.
+    /// Members that active probes hold DOWN are skipped too, unless that leaves none (a sick
+    /// member beats failing every call). A member whose circuit rejects the call is skipped and
+    /// the draw repeated.
+    ///
+    /// # Errors
+    /// [`PickError::NotAPool`], or [`PickError::Unavailable`] when no member can take the call.
+    pub fn pick(&self, group: &TargetId, exclude: &[TargetId]) -> Result<Lease, PickError> {
+        pick(self.inner, group, exclude)
+    }
+
+    /// Applies an operator's command to a target's circuit breaker; returns the state it left.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`] or [`EngineError::NoCircuitBreaker`].
+    pub fn command_circuit(
+        &self,
+        id: &TargetId,
+        command: CircuitCommand,
+    ) -> Result<CircuitState, EngineError> {
+        command_circuit(self.inner, id, command)
+    }
+
+    /// An operator puts an ejected target back in its pools, permanent ejections included: it
+    /// returns through slow start with its ejection history forgotten.
+    ///
+    /// # Errors
+    /// [`EngineError::UnknownTarget`] or [`EngineError::NotEjected`].
+    pub fn clear_ejection(&self, id: &TargetId) -> Result<(), EngineError> {
+        clear_ejection(self.inner, id)
+    }
+
+    /// Reports the outcomes a [`GateLayer`](crate::gate::GateLayer) observes as calls to
+    /// target `id`: the service behind the gate judged by its own traffic.
+    pub fn reporter(&self, id: TargetId) -> Reporter {
+        Reporter {
+            inner: self.inner.clone(),
+            id,
+        }
+    }
+}
+
+/// Why [`Pools::pick`] found no member to call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PickError {
     /// The id is not a group declared as a pool.
@@ -71,7 +138,7 @@ pub enum PickError {
     },
 }
 
-/// A member chosen by [`Engine::pick`](super::Engine::pick) for one call.
+/// A member chosen by [`Pools::pick`] for one call.
 ///
 /// Finish it with the call's outcome ([`Lease::finish`]). Dropped unfinished (the call was
 /// cancelled before it was sent), it gives back its circuit breaker's trial slot.
@@ -92,7 +159,7 @@ impl Lease {
         &self.member.seat().probe
     }
 
-    /// Reports how the call ended, as [`Engine::report`](super::Engine::report) does.
+    /// Reports how the call ended, as [`Pools::report`] does.
     pub fn finish(mut self, call: &Call) {
         // Recorded: the permit is spent, not given back.
         self.permit = None;
@@ -114,7 +181,7 @@ impl std::fmt::Debug for Lease {
     }
 }
 
-/// See [`Engine::report`](super::Engine::report).
+/// See [`Pools::report`].
 pub(super) fn report(inner: &Inner, id: &TargetId, call: &Call) -> Result<(), EngineError> {
     let target = inner.target(id)?;
     take_call(inner, target.seat(), call);
@@ -141,7 +208,7 @@ fn take_call(inner: &Inner, seat: &Seat, call: &Call) {
     }
 }
 
-/// See [`Engine::pick`](super::Engine::pick).
+/// See [`Pools::pick`].
 pub(super) fn pick(
     inner: &Arc<Inner>,
     group: &TargetId,
@@ -238,7 +305,7 @@ fn draw(
     })
 }
 
-/// See [`Engine::command_circuit`](super::Engine::command_circuit).
+/// See [`Pools::command_circuit`].
 pub(super) fn command_circuit(
     inner: &Inner,
     id: &TargetId,
@@ -262,7 +329,7 @@ pub(super) fn command_circuit(
     Ok(state)
 }
 
-/// See [`Engine::clear_ejection`](super::Engine::clear_ejection).
+/// See [`Pools::clear_ejection`].
 pub(super) fn clear_ejection(inner: &Inner, id: &TargetId) -> Result<(), EngineError> {
     inner.target(id)?;
     let moved = inner

@@ -37,10 +37,10 @@ pub struct TargetSpec {
     pub flap: Option<FlapPolicy>,
     /// Declared maintenance windows.
     pub maintenance: Vec<MaintenanceWindow>,
-    /// The circuit breaker that real calls to the target go through ([`Engine::pick`] and the
+    /// The circuit breaker that real calls to the target go through ([`Pools::pick`] and the
     /// client layer fail fast while it is open); `None` for none.
     ///
-    /// [`Engine::pick`]: crate::Engine::pick
+    /// [`Pools::pick`]: crate::engine::Pools::pick
     pub circuit_breaker: Option<BreakerConfig>,
     /// Lets real traffic stand in for active probes: a run is skipped while the target is UP and
     /// at least this many passive successes, and no passive failure, were reported since the
@@ -54,7 +54,7 @@ pub struct TargetSpec {
     /// answers off. See the `resolve` module.
     pub dns_stale_for: Duration,
     /// In a cluster, how many members probe it and how many must agree; `None` for the
-    /// cluster's own setting ([`Engine::join_cluster`](crate::Engine::join_cluster)).
+    /// cluster's own setting ([`Cluster::join`](crate::engine::Cluster::join)).
     pub replication: Option<Replication>,
 }
 

@@ -164,8 +164,8 @@ pub enum Record {
 
 /// A target's runs, handed over together: a record per run was most of what keeping history
 /// cost at 10k probes a second (the id's reference count moving between cores, a lookup per
-/// run in the embedder's counts). A target hands its runs over once it holds
-/// [`RUNS_PER_BATCH`] or its first is [`RUNS_HELD_FOR`] old, with a run that changed its state
+/// run in the embedder's counts). A target hands its runs over once it holds 32 or its first is
+/// 10 s old (tuning of the engine's own, not a promise), with a run that changed its state
 /// (before the transition: an embedder's counts agree with it), when it leaves the engine, and
 /// when the embedder asks ([`Engine::flush_runs`](super::Engine::flush_runs): before it closes
 /// an hour, say). Each target's batches come in order; two targets' are not ordered.
@@ -245,12 +245,29 @@ impl HeldRuns {
     }
 }
 
+/// How busy an engine is ([`Engine::workload`](super::Engine::workload)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Worker tasks running probes now: the pool grows with the probes due and shrinks when
+    /// they idle.
+    pub workers: usize,
+    /// Probes running now.
+    pub in_flight: usize,
+    /// The most probes that may run at once: `max_in_flight`, cut while the engine runs out of
+    /// descriptors or ports and grown back after.
+    pub in_flight_cap: usize,
+    /// The local health multiplier: 0 while the engine keeps time, higher (up to its
+    /// `max_multiplier`) as it wakes late, its timeouts stretched to `1 + lateness` times;
+    /// `None` without self-health awareness.
+    pub lateness: Option<u32>,
+}
+
 /// The most runs a target holds before it hands them over.
-pub const RUNS_PER_BATCH: usize = 32;
+pub(crate) const RUNS_PER_BATCH: usize = 32;
 
 /// The longest a target holds a run before it hands it over (at its next run past that age,
 /// or at the embedder's [`Engine::flush_runs`](super::Engine::flush_runs)).
-pub const RUNS_HELD_FOR: Duration = Duration::from_secs(10);
+pub(crate) const RUNS_HELD_FOR: Duration = Duration::from_secs(10);
 
 /// One run that counts as the target's result: not one the engine deferred as its own fault
 /// (a timeout while it ran late, resolver trouble while the resolver is out), nor one that
@@ -266,7 +283,7 @@ pub struct Run {
 }
 
 /// A change of this member's vote on a replicated target, for the cluster
-/// ([`Engine::subscribe_votes`](super::Engine::subscribe_votes)).
+/// ([`Cluster::subscribe_votes`](super::Cluster::subscribe_votes)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Vote {
     /// The target.
