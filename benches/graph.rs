@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
+use probe::health::{HealthState, Quality};
 use probe::target::TargetId;
-use probe::verdict::{HealthState, Quality};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;

@@ -62,7 +62,7 @@ fn tcp_connect(c: &mut Criterion) {
         .expect("building the current-thread runtime");
     let probe = TcpProbe::new(
         TcpSpec::connect(Address::Socket(addr)),
-        probe::resolve::Names::system(),
+        probe::tier::resolve::Names::system(),
     );
     let timeout = Duration::from_secs(1);
 

@@ -15,10 +15,10 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use probe::engine::{Event, TargetSpec};
+use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;

@@ -72,7 +72,7 @@ use axum::{Json, Router};
 use clap::Parser;
 use probe::engine::Topology;
 use probe::gate::{Gate, GateConfig, GateLayer, Hook, ShutdownPlan, shutdown};
-use probe::grpc::HealthService;
+use probe::serve::grpc::HealthService;
 use probe::{Engine, EngineConfig};
 use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{Signal, SignalKind, signal};

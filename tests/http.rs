@@ -244,7 +244,7 @@ async fn closed_port() -> SocketAddr {
 }
 
 async fn check(spec: HttpSpec) -> CheckResult {
-    HttpProbe::new(spec, probe::resolve::Names::system())
+    HttpProbe::new(spec, probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
 }
@@ -464,7 +464,7 @@ async fn oversized_bodies_fail_only_when_a_condition_reads_them() {
 async fn a_hanging_server_times_out() {
     let server = serve(Mode::Hang).await;
     for spec in both(server.spec("/ready")) {
-        let result = HttpProbe::new(spec.clone(), probe::resolve::Names::system())
+        let result = HttpProbe::new(spec.clone(), probe::tier::resolve::Names::system())
             .check(Duration::from_millis(200))
             .await;
         let f = failure(&result);
@@ -717,7 +717,7 @@ async fn configured_headers_do_not_follow_a_redirect_to_another_origin() {
 async fn connections_are_reused_unless_fresh_connection_is_set() {
     const CHECKS: usize = 5;
     let server = serve(Mode::Healthy).await;
-    let probe = HttpProbe::new(server.spec("/ready"), probe::resolve::Names::system());
+    let probe = HttpProbe::new(server.spec("/ready"), probe::tier::resolve::Names::system());
     for _ in 0..CHECKS {
         assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     }
@@ -726,7 +726,7 @@ async fn connections_are_reused_unless_fresh_connection_is_set() {
     let server = serve(Mode::Healthy).await;
     let mut spec = server.spec("/ready");
     spec.fresh_connection = true;
-    let probe = HttpProbe::new(spec, probe::resolve::Names::system());
+    let probe = HttpProbe::new(spec, probe::tier::resolve::Names::system());
     for _ in 0..CHECKS {
         assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     }
@@ -955,7 +955,7 @@ targets:
         .unwrap_or_else(|e| panic!("{e}"));
     let probe = probe::tier::build(
         &config.topology.targets[0].probe,
-        &probe::resolve::Names::system(),
+        &probe::tier::resolve::Names::system(),
     );
     assert!(matches!(
         config.topology.targets[0].probe,
@@ -1041,7 +1041,7 @@ async fn secret_checks() {
         panic!("not http");
     };
     let spec = HttpSpec::clone(spec);
-    let probe = HttpProbe::new(spec.clone(), probe::resolve::Names::system());
+    let probe = HttpProbe::new(spec.clone(), probe::tier::resolve::Names::system());
     shown.push(format!("{probe:?}"));
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     // It was really sent.
@@ -1057,26 +1057,26 @@ async fn secret_checks() {
             server.set(mode);
             let mut spec = spec.clone();
             spec.expect.json = vec![json("$.status", text("UP"))];
-            let result = HttpProbe::new(spec, probe::resolve::Names::system())
+            let result = HttpProbe::new(spec, probe::tier::resolve::Names::system())
                 .check(TIMEOUT)
                 .await;
             shown.push(format!("{result:?}"));
             shown.push(failure(&result).to_string());
         }
         server.set(Mode::Hang);
-        let result = HttpProbe::new(spec.clone(), probe::resolve::Names::system())
+        let result = HttpProbe::new(spec.clone(), probe::tier::resolve::Names::system())
             .check(Duration::from_millis(100))
             .await;
         shown.push(format!("{result:?}"));
         let mut refused = spec.clone();
         refused.url = format!("http://{closed}/").parse().unwrap();
-        let result = HttpProbe::new(refused, probe::resolve::Names::system())
+        let result = HttpProbe::new(refused, probe::tier::resolve::Names::system())
             .check(TIMEOUT)
             .await;
         shown.push(format!("{result:?}"));
         let mut tls = spec.clone();
         tls.url = format!("https://{}/", server.addr).parse().unwrap();
-        let result = HttpProbe::new(tls, probe::resolve::Names::system())
+        let result = HttpProbe::new(tls, probe::tier::resolve::Names::system())
             .check(TIMEOUT)
             .await;
         shown.push(format!("{result:?}"));
@@ -1226,7 +1226,7 @@ impl KeepAliveServer {
 async fn a_kept_alive_connection_closed_by_the_server_is_retried_on_a_fresh_one() {
     for mode in [KeepAlive::CloseAfterFirst, KeepAlive::ResetAfterFirst] {
         let server = KeepAliveServer::start(mode).await;
-        let probe = HttpProbe::new(server.spec(), probe::resolve::Names::system());
+        let probe = HttpProbe::new(server.spec(), probe::tier::resolve::Names::system());
         let first = probe.check(TIMEOUT).await;
         assert_eq!(first.verdict, Verdict::Up, "{mode:?}");
         assert!(first.remarks.is_empty(), "{mode:?}: {:?}", first.remarks);
@@ -1254,7 +1254,7 @@ async fn a_server_that_fails_every_request_still_fails() {
 
     // A reused connection is retried once; the fresh attempt's failure is the verdict.
     let server = KeepAliveServer::start(KeepAlive::CloseAfterFirst).await;
-    let probe = HttpProbe::new(server.spec(), probe::resolve::Names::system());
+    let probe = HttpProbe::new(server.spec(), probe::tier::resolve::Names::system());
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     server.set(KeepAlive::ResetAll);
     let result = probe.check(TIMEOUT).await;
@@ -1269,7 +1269,7 @@ async fn a_request_that_is_not_idempotent_is_never_sent_twice() {
     let mut spec = server.spec();
     spec.method = probe::tier::http::Method::POST;
     spec.body = Some("{}".into());
-    let probe = HttpProbe::new(spec, probe::resolve::Names::system());
+    let probe = HttpProbe::new(spec, probe::tier::resolve::Names::system());
     assert_eq!(probe.check(TIMEOUT).await.verdict, Verdict::Up);
     let result = probe.check(TIMEOUT).await;
     assert_eq!(failure(&result).reason, FailureReason::Reset);

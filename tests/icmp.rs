@@ -11,9 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use probe::outcome::{CheckResult, Failure, FailureReason, Verdict};
-use probe::resolve::Names;
 use probe::tier::Probe;
 use probe::tier::icmp::{self, Flavour, IcmpDegradedIf, IcmpHost, IcmpProbe, IcmpSpec};
+use probe::tier::resolve::Names;
 use probe_testkit::netns_or_skip;
 use probe_testkit::{Netns, skipped_outside_ci, skipped_without_ipv6};
 use tokio::time::Instant;

@@ -51,7 +51,7 @@ async fn closed_port() -> SocketAddr {
 #[tokio::test]
 async fn open_port_succeeds() {
     let (_l, addr) = listener().await;
-    TcpProbe::new(spec(addr), probe::resolve::Names::system())
+    TcpProbe::new(spec(addr), probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap();
@@ -64,7 +64,7 @@ async fn ipv6_loopback_succeeds() {
         return;
     };
     let addr = l.local_addr().unwrap();
-    TcpProbe::new(spec(addr), probe::resolve::Names::system())
+    TcpProbe::new(spec(addr), probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap();
@@ -79,7 +79,7 @@ async fn host_names_resolve() {
     });
     // localhost may resolve to ::1 first, where nothing listens: the probe must try the next
     // address rather than fail on the first.
-    TcpProbe::new(spec, probe::resolve::Names::system())
+    TcpProbe::new(spec, probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap();
@@ -88,7 +88,7 @@ async fn host_names_resolve() {
 #[tokio::test]
 async fn closed_port_is_refused() {
     let addr = closed_port().await;
-    let err = TcpProbe::new(spec(addr), probe::resolve::Names::system())
+    let err = TcpProbe::new(spec(addr), probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap_err();
@@ -122,7 +122,7 @@ async fn full_accept_queue_times_out_within_the_deadline() {
     assert!(blackholed);
 
     let started = tokio::time::Instant::now();
-    let err = TcpProbe::new(spec(addr), probe::resolve::Names::system())
+    let err = TcpProbe::new(spec(addr), probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap_err();
@@ -138,7 +138,7 @@ async fn full_accept_queue_times_out_within_the_deadline() {
 async fn silent_peer_times_out_waiting_for_the_reply() {
     let (_l, addr) = listener().await;
     let s = spec(addr).with_expect(TcpExpect::Contains(b"PONG".to_vec()));
-    let err = TcpProbe::new(s, probe::resolve::Names::system())
+    let err = TcpProbe::new(s, probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap_err();
@@ -171,7 +171,7 @@ async fn send_expect_matches() {
     let s = spec(addr).with_send(b"PING\r\n");
     TcpProbe::new(
         s.clone().with_expect(TcpExpect::Contains(b"PONG".to_vec())),
-        probe::resolve::Names::system(),
+        probe::tier::resolve::Names::system(),
     )
     .check(TIMEOUT)
     .await
@@ -180,7 +180,7 @@ async fn send_expect_matches() {
     let regex = regex::bytes::Regex::new(r"^\+PO+NG\r\n$").unwrap();
     TcpProbe::new(
         s.with_expect(TcpExpect::Regex(regex)),
-        probe::resolve::Names::system(),
+        probe::tier::resolve::Names::system(),
     )
     .check(TIMEOUT)
     .await
@@ -193,7 +193,7 @@ async fn send_expect_mismatch_is_a_body_failure() {
     let s = spec(addr)
         .with_send(b"PING\r\n")
         .with_expect(TcpExpect::Contains(b"PONG".to_vec()));
-    let err = TcpProbe::new(s, probe::resolve::Names::system())
+    let err = TcpProbe::new(s, probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap_err();
@@ -247,7 +247,7 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     const PROBES: usize = 20;
     let (addr, mut closed) = closing_server().await;
     let before = time_wait_towards(addr.port());
-    let probe = TcpProbe::new(spec(addr), probe::resolve::Names::system());
+    let probe = TcpProbe::new(spec(addr), probe::tier::resolve::Names::system());
     for _ in 0..PROBES {
         probe.check(TIMEOUT).await.unwrap();
         closed.recv().await.unwrap();
@@ -264,7 +264,7 @@ async fn reset_close_leaves_no_time_wait_but_graceful_does() {
     let before = time_wait_towards(addr.port());
     let mut graceful = spec(addr);
     graceful.close = CloseMode::Graceful;
-    let probe = TcpProbe::new(graceful, probe::resolve::Names::system());
+    let probe = TcpProbe::new(graceful, probe::tier::resolve::Names::system());
     for _ in 0..PROBES {
         probe.check(TIMEOUT).await.unwrap();
         closed.recv().await.unwrap();
@@ -286,7 +286,7 @@ async fn an_unreachable_host_fails_as_unreachable() {
     let listener = netns.tcp_listener().unwrap();
     let addr = listener.local_addr().unwrap();
     // Reachable first: the fault, not the set-up, makes the difference.
-    TcpProbe::new(spec(addr), probe::resolve::Names::system())
+    TcpProbe::new(spec(addr), probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap();
@@ -296,7 +296,7 @@ async fn an_unreachable_host_fails_as_unreachable() {
             addr.port()
         ))
         .unwrap();
-    let err = TcpProbe::new(spec(addr), probe::resolve::Names::system())
+    let err = TcpProbe::new(spec(addr), probe::tier::resolve::Names::system())
         .check(TIMEOUT)
         .await
         .unwrap_err();

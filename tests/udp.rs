@@ -4,10 +4,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use probe::outcome::{Failure, FailureReason, Verdict};
-use probe::resolve::Names;
 use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::reply::ReplyExpect;
+use probe::tier::resolve::Names;
 use probe::tier::udp::{UdpProbe, UdpSpec};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;

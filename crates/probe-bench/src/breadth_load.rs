@@ -68,13 +68,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use probe::outcome::Verdict;
-use probe::resolve::Names;
 use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::dns::{DnsProbe, DnsSpec, DnsType};
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};
 use probe::tier::http::HttpProbe;
 use probe::tier::icmp::{IcmpHost, IcmpProbe, IcmpSpec};
+use probe::tier::resolve::Names;
 use tokio::time::Instant;
 
 use crate::support::{self, ChildGuard, TICKS_PER_SEC};

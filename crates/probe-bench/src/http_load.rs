@@ -313,7 +313,7 @@ fn measure_all(args: Args) -> anyhow::Result<()> {
             continue;
         }
         // One resolver for all probes, as in an engine.
-        let names = probe::resolve::Names::system();
+        let names = probe::tier::resolve::Names::system();
         let probes = (0..args.concurrency)
             .map(|_| {
                 let mut spec = HttpSpec::get(target.parse()?);
@@ -471,7 +471,7 @@ async fn blackbox_phase(
     );
     let spec = exporter.spec(target)?;
     exporter.wait_ready(spec.clone(), PROBE_TIMEOUT).await?;
-    let names = probe::resolve::Names::system();
+    let names = probe::tier::resolve::Names::system();
     let probes = (0..args.blackbox_concurrency)
         .map(|_| Arc::new(HttpProbe::new(spec.clone(), names.clone())) as Arc<dyn Probe>)
         .collect();

@@ -71,10 +71,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
 use probe::engine::{Event, TargetSpec};
+use probe::health::{Cause, FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
-use probe::verdict::{Cause, FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use probe_testkit::{AcceptServer, LossModel, Netns, NetnsError};
 use tokio_util::sync::CancellationToken;

@@ -1,5 +1,5 @@
 //! Load harness: false DOWN verdicts of a prober starved of CPU, with and without self-health
-//! awareness ([`probe::verdict`]).
+//! awareness ([`probe::health`]).
 //!
 //! ```text
 //! probe-bench starve [--targets 500] [--interval-ms 500]
@@ -43,10 +43,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use probe::engine::{Engine, EngineConfig, TargetSpec};
+use probe::health::{HealthState, Schedule, ScheduleSettings, SelfHealthConfig, Thresholds};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, SelfHealthConfig, Thresholds};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 

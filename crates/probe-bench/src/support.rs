@@ -11,8 +11,8 @@ use std::time::SystemTime;
 use anyhow::Context;
 use probe::Engine;
 use probe::engine::Event;
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -396,7 +396,7 @@ impl Blackbox {
     ) -> anyhow::Result<()> {
         use probe::outcome::Verdict;
         use probe::tier::Probe;
-        let ready = probe::tier::http::HttpProbe::new(spec, probe::resolve::Names::system());
+        let ready = probe::tier::http::HttpProbe::new(spec, probe::tier::resolve::Names::system());
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             match ready.check(timeout).await.verdict {

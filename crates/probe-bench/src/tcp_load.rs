@@ -95,11 +95,11 @@ use anyhow::{Context, bail};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::TargetSpec;
+use probe::health::{Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::target::{Address, TargetId};
 use probe::tier::tcp::TcpSpec;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
-use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -1426,7 +1426,7 @@ async fn blackbox_phase(
     let counts = Arc::new(FloorCounts::default());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut handles = Vec::new();
-    let names = probe::resolve::Names::system();
+    let names = probe::tier::resolve::Names::system();
     for i in 0..args.blackbox_concurrency {
         let probe = HttpProbe::new(spec(listeners[i % listeners.len()])?, names.clone());
         let (counts, stop) = (counts.clone(), stop.clone());

@@ -37,10 +37,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use probe::engine::TargetSpec;
+use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tls::{CaBundle, TlsSpec, TlsTrust};
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use parking_lot::Mutex;
 use probe::engine::Engine;
 use probe::outcome::{CheckResult, Observed};
-use probe::resolve::Names;
+use probe::tier::resolve::Names;
 use probe::tier::{Probe, ProbeSpec};
 use tokio::sync::Semaphore;
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use probe::engine::{Engine, EngineConfig};
 use probe::gate::{self, Gate, GateConfig, Hook, ShutdownPlan};
-use probe::grpc::HealthService;
-use probe::resolve::{Resolver, ResolverConfig, ResolverError};
+use probe::serve::grpc::HealthService;
+use probe::tier::resolve::{Resolver, ResolverConfig, ResolverError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -330,7 +330,7 @@ impl Daemon {
     /// Also serves grpc.health.v1 (`Check`, `Watch`; plaintext HTTP/2) on `listener` while
     /// [`Daemon::serve`] serves the API, from the same thread: `""` is what `/readyz` says,
     /// `"liveness"` what `/livez` says, a target's or group's id its health (see
-    /// [`probe::grpc`]). Every service turns NOT_SERVING in the stop sequence's first step,
+    /// [`probe::serve::grpc`]). Every service turns NOT_SERVING in the stop sequence's first step,
     /// with `/readyz`; the server stops with the API's.
     pub fn serve_grpc_health(&self, listener: TcpListener) {
         *self.grpc.lock() = Some(listener);

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use probe::discovery::{Catalog, Discovery, Merger, Rejection};
 use probe::engine::{Diff, Engine};
-use probe::resolve::{Resolver, ResolverConfig};
+use probe::tier::resolve::{Resolver, ResolverConfig};
 use probe_etcd::{EtcdDiscovery, Source, SourceConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;

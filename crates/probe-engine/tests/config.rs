@@ -9,6 +9,7 @@ use std::time::Duration;
 use std::num::NonZeroU32;
 use std::time::SystemTime;
 
+use probe::health::{FlapPolicy, MaintenanceWindow, Schedule, Thresholds, WindowStart};
 use probe::outcome::Severity;
 use probe::target::Address;
 use probe::tier::ProbeSpec;
@@ -21,7 +22,6 @@ use probe::tier::icmp::{IcmpDegradedIf, IcmpHost, IcmpSpec};
 use probe::tier::reply::ReplyExpect;
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
 use probe::tier::udp::UdpSpec;
-use probe::verdict::{FlapPolicy, MaintenanceWindow, Schedule, Thresholds, WindowStart};
 use probe_engine::config::{self, Config, ConfigError, ConfigErrors};
 
 /// Joins lines, so that a case's line numbers are the indices (plus one) of its lines.
@@ -3081,7 +3081,10 @@ fn dns_stale_for_merges_like_the_schedule_keys() {
         target(&config, "a").dns_stale_for,
         probe::engine::TargetSpec::DEFAULT_DNS_STALE_FOR
     );
-    assert_eq!(config.resolver, probe::resolve::ResolverConfig::default());
+    assert_eq!(
+        config.resolver,
+        probe::tier::resolve::ResolverConfig::default()
+    );
 }
 
 #[test]
@@ -3094,7 +3097,7 @@ fn the_resolver_section_is_read() {
     ]));
     assert_eq!(
         config.resolver,
-        probe::resolve::ResolverConfig {
+        probe::tier::resolve::ResolverConfig {
             servers: Some(vec![
                 "127.0.0.1:5353".parse().unwrap(),
                 "10.0.0.2:53".parse().unwrap(),
@@ -3102,7 +3105,7 @@ fn the_resolver_section_is_read() {
             ]),
             timeout: Some(secs(2)),
             attempts: Some(3),
-            ..probe::resolve::ResolverConfig::default()
+            ..probe::tier::resolve::ResolverConfig::default()
         }
     );
     // Only timeouts: the servers stay the system's.
@@ -3576,7 +3579,7 @@ fn a_group_alerts_on_its_verdict_and_an_etcd_entry_carries_its_alert() {
     assert_eq!(
         (g.on, g.hold),
         (
-            vec![probe::verdict::HealthState::Degraded],
+            vec![probe::health::HealthState::Degraded],
             std::time::Duration::from_secs(5)
         )
     );
@@ -3589,7 +3592,7 @@ fn a_group_alerts_on_its_verdict_and_an_etcd_entry_carries_its_alert() {
     )
     .unwrap();
     let rule = entry.alert.over(&config::AlertRule::default()).unwrap();
-    assert_eq!(rule.on, [probe::verdict::HealthState::Degraded]);
+    assert_eq!(rule.on, [probe::health::HealthState::Degraded]);
     assert_eq!(rule.hold, std::time::Duration::from_secs(60));
     let off = config::parse_declared(
         "db",
@@ -3634,7 +3637,7 @@ fn a_groups_state_rule_is_read_and_every_bad_field_is_located() {
     let want = probe::graph::GroupRule::try_new(
         0.9,
         0.6,
-        probe::verdict::Thresholds::new(n(1), n(4)),
+        probe::health::Thresholds::new(n(1), n(4)),
         None,
     )
     .unwrap();

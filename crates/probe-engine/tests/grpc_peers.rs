@@ -7,10 +7,10 @@ mod support;
 use std::time::Duration;
 
 use probe::outcome::{FailureReason, Verdict};
-use probe::resolve::Names;
 use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};
+use probe::tier::resolve::Names;
 use probe_testkit::blackbox_or_skip;
 use support::peers::Grpcio;
 

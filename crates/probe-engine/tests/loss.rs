@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use probe::verdict::{Schedule, ScheduleSettings};
+use probe::health::{Schedule, ScheduleSettings};
 use probe_testkit::netns_or_skip;
 use probe_testkit::{AcceptServer, LossModel, poisson_upper};
 use serde_json::Value;

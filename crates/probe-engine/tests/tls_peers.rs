@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use probe::outcome::{CheckResult, Verdict};
-use probe::resolve::Names;
 use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::http::{HttpProbe, HttpSpec};
+use probe::tier::resolve::Names;
 use probe::tier::tls::{CaBundle, StartTls, TlsProbe, TlsSpec, TlsTrust};
 use probe_testkit::{OpensslServer, blackbox_or_skip, openssl};
 use rcgen::{

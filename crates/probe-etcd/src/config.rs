@@ -11,7 +11,7 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use probe::verdict::ExponentialBackoff;
+use probe::health::ExponentialBackoff;
 
 use crate::error::Error;
 

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use probe::verdict::BackoffError;
+use probe::health::BackoffError;
 
 /// The etcd call that failed, a low-cardinality label for logs and metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -25,7 +25,7 @@
 //! - **Lost connection, etcd down.** The session ends, the content and the last snapshot are
 //!   kept (an outage never publishes an empty snapshot), the status turns *stale* with the time
 //!   it happened and the error, and the source reconnects after a jittered exponential backoff
-//!   ([`probe::verdict::ExponentialBackoff`]). A new connection always starts with a full read:
+//!   ([`probe::health::ExponentialBackoff`]). A new connection always starts with a full read:
 //!   whatever happened meanwhile (even a restore from backup, with older revisions) is picked
 //!   up. A dead peer that sends nothing is noticed by HTTP/2 pings.
 //! - **Every wait is bounded and cancellable.** Each call has a timeout and every wait selects

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use probe::verdict::{FlapPolicy, Schedule};
+use probe::health::{FlapPolicy, Schedule};
 
 /// Independent probe failures at rate `loss` against targets with this schedule and these
 /// thresholds.
@@ -135,7 +135,7 @@ pub fn poisson_upper(lambda: f64, alpha: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use probe::verdict::ScheduleSettings;
+    use probe::health::ScheduleSettings;
 
     fn model(loss: f64) -> LossModel {
         LossModel {

@@ -11,12 +11,11 @@
 //! - [`outcome`]: one probe result and the closed set of failure reasons;
 //! - [`tier`]: the [`Probe`] trait and the tiers that implement it ([`tier::tcp`],
 //!   [`tier::http`], [`tier::grpc`], [`tier::tls`], [`tier::dns`], [`tier::icmp`],
-//!   [`tier::udp`]), the [`ProbeSpec`] that chooses one, and every address of a name probed
-//!   ([`tier::addresses`]);
-//! - [`verdict`]: the per-target state machine (UP, DEGRADED, PROBING, MAINTENANCE, DOWN), its
+//!   [`tier::udp`]), the [`ProbeSpec`] that chooses one, every address of a name probed
+//!   ([`tier::addresses`]), and the engine's one DNS resolver ([`tier::resolve`]: last good
+//!   answers on resolver trouble, resolver outages taken as the engine's own fault);
+//! - [`health`]: the per-target state machine (UP, DEGRADED, PROBING, MAINTENANCE, DOWN), its
 //!   schedule and thresholds, backoff, maintenance windows and the engine's self-health;
-//! - [`resolve`]: the engine's one DNS resolver, shared by every probe: last good answers on
-//!   resolver trouble (`dns_stale_for`), and resolver outages taken as the engine's own fault;
 //! - [`scheduler`]: the bounded, elastic worker pool that runs due probes;
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`passive`]: what real traffic says: calls, circuit breakers, outlier ejection, recovery,
@@ -24,10 +23,11 @@
 //! - [`engine`]: targets, scheduler, graph and pools together, with the snapshots servers read;
 //! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
-//! - `grpc` (feature `grpc`): `grpc.health.v1` (`Check`, `Watch`) served from the engine and
-//!   the gate, for Kubernetes `grpc:` probes;
-//! - `balance` (feature `tower`): a client-side balancer layer over a pool: weighted picks,
-//!   fail-fast on open circuits, outcomes reported, budgeted retries on another member.
+//! - `serve` (features `grpc` and `tower`): the engine in front of a service's own traffic:
+//!   `serve::grpc`, `grpc.health.v1` (`Check`, `Watch`) from the engine and the gate, for
+//!   Kubernetes `grpc:` probes; `serve::balance`, a client-side balancer layer over a pool
+//!   (weighted picks, fail-fast on open circuits, outcomes reported, budgeted retries on another
+//!   member).
 //!
 //! ```no_run
 //! use probe::{Engine, EngineConfig, ProbeSpec, TargetId, TargetSpec, TcpSpec};
@@ -49,27 +49,25 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
-#[cfg(feature = "tower")]
-pub mod balance;
 pub mod cluster;
 pub mod discovery;
 pub mod engine;
 pub mod gate;
 pub mod graph;
-#[cfg(feature = "grpc")]
-pub mod grpc;
+pub mod health;
 pub mod outcome;
 pub mod passive;
-pub mod resolve;
 pub mod scheduler;
+#[cfg(any(feature = "grpc", feature = "tower"))]
+pub mod serve;
 pub mod target;
 pub mod tier;
-pub mod verdict;
 
 pub use engine::{
     Diff, Engine, EngineConfig, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness,
     TargetSpec, TargetStatus, Topology, TopologyError, describe_metrics,
 };
+pub use health::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 pub use outcome::{CheckResult, Failure, FailureReason, Outcome, Verdict};
 pub use passive::{Call, CallOutcome, PoolPolicy};
 pub use target::{Address, Addresses, TargetId};
@@ -81,7 +79,6 @@ pub use tier::tcp::TcpSpec;
 pub use tier::tls::TlsSpec;
 pub use tier::udp::UdpSpec;
 pub use tier::{CustomProbe, Probe, ProbeSpec};
-pub use verdict::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 
 /// The Rust examples of the README and of every page of `docs/`, compiled and run as this
 /// crate's doctests, so the documentation cannot drift from the API. The daemon's docs test

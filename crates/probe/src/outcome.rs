@@ -442,7 +442,7 @@ pub struct Remarks {
     /// The resolver failed with trouble (a timeout, SERVFAIL, no server reachable) rather than
     /// an answer. When the check went on with the name's last good answer, the verdict is about
     /// the target; when there was none young enough, the check failed as `dns`, and the engine
-    /// defers that failure while the resolver itself is out (see [`crate::resolve`]).
+    /// defers that failure while the resolver itself is out (see [`crate::tier::resolve`]).
     pub dns_trouble: Option<DnsTrouble>,
 }
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use probe::cluster::MemberId;
 use probe::engine::{EngineConfig, Replication, Role};
+use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
 use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, TargetSpec};
 use switch::Switch;
 use tokio_util::sync::CancellationToken;

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use dns::DnsServer;
 use probe::engine::{TargetSpec, TargetStatus};
+use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::FailureReason;
-use probe::resolve::{LookupError, Resolver};
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
+use probe::tier::resolve::{LookupError, Resolver};
 use probe::tier::tcp::TcpSpec;
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::{Engine, EngineConfig};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -340,7 +340,7 @@ async fn reconfigure_points_the_resolver_at_other_servers() {
         &[IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))]
     );
     // A configuration that cannot work leaves the running one alone.
-    let empty = probe::resolve::ResolverConfig {
+    let empty = probe::tier::resolve::ResolverConfig {
         servers: Some(Vec::new()),
         ..other.config()
     };

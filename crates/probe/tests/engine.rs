@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use probe::engine::{Engine, EngineConfig, Record, TargetSpec, Topology, TopologyError};
 use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
+use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -448,7 +448,7 @@ async fn maintenance_holds_the_state_keeps_probing_and_expires() {
         .map(|e| (e.from, e.to, e.cause))
         .collect();
     use HealthState::*;
-    use probe::verdict::Cause;
+    use probe::health::Cause;
     assert_eq!(
         seen,
         [
@@ -496,7 +496,7 @@ async fn ending_maintenance_early_and_errors() {
 
 #[tokio::test(start_paused = true)]
 async fn declared_windows_put_targets_in_maintenance() {
-    use probe::verdict::{MaintenanceWindow, WindowStart};
+    use probe::health::{MaintenanceWindow, WindowStart};
     let (engine, cancel) = start(8);
     let (probe, mut starts) = Scripted::new(&[], Duration::from_millis(1));
     let mut spec = target("db", probe, Duration::from_secs(1), 0.0, 1, 1);
@@ -531,7 +531,7 @@ async fn declared_windows_put_targets_in_maintenance() {
 
 #[tokio::test(start_paused = true)]
 async fn a_flapping_target_is_held_in_probing_until_stable() {
-    use probe::verdict::FlapPolicy;
+    use probe::health::FlapPolicy;
     let (engine, cancel) = start(8);
     // Alternating results flip a rise 1 / fall 1 target on every run; then it stays up.
     let script: Vec<bool> = (0..20).map(|i| i % 2 == 0).collect();
@@ -557,7 +557,7 @@ async fn a_flapping_target_is_held_in_probing_until_stable() {
     // verdict the results point to.
     let released = loop {
         let e = events.recv().await.unwrap();
-        if e.cause == probe::verdict::Cause::Settled {
+        if e.cause == probe::health::Cause::Settled {
             break e;
         }
     };

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use probe::outcome::{CheckResult, FailureReason, Verdict};
-use probe::resolve::Names;
 use probe::tier::Probe;
 use probe::tier::http::{HeaderPattern, HttpProbe, HttpSpec, header::HeaderName};
+use probe::tier::resolve::Names;
 use probe::tier::tcp::{Step, TcpProbe, TcpSpec};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;

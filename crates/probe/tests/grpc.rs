@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use pki::Ca;
 use probe::outcome::{CheckResult, FailureReason, Verdict};
-use probe::resolve::Names;
 use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};
 use probe::tier::http::RequestHeaders;
+use probe::tier::resolve::Names;
 use probe::tier::tls::{CaBundle, TlsTrust};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

@@ -1,4 +1,4 @@
-//! `probe::grpc::HealthService` on a real tonic server on 127.0.0.1, asked by tonic-health's own
+//! `probe::serve::grpc::HealthService` on a real tonic server on 127.0.0.1, asked by tonic-health's own
 //! client: `Check` and `Watch` of the instance, of targets and of a group, unknown names, the
 //! stop, and a `Watch` whose receiver lagged.
 
@@ -11,11 +11,11 @@ use std::time::Duration;
 use probe::engine::{Engine, EngineConfig, TargetSpec, Topology};
 use probe::gate::{Gate, GateConfig};
 use probe::graph::{Dependency, GraphConfig, NodeKind, NodeSpec};
-use probe::grpc::HealthService;
+use probe::health::{Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
+use probe::serve::grpc::HealthService;
 use probe::target::TargetId;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
-use probe::verdict::{Schedule, ScheduleSettings, Thresholds};
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 use tonic::transport::Channel;

@@ -16,6 +16,7 @@ use probe::engine::{
     CircuitCommand, Engine, EngineConfig, EngineError, Event, PickError, Topology, TopologyError,
 };
 use probe::graph::{Dependency, NodeKind, NodeSpec};
+use probe::health::{Cause, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::passive::breaker::{BreakerConfig, CircuitState, Window};
 use probe::passive::outlier::{OutlierConfig, OutlierSettings};
 use probe::passive::recovery::{RecoveryConfig, RecoveryPhase, RecoverySettings};
@@ -24,7 +25,6 @@ use probe::passive::{Call, CallOutcome, PoolPolicy};
 use probe::scheduler::SchedulerConfig;
 use probe::target::TargetId;
 use probe::tier::{CustomProbe, ProbeSpec};
-use probe::verdict::{Cause, HealthState, Schedule, ScheduleSettings, Thresholds};
 use switch::Switch;
 use tokio::sync::broadcast::Receiver;
 use tokio_util::sync::CancellationToken;

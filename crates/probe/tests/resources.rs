@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use probe::engine::{Engine, EngineConfig, TargetSpec};
+use probe::health::Thresholds;
 use probe::scheduler::SchedulerConfig;
 use probe::tier::tcp::TcpExpect;
-use probe::verdict::Thresholds;
 use probe::{Address, HealthState, ProbeSpec, Schedule, ScheduleSettings, TargetId, TcpSpec};
 use tokio_util::sync::CancellationToken;
 

@@ -12,14 +12,14 @@ use std::time::{Duration, SystemTime};
 
 use pki::{Ca, Leaf};
 use probe::engine::{Engine, EngineConfig, TargetSpec};
+use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, FailureReason, TlsFacts, Verdict};
-use probe::resolve::Names;
 use probe::scheduler::SchedulerConfig;
 use probe::target::{Address, TargetId};
 use probe::tier::http::{HttpProbe, HttpSpec};
+use probe::tier::resolve::Names;
 use probe::tier::tls::{CaBundle, StartTls, TlsProbe, TlsSpec, TlsTrust};
 use probe::tier::{Probe, ProbeSpec};
-use probe::verdict::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;

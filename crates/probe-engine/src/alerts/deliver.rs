@@ -5,8 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use probe::health::ExponentialBackoff;
 use probe::tier::tls::{TlsTrust, client_config};
-use probe::verdict::ExponentialBackoff;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 

@@ -22,8 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use probe::engine::{Role, TargetStatus};
 use probe::graph::{Causes, Export, NodeKind, NodeStatus};
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 
 use super::rules::Rules;
 use super::{Alert, Sender, Status, rfc3339};
@@ -588,8 +588,8 @@ mod tests {
 
     use probe::engine::Placement;
     use probe::graph::Edge;
+    use probe::health::{Schedule, ScheduleSettings};
     use probe::outcome::{Failure, FailureReason, Outcome, Verdict};
-    use probe::verdict::{Schedule, ScheduleSettings};
     use tokio::sync::watch;
 
     use super::*;

@@ -14,7 +14,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use probe::graph::NodeKind;
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 use serde::Deserialize;
 
 use super::auth::Readable;

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use probe::graph::{Export, NodeKind, NodeStatus};
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 
 /// Colours dark enough for white text (WCAG AA at 11 px).
 pub(super) const GREEN: &str = "#2e7d32";

@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use probe::graph::NodeStatus;
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 use serde::Serialize;
 use serde_json::json;
 

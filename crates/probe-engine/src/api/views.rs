@@ -14,12 +14,12 @@ use parking_lot::Mutex;
 
 use probe::engine::{MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
+use probe::health::{HealthState, Pending};
 use probe::outcome::{Outcome, Signal, TlsFacts};
 use probe::passive::breaker::CircuitSnapshot;
 use probe::passive::outlier::MemberStatus;
 use probe::passive::recovery::RecoveryPhase;
 use probe::target::TargetId;
-use probe::verdict::{HealthState, Pending};
 use serde::Serialize;
 use tokio::time::Instant;
 

@@ -34,10 +34,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use probe::health::HealthState;
 use probe::tier::http::expand_env;
 use probe::tier::http::{HttpUrl, RequestHeaders};
 use probe::tier::tls::TlsTrust;
-use probe::verdict::HealthState;
 use serde::Deserialize;
 
 use super::diagnostics::quote;

@@ -31,8 +31,8 @@ use probe::graph::{
     Dependency, Graph, GraphConfig, GraphConfigError, GraphError, GroupRule, GroupRuleError,
     NodeKind, NodeSpec, ReadinessPolicy, ReadinessPolicyError,
 };
+use probe::health::{FlapPolicy, Thresholds};
 use probe::target::TargetId;
-use probe::verdict::{FlapPolicy, Thresholds};
 use serde::Deserialize;
 
 use super::diagnostics::{did_you_mean, quote};

@@ -42,7 +42,7 @@ pub struct Config {
     pub etcd: Option<probe_etcd::SourceConfig>,
     /// The engine's resolver, as the `resolver` section says (the host's configuration
     /// without one).
-    pub resolver: probe::resolve::ResolverConfig,
+    pub resolver: probe::tier::resolve::ResolverConfig,
     /// What `/metrics` keeps per target, as the `metrics` section says.
     pub metrics: MetricsConfig,
     /// The cluster this daemon is a member of, as the `cluster` section says.
@@ -73,7 +73,7 @@ pub(super) struct FileOutcome {
     readiness: Option<Section<graph::ParsedReadiness>>,
     /// The `topology` section: `Some(None)` when it has no source.
     topology: Option<Section<Option<probe_etcd::SourceConfig>>>,
-    resolver: Option<Section<probe::resolve::ResolverConfig>>,
+    resolver: Option<Section<probe::tier::resolve::ResolverConfig>>,
     metrics: Option<Section<MetricsConfig>>,
     cluster: Option<Section<ParsedCluster>>,
     alerts: Option<Section<AlertsConfig>>,

@@ -11,8 +11,8 @@
 //! and the values are never shown in errors, logs or `Debug` output.
 //!
 //! A key set on a target wins over the same key in `defaults`, which wins over the built-in
-//! default (the constants on [`Schedule`](probe::verdict::Schedule) and
-//! [`Thresholds::default`](probe::verdict::Thresholds::default)). `backoff.max` and
+//! default (the constants on [`Schedule`](probe::health::Schedule) and
+//! [`Thresholds::default`](probe::health::Thresholds::default)). `backoff.max` and
 //! `backoff.jitter` are merged separately; `flap` is taken whole (a target's `flap: {window: 1m}`
 //! replaces the defaults' `flap` entirely, with the built-in values for the fields it leaves out).
 //! The passive-health blocks merge key by key too, each block with the defaults' block of the same

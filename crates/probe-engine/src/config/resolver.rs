@@ -1,5 +1,5 @@
 //! The top-level `resolver` section: which DNS servers the engine's one resolver asks (see
-//! [`probe::resolve`]).
+//! [`probe::tier::resolve`]).
 //!
 //! ```yaml
 //! resolver:                                  # optional, in one file at most
@@ -19,7 +19,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use probe::resolve::ResolverConfig;
+use probe::tier::resolve::ResolverConfig;
 use serde::Deserialize;
 
 use super::diagnostics::quote;

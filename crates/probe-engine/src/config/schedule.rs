@@ -12,7 +12,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use probe::engine::TargetSpec;
-use probe::verdict::{
+use probe::health::{
     BackoffError, FlapPolicy, Schedule, ScheduleError, ScheduleSettings, Thresholds,
 };
 use serde::Deserialize;

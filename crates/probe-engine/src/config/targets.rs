@@ -13,11 +13,11 @@ use std::time::Duration;
 use probe::discovery::Declaration;
 use probe::engine::TargetSpec;
 use probe::graph::{GroupRule, NodeKind};
+use probe::health::{MaintenanceWindow, WindowError, WindowStart};
 use probe::passive::PoolPolicy;
 use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpSpec};
-use probe::verdict::{MaintenanceWindow, WindowError, WindowStart};
 
 use super::alerts::{TargetAlert, target_alert};
 use super::cluster::Votes;

@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 
 /// The states time is counted in, in the order of the state mask's bits.
 pub const STATES: [HealthState; 5] = [

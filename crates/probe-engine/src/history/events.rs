@@ -18,7 +18,7 @@
 //! the row inside the database without reading it, and two members writing one target's day
 //! (a takeover) both keep theirs. Reading sorts them by time.
 
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 
 use super::codec::{ByteReader, CodecError, STATES, put_varint, state_index};
 

@@ -18,7 +18,7 @@ use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
 use super::rollup::{DAY_MS, DayRow};
 use super::uptime::Change;
 use super::{codec, events};
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 
 static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");

@@ -12,7 +12,7 @@
 //! target nothing and a week the daemon was off says nothing about it. `None` when there was
 //! no verdict at all in the window.
 
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 use serde::Serialize;
 
 /// One recorded change, as the computation needs it: when, to what, and whether it was a hold

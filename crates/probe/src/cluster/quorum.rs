@@ -1,6 +1,6 @@
 //! Quorum across vantage points: the verdict of a target that several members probe.
 
-use crate::verdict::state::HealthState;
+use crate::health::state::HealthState;
 
 /// The verdict of `votes` (one per member probing the target, its own state machine's state)
 /// when `quorum` of them must agree: DOWN when at least `quorum` say DOWN, UP when at least

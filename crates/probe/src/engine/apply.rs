@@ -33,7 +33,7 @@ pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyE
     let ids: Vec<&TargetId> = desired.iter().map(|s| &s.id).collect();
     let nodes = graph_nodes(&ids, nodes, &pools, &groups)?;
     let is_desired = |id: &TargetId| ids.binary_search(&id).is_ok();
-    let mut membership = inner.applying.lock();
+    let mut membership = inner.membership.lock();
     inner
         .hub()
         .apply_graph(&nodes, scoring, groups, readiness)?;

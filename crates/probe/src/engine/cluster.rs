@@ -13,8 +13,8 @@ use std::num::NonZeroU8;
 use std::time::SystemTime;
 
 use crate::cluster::{MemberId, Ownership, decide};
+use crate::health::state::{HealthState, Quality, StateMachine, Transition};
 use crate::target::TargetId;
-use crate::verdict::state::{HealthState, Quality, StateMachine, Transition};
 use tokio::time::Instant;
 
 /// What this engine does with a target.
@@ -293,7 +293,7 @@ impl Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::policy::Thresholds;
+    use crate::health::policy::Thresholds;
 
     fn nz(n: u8) -> NonZeroU8 {
         NonZeroU8::new(n).unwrap()

@@ -36,6 +36,7 @@ use super::view::{Event, HeldRuns, Readiness, Record, Runs, Vote};
 use crate::graph::{
     GraphConfig, GraphView, GroupRule, GroupTransition, NodeKind, NodeSpec, ReadinessPolicy,
 };
+use crate::health::state::{HealthState, Quality, Transition};
 use crate::passive::PoolPolicy;
 use crate::passive::breaker::{CircuitBreaker, CircuitTransition, Permit, Rejected};
 use crate::passive::call::Call;
@@ -44,7 +45,6 @@ use crate::passive::pools::{PoolEvent, Pools};
 use crate::passive::recovery::RecoveryEvent;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
-use crate::verdict::state::{HealthState, Quality, Transition};
 
 /// How many state changes a slow subscriber may fall behind before it misses some.
 const EVENT_BACKLOG: usize = 1024;
@@ -871,10 +871,10 @@ mod tests {
 
     use crate::engine::{Engine, EngineConfig, TargetSpec, Topology};
     use crate::graph::{Dependency, Graph, NodeKind};
+    use crate::health::policy::{Schedule, ScheduleSettings, Thresholds};
+    use crate::health::state::StateMachine;
     use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
-    use crate::verdict::policy::{Schedule, ScheduleSettings, Thresholds};
-    use crate::verdict::state::StateMachine;
 
     /// A probe that answers a script, says when it is through it, then repeats its last answer.
     /// It logs every answer it gives: the engine has recorded each by the time the test task

@@ -12,8 +12,8 @@ use super::cluster::{Membership, Published, Replication};
 use super::shared::Inner;
 use super::view::Vote;
 use crate::cluster::{MemberId, Ownership};
+use crate::health::state::HealthState;
 use crate::target::TargetId;
-use crate::verdict::state::HealthState;
 
 /// An engine's side of a cluster ([`Engine::cluster`](super::Engine::cluster)): the protocol a
 /// front end (the etcd source) speaks for it, apart from what an embedder calls.
@@ -154,7 +154,7 @@ pub struct Reassigned {
 /// Makes `members` the member set of `inner`'s cluster (see
 /// [`Cluster::set_members`](super::Cluster::set_members)).
 pub(super) fn set_members(inner: &Inner, members: Vec<MemberId>) -> Reassigned {
-    let mut membership = inner.applying.lock();
+    let mut membership = inner.membership.lock();
     let Some(membership) = membership.as_mut() else {
         return Reassigned::default();
     };
@@ -192,7 +192,7 @@ pub(super) fn set_members(inner: &Inner, members: Vec<MemberId>) -> Reassigned {
 
 /// Joins `inner` to a cluster as `me` (see [`Cluster::join`](super::Cluster::join)).
 pub(super) fn join(inner: &Inner, me: MemberId, default: Replication) -> bool {
-    let mut membership = inner.applying.lock();
+    let mut membership = inner.membership.lock();
     if membership.is_some() || inner.ctx.member.set(me.clone()).is_err() {
         return false;
     }
@@ -226,7 +226,7 @@ pub struct Loads {
 
 /// [`Loads`]; `None` outside a cluster.
 pub(super) fn loads(inner: &Inner) -> Option<Loads> {
-    let membership = inner.applying.lock();
+    let membership = inner.membership.lock();
     let membership = membership.as_ref()?;
     Some(Loads {
         me: membership.me.clone(),

@@ -28,8 +28,8 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
+use crate::health::state::HealthState;
 use crate::outcome::{FailureReason, TlsFacts};
-use crate::verdict::state::HealthState;
 
 /// Registers descriptions and units of the process-wide metrics the library emits through the
 /// `metrics` facade.

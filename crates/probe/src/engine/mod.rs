@@ -61,12 +61,12 @@ pub use view::{
 };
 
 use crate::graph::GraphView;
+use crate::health::self_health::{SelfHealth, SelfHealthConfig};
 use crate::passive::outlier::MemberStatus;
-use crate::resolve::Resolver;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::target::TargetId;
+use crate::tier::resolve::Resolver;
 use crate::tier::spec::ProbeSpec;
-use crate::verdict::self_health::{SelfHealth, SelfHealthConfig};
 use effects::{Hub, Seated};
 use runtime::{ActiveMaintenance, Context};
 use shared::Inner;
@@ -78,7 +78,7 @@ pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     /// How many recent results each target keeps for the API.
     pub history: usize,
-    /// How the engine notices its own slowness ([`crate::verdict`]); `None` trusts every
+    /// How the engine notices its own slowness ([`crate::health`]); `None` trusts every
     /// timeout.
     pub self_health: Option<SelfHealthConfig>,
 }
@@ -146,7 +146,7 @@ impl Engine {
                 member: std::sync::OnceLock::new(),
             }),
             listing: Mutex::default(),
-            applying: Mutex::new(None),
+            membership: Mutex::new(None),
             published: Mutex::default(),
         });
         if let Some(health) = self_health {
@@ -483,9 +483,9 @@ async fn judge_groups(inner: Arc<Inner>, cancel: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::{Schedule, ScheduleSettings};
     use crate::outcome::CheckResult;
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
-    use crate::verdict::{Schedule, ScheduleSettings};
 
     struct Pass;
 

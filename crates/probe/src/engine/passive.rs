@@ -27,13 +27,13 @@ use tokio_util::sync::CancellationToken;
 use super::effects::{Route, Seat, Seated, announce_circuit};
 use super::shared::Inner;
 use super::view::EngineError;
+use crate::health::state::HealthState;
 use crate::passive::breaker::{CircuitState, Permit};
 use crate::passive::call::Call;
 use crate::passive::outlier::Share;
 use crate::passive::select::pick_index;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
-use crate::verdict::state::HealthState;
 
 /// How often pools make their time-driven changes (ends of ejections and cool-downs, success
 /// rates, ramps): the detector's recommended period.

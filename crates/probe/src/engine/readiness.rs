@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::graph::GraphReadiness;
+use crate::health::state::HealthState;
 use crate::target::TargetId;
-use crate::verdict::state::HealthState;
 
 use super::view::Readiness;
 

@@ -19,9 +19,9 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::self_health::SelfHealth;
 use crate::outcome::Exhausted;
 use crate::scheduler::Scheduler;
-use crate::verdict::self_health::SelfHealth;
 
 /// A burst is over after this long without a fault.
 pub(crate) const QUIET: Duration = Duration::from_secs(5);

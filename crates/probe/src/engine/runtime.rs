@@ -22,23 +22,23 @@ use super::view::{
     HeldRuns, MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH, Run, TargetStatus,
 };
 use crate::cluster::MemberId;
+use crate::health::backoff::SuccessWindow;
+use crate::health::maintenance::MaintenanceWindow;
+use crate::health::policy::{FlapPolicy, Schedule, Thresholds};
+use crate::health::self_health::SelfHealth;
+use crate::health::state::{HealthState, Quality, StateMachine, Transition};
 use crate::outcome::{
     CheckResult, DnsTrouble, Failure, FailureReason, Outcome, Signal, TlsFacts, Verdict,
     from_unix_ms, unix_ms,
 };
 use crate::passive::breaker::{BreakerConfig, CircuitBreaker, CircuitSnapshot};
 use crate::passive::outlier::MemberStatus;
-use crate::resolve::{Names, Resolver};
 use crate::scheduler::Job;
 use crate::target::TargetId;
 use crate::tier::build::build;
 use crate::tier::probe::Probe;
+use crate::tier::resolve::{Names, Resolver};
 use crate::tier::spec::ProbeSpec;
-use crate::verdict::backoff::SuccessWindow;
-use crate::verdict::maintenance::MaintenanceWindow;
-use crate::verdict::policy::{FlapPolicy, Schedule, Thresholds};
-use crate::verdict::self_health::SelfHealth;
-use crate::verdict::state::{HealthState, Quality, StateMachine, Transition};
 
 /// What every target shares: one pointer in each rather than four.
 pub(crate) struct Context {
@@ -960,7 +960,7 @@ impl Job for Target {
                 .failure()
                 .is_some_and(|f| f.reason == FailureReason::Timeout);
         // Resolver trouble while the resolver is out (or may be) is the engine's fault too (see
-        // `crate::resolve`): a name it could not answer says nothing about the target.
+        // `crate::tier::resolve`): a name it could not answer says nothing about the target.
         let deferred =
             deferred || (dns_trouble_failure(&result) && self.ctx.resolver.outage_possible());
         self.record(result, took, deferred)

@@ -25,10 +25,11 @@ pub(super) struct Inner {
     /// ([`Engine::listing`](super::Engine::listing)); empty until someone lists. Held by a
     /// listing while it takes each target's lock in turn, and taken nowhere else.
     pub listing: Mutex<HashMap<TargetId, (u32, Arc<TargetStatus>)>>,
-    /// Held by an apply, and by a change of the cluster's member set, throughout, so that they do
-    /// not interleave; it keeps this engine's place in a cluster, once it joined one. It is the
-    /// one lock under which others are taken (a target's, then the hub's), and only there.
-    pub applying: Mutex<Option<Membership>>,
+    /// This engine's place in a cluster, once it joined one. Its lock is also the apply lock:
+    /// held by an apply, and by a change of the member set, throughout, so that the two never
+    /// interleave. It is the one lock under which others are taken (a target's, then the
+    /// hub's), and only there.
+    pub membership: Mutex<Option<Membership>>,
     /// Verdicts published in the cluster for targets this engine does not have yet (a source
     /// that declares them may reach the members at different times): a target resumes from
     /// its own when it arrives. Taken alone, never with another lock.

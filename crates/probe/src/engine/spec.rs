@@ -11,11 +11,11 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::cluster::Replication;
+use crate::health::maintenance::MaintenanceWindow;
+use crate::health::policy::{FlapPolicy, Schedule, Thresholds};
 use crate::passive::breaker::BreakerConfig;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
-use crate::verdict::maintenance::MaintenanceWindow;
-use crate::verdict::policy::{FlapPolicy, Schedule, Thresholds};
 
 /// Everything needed to run one target.
 ///
@@ -59,8 +59,8 @@ pub struct TargetSpec {
 }
 
 impl TargetSpec {
-    /// The default `dns_stale_for` ([`crate::resolve::DEFAULT_STALE_FOR`]).
-    pub const DEFAULT_DNS_STALE_FOR: Duration = crate::resolve::DEFAULT_STALE_FOR;
+    /// The default `dns_stale_for` ([`crate::tier::resolve::DEFAULT_STALE_FOR`]).
+    pub const DEFAULT_DNS_STALE_FOR: Duration = crate::tier::resolve::DEFAULT_STALE_FOR;
 
     /// A target with the default schedule, thresholds and flap policy and no maintenance
     /// windows; set the public fields to change them.

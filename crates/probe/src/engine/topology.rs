@@ -11,9 +11,9 @@ use crate::graph::{
     Graph, GraphConfig, GraphError, GraphReadiness, GroupRule, GroupTransition, NodeError,
     NodeKind, NodeSpec, ReadinessLatch, ReadinessPolicy,
 };
+use crate::health::state::{HealthState, Quality};
 use crate::passive::PoolPolicy;
 use crate::target::TargetId;
-use crate::verdict::state::{HealthState, Quality};
 
 /// Everything the engine runs.
 ///

@@ -7,12 +7,12 @@ use std::time::{Duration, SystemTime};
 
 use super::cluster::Placement;
 use crate::graph::NodeKind;
+use crate::health::policy::Schedule;
+use crate::health::state::{Cause, HealthState, Pending, Quality};
 use crate::outcome::{Failure, Outcome, Signal, TlsFacts};
 use crate::passive::breaker::CircuitSnapshot;
 use crate::passive::outlier::MemberStatus;
 use crate::target::TargetId;
-use crate::verdict::policy::Schedule;
-use crate::verdict::state::{Cause, HealthState, Pending, Quality};
 
 /// What [`Engine::apply`](super::Engine::apply) changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

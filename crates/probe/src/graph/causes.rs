@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::NodeKind;
 use super::explain::Export;
+use crate::health::state::HealthState;
 use crate::target::TargetId;
-use crate::verdict::state::HealthState;
 
 /// The roots of the graph's failures, as of one export.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -111,7 +111,7 @@ fn roots_of(
 mod tests {
     use super::*;
     use crate::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
-    use crate::verdict::state::Quality;
+    use crate::health::state::Quality;
 
     fn id(s: &str) -> TargetId {
         TargetId::new(s).unwrap()

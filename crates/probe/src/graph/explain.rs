@@ -7,8 +7,8 @@
 use std::fmt::{self, Write as _};
 
 use super::{GraphView, NodeKind};
+use crate::health::state::HealthState;
 use crate::target::TargetId;
-use crate::verdict::state::HealthState;
 
 /// One node's score and state.
 #[derive(Clone, Debug, PartialEq)]

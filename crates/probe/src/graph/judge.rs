@@ -22,9 +22,9 @@ use tokio::time::Instant;
 
 use super::compiled::Compiled;
 use super::{Graph, NodeKind};
+use crate::health::policy::{FlapPolicy, Thresholds};
+use crate::health::state::{HealthState, Quality, StateMachine, Transition};
 use crate::target::TargetId;
-use crate::verdict::policy::{FlapPolicy, Thresholds};
-use crate::verdict::state::{HealthState, Quality, StateMachine, Transition};
 
 /// How often the engine judges every group.
 pub const JUDGE_EVERY: Duration = Duration::from_secs(1);
@@ -328,7 +328,7 @@ mod tests {
 
     use super::*;
     use crate::graph::{Dependency, GraphConfig, NodeSpec};
-    use crate::verdict::state::Cause;
+    use crate::health::state::Cause;
 
     fn id(s: &str) -> TargetId {
         TargetId::new(s).unwrap()

@@ -39,7 +39,7 @@
 //!
 //! ```
 //! use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
-//! use probe::verdict::{HealthState, Quality};
+//! use probe::health::{HealthState, Quality};
 //! use probe::target::TargetId;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -83,8 +83,8 @@ pub use view::GraphView;
 
 use std::sync::Arc;
 
+use crate::health::state::{HealthState, Quality};
 use crate::target::TargetId;
-use crate::verdict::state::{HealthState, Quality};
 
 /// What a node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -16,8 +16,8 @@
 //! serving before its required nodes have results.
 
 use super::{Graph, NodeKind};
+use crate::health::state::HealthState;
 use crate::target::TargetId;
-use crate::verdict::state::HealthState;
 
 /// Scores this close under a threshold meet it: `0.8 - 0.1` is `0.7000000000000001` in `f64`,
 /// and 14 good results out of 20 must meet a 0.7 threshold.

@@ -11,7 +11,7 @@
 
 use super::NodeKind;
 use super::compiled::Compiled;
-use crate::verdict::state::{HealthState, Quality};
+use crate::health::state::{HealthState, Quality};
 
 /// Where one node's window is and what it holds.
 #[derive(Clone, Copy, Debug, Default)]

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::Graph;
 use super::compiled::Compiled;
-use crate::verdict::state::HealthState;
+use crate::health::state::HealthState;
 
 /// The dependency graph as published for readers (see the module doc): what the API, the page
 /// and readiness read. [`Graph::view`] gives it; an engine's is

@@ -43,7 +43,7 @@
 //! once there is room.
 //!
 //! # Events, not side effects
-//! Like [`state`](crate::verdict), the detector only decides: every method that can change something
+//! Like [`state`](crate::health), the detector only decides: every method that can change something
 //! returns the [`OutlierEvent`]s it caused, once, and the caller logs and counts them
 //! (`probe_ejections_total{reason}` from [`OutlierEvent::Ejected`] with
 //! [`EjectionReason::as_str`]). It reads no clock and spawns nothing: `now` is an argument, and

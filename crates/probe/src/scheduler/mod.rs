@@ -466,7 +466,7 @@ impl Dispatcher {
         let now = Instant::now();
         let anchor = first_anchor(self.epoch, now, job.interval(), &id);
         let mut fire =
-            anchor + crate::verdict::state::jitter(job.interval(), job.jitter(), &mut self.rng);
+            anchor + crate::health::state::jitter(job.interval(), job.jitter(), &mut self.rng);
         if let Some(within) = within {
             // Before its grid point, so the next run (planned from the anchor) is on the grid.
             let offset = fnv1a(id.as_str().as_bytes())
@@ -506,7 +506,7 @@ impl Dispatcher {
             now
         } else {
             entry.anchor
-                + crate::verdict::state::jitter(done.step, entry.job.jitter(), &mut self.rng)
+                + crate::health::state::jitter(done.step, entry.job.jitter(), &mut self.rng)
         };
         entry.queued = Some(fire);
         self.heap.push(Reverse((fire, done.key)));

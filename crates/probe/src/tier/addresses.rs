@@ -19,10 +19,10 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, Verdict};
-use crate::resolve::Names;
 use crate::target::Addresses;
 use crate::tier::lookup;
 use crate::tier::probe::Probe;
+use crate::tier::resolve::Names;
 
 /// Builds the probe of one address, given a resolver pinned to it.
 pub(crate) type PerAddress = Box<dyn Fn(&Names) -> Arc<dyn Probe> + Send + Sync>;

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::resolve::Names;
 use crate::target::Addresses;
 use crate::tier::addresses::EachAddress;
 use crate::tier::http::HttpSpec;
 use crate::tier::probe::Probe;
+use crate::tier::resolve::Names;
 use crate::tier::spec::ProbeSpec;
 use crate::tier::tls::TlsSpec;
 

@@ -1,5 +1,5 @@
 //! A target's host name looked up for one run, the same way by every tier: through the engine's
-//! resolver ([`crate::resolve`]), with resolver trouble kept in the run's remarks (the engine
+//! resolver ([`crate::tier::resolve`]), with resolver trouble kept in the run's remarks (the engine
 //! defers such failures while the resolver itself is out) and a name that does not resolve
 //! failing as `dns`.
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::outcome::{Failure, FailureReason, Remarks};
-use crate::resolve::{LookupError, Names};
+use crate::tier::resolve::{LookupError, Names};
 
 /// The addresses of `host`, in the resolver's order (never empty), looked up by `deadline`.
 pub(crate) async fn addresses(

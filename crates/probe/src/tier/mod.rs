@@ -12,7 +12,8 @@
 //! - [`dns`]: the DNS tier, one question to one server.
 //! - [`icmp`]: the ICMP echo (ping) tier;
 //! - [`udp`]: the UDP tier: a datagram out, a reply back;
-//! - [`reply`]: what a reply must hold, shared by the TCP and UDP tiers.
+//! - [`reply`]: what a reply must hold, shared by the TCP and UDP tiers;
+//! - [`resolve`]: the engine's one DNS resolver, which every tier that looks a name up shares.
 //!
 //! A new probe kind is a folder here with its spec and its `Probe`, a `ProbeSpec` variant and an
 //! arm in `build`: the engine above knows only the trait.
@@ -26,6 +27,7 @@ pub mod icmp;
 pub(crate) mod lookup;
 pub(crate) mod probe;
 pub mod reply;
+pub mod resolve;
 pub(crate) mod spec;
 pub mod tcp;
 pub mod tls;

@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use probe::resolve::{Names, Resolver, ResolverConfig};
+use probe::tier::resolve::{Names, Resolver, ResolverConfig};
 
 /// A running dnsmasq; stopped when dropped.
 pub struct DnsServer {

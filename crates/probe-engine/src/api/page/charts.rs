@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use probe::verdict::HealthState;
+use probe::health::HealthState;
 
 use super::super::badges::uptime_look;
 use super::super::draw::escape;

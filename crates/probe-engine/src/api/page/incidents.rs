@@ -11,8 +11,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use probe::graph::Export;
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 
 use crate::history::TransitionRow;
 use crate::history::store::parse_state;

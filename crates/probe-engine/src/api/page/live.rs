@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use probe::engine::Engine;
 use probe::graph::NodeKind;
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 use serde_json::json;
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use probe::engine::{MaintenanceInfo, TargetStatus};
 use probe::graph::{Causes, Export, NodeKind, NodeStatus};
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 use serde::Deserialize;
 
 use super::super::draw;

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use probe::graph::{Causes, Explanation, Export};
+use probe::health::HealthState;
 use probe::target::TargetId;
-use probe::verdict::HealthState;
 
 use super::super::badges::uptime_look;
 use super::super::draw::escape;

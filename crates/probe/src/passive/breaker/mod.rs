@@ -26,7 +26,7 @@
 //!
 //! The breaker is a pure state machine: no I/O, no task, no clock. The caller passes `now`
 //! (a [`tokio::time::Instant`], so tests run on paused or explicit time) and keeps one breaker
-//! per target behind whatever lock it likes. Like the [verdict](crate::verdict) state machine, this one only decides and
+//! per target behind whatever lock it likes. Like the [verdict](crate::health) state machine, this one only decides and
 //! reports each [`CircuitTransition`] once; the caller logs and counts it.
 //!
 //! Both windows record in constant time and never allocate after construction:

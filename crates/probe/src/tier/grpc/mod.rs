@@ -44,8 +44,8 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::outcome::{
     CheckResult, Failure, FailureReason, GrpcObserved, Observed, Remarks, Verdict,
 };
-use crate::resolve::Names;
 use crate::tier::probe::Probe;
+use crate::tier::resolve::Names;
 use crate::tier::tcp::{CloseMode, connect_any, resolve};
 use crate::tier::tls::facts::Noting;
 use crate::tier::tls::{handshake_failure, trust};

@@ -79,7 +79,7 @@ pub struct HttpProbe {
 impl HttpProbe {
     /// A probe for `spec`, with its own client and connection pool (or, with
     /// `fresh_connection`, its own connection per check), resolving names through `names`.
-    pub fn new(spec: HttpSpec, names: crate::resolve::Names) -> Self {
+    pub fn new(spec: HttpSpec, names: crate::tier::resolve::Names) -> Self {
         let dns = dns::ProbeDns::new(names);
         let mut noting = None;
         let transport = client::spec_tls(&spec).and_then(|(tls, facts)| {

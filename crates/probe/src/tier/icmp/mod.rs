@@ -49,9 +49,9 @@ use tokio::time::{Instant, sleep_until};
 use crate::outcome::{
     CheckResult, Failure, FailureReason, IcmpObserved, Observed, Remarks, Verdict,
 };
-use crate::resolve::Names;
 use crate::tier::lookup;
 use crate::tier::probe::Probe;
+use crate::tier::resolve::Names;
 use crate::tier::udp::pending_error;
 pub use spec::{
     DEFAULT_SIZE, IcmpDegradedIf, IcmpHost, IcmpSpec, InvalidHost, InvalidIcmp, MAX_COUNT, MAX_SIZE,

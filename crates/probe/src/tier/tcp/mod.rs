@@ -11,7 +11,7 @@
 //!
 //! The whole check (resolve, connect, send, read) shares one deadline; each phase reports its own
 //! failure reason and detail when it is the one that runs out. Names go through the engine's
-//! resolver ([`crate::resolve`]), which may answer with a stale address on resolver trouble.
+//! resolver ([`crate::tier::resolve`]), which may answer with a stale address on resolver trouble.
 
 pub(crate) mod spec;
 
@@ -25,11 +25,11 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks};
-use crate::resolve::Names;
 use crate::target::Address;
 use crate::tier::lookup;
 use crate::tier::probe::Probe;
 use crate::tier::reply::mismatch;
+use crate::tier::resolve::Names;
 pub use spec::{CloseMode, Step, TcpExpect, TcpSpec};
 
 /// The most reply bytes read while looking for `expect`; a larger reply fails as `body`.

@@ -29,8 +29,8 @@ use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsConnector;
 
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks, TlsFacts, Verdict};
-use crate::resolve::Names;
 use crate::tier::probe::Probe;
+use crate::tier::resolve::Names;
 use crate::tier::tcp::{CloseMode, connect_any, conversation, resolve};
 use facts::Noting;
 pub use spec::{InvalidServerName, StartTls, TlsSpec};

@@ -23,11 +23,11 @@ use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout_at};
 
 use crate::outcome::{CheckResult, Failure, FailureReason, Remarks};
-use crate::resolve::Names;
 use crate::target::Address;
 use crate::tier::lookup;
 use crate::tier::probe::Probe;
 use crate::tier::reply::mismatch;
+use crate::tier::resolve::Names;
 pub use spec::{MAX_PAYLOAD, PayloadTooLarge, UdpSpec};
 
 /// The most reply bytes looked at: the largest datagram there is.

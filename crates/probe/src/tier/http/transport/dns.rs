@@ -1,4 +1,4 @@
-//! Name resolution for one HTTP probe, through the engine's resolver ([`crate::resolve`]), for
+//! Name resolution for one HTTP probe, through the engine's resolver ([`crate::tier::resolve`]), for
 //! both transports: reqwest calls it through its [`Resolve`] trait, `fresh` directly.
 //!
 //! reqwest's resolver hook knows nothing of the check that caused the lookup, so the check's
@@ -15,7 +15,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::time::Instant;
 
 use crate::outcome::DnsTrouble;
-use crate::resolve::{LookupError, Names};
+use crate::tier::resolve::{LookupError, Names};
 
 /// A name that did not resolve: the error the HTTP stack carries, recognised by
 /// `client::classify` as `dns`.

@@ -32,9 +32,9 @@ use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use tokio::time::Instant;
 
-use crate::balance::retry::{self, RetryBudget};
 use crate::engine::{Engine, Lease};
 use crate::passive::call::{Call, CallOutcome};
+use crate::serve::balance::retry::{self, RetryBudget};
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
 

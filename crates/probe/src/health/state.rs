@@ -35,9 +35,9 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio::time::Instant;
 
+use crate::health::backoff::SuccessWindow;
+use crate::health::policy::{FlapPolicy, Schedule, Thresholds};
 use crate::outcome::Verdict;
-use crate::verdict::backoff::SuccessWindow;
-use crate::verdict::policy::{FlapPolicy, Schedule, Thresholds};
 
 /// A target's health verdict. The names (`as_str`) are a public contract of the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -628,7 +628,7 @@ pub(crate) fn jitter(step: Duration, fraction: f64, rng: &mut impl rand::Rng) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::policy::ScheduleSettings;
+    use crate::health::policy::ScheduleSettings;
     use HealthState::*;
     use Quality::{Degraded as D, Failed as F, Good as G};
     use proptest::prelude::*;

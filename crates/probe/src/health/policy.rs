@@ -6,7 +6,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::verdict::backoff::ExponentialBackoff;
+use crate::health::backoff::ExponentialBackoff;
 
 /// Why a [`Schedule`] or [`Thresholds`] could not be built. Each variant names one field, so a
 /// front end can point at the right line.
@@ -47,7 +47,7 @@ pub enum ScheduleError {
     },
     /// The backoff's own validation failed.
     #[error(transparent)]
-    Backoff(#[from] crate::verdict::backoff::BackoffError),
+    Backoff(#[from] crate::health::backoff::BackoffError),
 }
 
 /// What a [`Schedule`] is built from. The defaults are the daemon's: a 5 s interval, a 1 s

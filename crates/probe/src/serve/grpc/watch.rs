@@ -28,7 +28,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 use super::{HealthService, Service, response};
 use crate::engine::Event;
-use crate::verdict::state::HealthState;
+use crate::health::state::HealthState;
 
 /// The stream a `Watch` call answers with.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;

@@ -20,7 +20,7 @@
 //!   recently ([`OutageRule`]): when, among the names whose latest lookup ended within the last
 //!   `window` (60 s), there are at least `min_names` (3) and **more than half** of them failed
 //!   with trouble, the resolver is *out*. That is the engine's own fault, treated the way
-//!   [self-health](crate::verdict) treats a starved engine: a check that failed as `dns`
+//!   [self-health](crate::health) treats a starved engine: a check that failed as `dns`
 //!   because of trouble is recorded and shown, but not counted toward DOWN. One broken zone
 //!   among healthy ones stays below the half, so its targets still fail; names answered from
 //!   `/etc/hosts` (and `localhost`) never reach a server and are left out of the count.
