@@ -494,20 +494,45 @@ async fn page_events(daemon: &Daemon) -> tokio::sync::mpsc::UnboundedReceiver<(S
     rx
 }
 
-/// The next event named `name` whose data satisfies `want`, within [`WAIT`].
-async fn next_event(
-    events: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
-    name: &str,
-    want: impl Fn(&str) -> bool,
-) -> String {
+/// The page's event stream as a test reads it. Events of other names that a look passed over
+/// are kept for a later look, since the stream's events of different names come in no fixed
+/// order with each other (a `nodes` event may follow the `incidents` event of the same fall, or
+/// precede it); events of the name looked for that did not satisfy it are dropped, so a look for
+/// a name never finds one older than the last it found.
+struct Events {
+    received: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    passed: Vec<(String, String)>,
+}
+
+/// The next event named `name` whose data satisfies `want`, within [`WAIT`]: first among those
+/// passed over before, then as they come.
+async fn next_event(events: &mut Events, name: &str, want: impl Fn(&str) -> bool) -> String {
+    let found = events
+        .passed
+        .iter()
+        .position(|(event, data)| event == name && want(data));
+    if let Some(i) = found {
+        let (_, data) = events.passed.remove(i);
+        // Those of the name that came before it are older than it.
+        let mut at = 0;
+        events.passed.retain(|(event, _)| {
+            at += 1;
+            event != name || at > i
+        });
+        return data;
+    }
+    events.passed.retain(|(event, _)| event != name);
     let deadline = Instant::now() + WAIT;
     loop {
-        let (event, data) = tokio::time::timeout_at(deadline, events.recv())
+        let (event, data) = tokio::time::timeout_at(deadline, events.received.recv())
             .await
             .unwrap_or_else(|_| panic!("no {name} event as wanted within {WAIT:?}"))
             .expect("the stream ended");
         if event == name && want(&data) {
             return data;
+        }
+        if event != name {
+            events.passed.push((event, data));
         }
     }
 }
@@ -522,7 +547,10 @@ async fn the_live_stream_carries_transitions_nodes_and_incidents() {
     let state = tempfile::tempdir().unwrap();
     let daemon = Daemon::start_with(dir.path(), &["--state-dir", state.path().to_str().unwrap()]);
     daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
-    let mut events = page_events(&daemon).await;
+    let mut events = Events {
+        received: page_events(&daemon).await,
+        passed: Vec::new(),
+    };
 
     // `up`, `web`'s critical dependency, goes DOWN.
     up_server.abort();
