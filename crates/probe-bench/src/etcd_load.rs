@@ -143,12 +143,15 @@ async fn measure(args: Args) -> anyhow::Result<()> {
     )?;
     let loaded = probe_engine::config::load(dir.path()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cancel = CancellationToken::new();
-    let engine = Engine::start(EngineConfig::default(), cancel.clone());
+    let resolver = std::sync::Arc::new(probe::tier::resolve::Resolver::system());
+    let engine =
+        Engine::start_with_resolver(EngineConfig::default(), resolver.clone(), cancel.clone());
     let rss_before = support::vm_rss()?;
     let started = Instant::now();
     let (rules, _) = probe_engine::alerts::rule_channel(&loaded);
     let (_topology, _) = probe_engine::topology::TopologyHandle::start(
         engine.clone(),
+        resolver,
         dir.path().to_path_buf(),
         loaded,
         None,

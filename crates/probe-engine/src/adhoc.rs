@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use parking_lot::Mutex;
 use probe::engine::Engine;
 use probe::outcome::{CheckResult, Observed};
-use probe::tier::resolve::Names;
+use probe::tier::resolve::{Names, Resolver};
 use probe::tier::{Probe, ProbeSpec};
 use tokio::sync::Semaphore;
 
@@ -127,7 +127,11 @@ impl AdHoc {
     /// # Errors
     /// Every error of the file, and every module we cannot run (each refused option, named and
     /// located), and every allow-list entry that is neither a CIDR nor a host glob.
-    pub fn start(options: &AdHocOptions, engine: Engine) -> Result<Self, ConfigErrors> {
+    pub fn start(
+        options: &AdHocOptions,
+        engine: Engine,
+        resolver: Arc<Resolver>,
+    ) -> Result<Self, ConfigErrors> {
         let modules = load(&options.config)?;
         let allow = AllowList::parse(&options.allow).map_err(|message| {
             ConfigErrors(vec![ConfigError {
@@ -137,7 +141,7 @@ impl AdHoc {
                 message,
             }])
         })?;
-        let names = Names::new(engine.resolver().clone(), Duration::ZERO);
+        let names = Names::new(resolver, Duration::ZERO);
         Ok(Self {
             path: options.config.clone(),
             modules: ArcSwap::from_pointee(Loaded::new(modules)),

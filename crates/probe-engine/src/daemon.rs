@@ -72,6 +72,9 @@ pub enum StartError {
 /// A running daemon: its engine, where its config comes from and where its state goes.
 pub struct Daemon {
     engine: Engine,
+    /// The engine's resolver, which the daemon made: its health is on `/health`, and a reload
+    /// reconfigures it.
+    resolver: Arc<Resolver>,
     topology: TopologyHandle,
     store: Option<StateStore>,
     tokens: Tokens,
@@ -139,17 +142,18 @@ impl Daemon {
             .transpose()?;
         // Without a `resolver` section, the system's, which falls back on the hosts file alone
         // when resolv.conf cannot be read; servers of the config's own must work.
-        let resolver = if loaded.resolver == ResolverConfig::default() {
+        let resolver = Arc::new(if loaded.resolver == ResolverConfig::default() {
             Resolver::system()
         } else {
             Resolver::new(loaded.resolver.clone())?
-        };
-        let engine =
-            Engine::start_with_resolver(options.engine, Arc::new(resolver), cancel.clone());
+        });
+        let engine = Engine::start_with_resolver(options.engine, resolver.clone(), cancel.clone());
         let adhoc = options
             .blackbox
             .as_ref()
-            .map(|blackbox| crate::adhoc::AdHoc::start(blackbox, engine.clone()).map(Arc::new))
+            .map(|blackbox| {
+                crate::adhoc::AdHoc::start(blackbox, engine.clone(), resolver.clone()).map(Arc::new)
+            })
             .transpose()?;
         let clustered = match &loaded.cluster {
             None => None,
@@ -203,6 +207,7 @@ impl Daemon {
         let alerting = loaded.alerts.clone().map(|alerts| (alerts, rule_feed));
         let (topology, diff) = TopologyHandle::start(
             engine.clone(),
+            resolver.clone(),
             options.config.clone(),
             loaded,
             maintenance_store,
@@ -219,6 +224,7 @@ impl Daemon {
         gate.set_readiness(Arc::new(engine.clone()));
         let daemon = Self {
             engine,
+            resolver,
             topology,
             store,
             tokens,
@@ -381,6 +387,7 @@ impl Daemon {
         });
         let app = api::router(ApiState {
             engine: self.engine.clone(),
+            resolver: self.resolver.clone(),
             metrics,
             tokens: self.tokens.clone(),
             loopback_only,

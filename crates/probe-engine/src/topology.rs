@@ -131,6 +131,7 @@ impl TopologyHandle {
     /// When the engine refuses the config's topology, which its own checks should have caught.
     pub fn start(
         engine: Engine,
+        resolver: Arc<Resolver>,
         path: PathBuf,
         loaded: Config,
         store: Option<StateStore>,
@@ -143,7 +144,7 @@ impl TopologyHandle {
         let cluster = loaded.cluster.clone();
         let started_receivers = receivers(&loaded);
         let history = (loaded.history.clone(), loaded.sla_window);
-        let resolver = (engine.resolver().clone(), loaded.resolver.clone());
+        let resolver = (resolver, loaded.resolver.clone());
         engine.set_per_target_histograms(loaded.metrics.per_target_histograms);
         merger.update(FILES, Catalog::from(loaded.topology));
         let merged = merger

@@ -147,7 +147,8 @@ async fn the_resolver_tells_answers_from_trouble() {
 async fn a_stale_answer_keeps_the_target_up_for_dns_stale_for_then_it_fails_as_dns() {
     let server = DnsServer::start(&[("alpha.test", LOOPBACK)]);
     let port = listener().await;
-    let (engine, cancel) = start(server.resolver());
+    let resolver = server.resolver();
+    let (engine, cancel) = start(resolver.clone());
     let stale_for = Duration::from_millis(1500);
     engine
         .apply(vec![target("alpha.test", port, stale_for)])
@@ -180,7 +181,7 @@ async fn a_stale_answer_keeps_the_target_up_for_dns_stale_for_then_it_fails_as_d
         "{:?}",
         s.note
     );
-    assert!(engine.resolver().health().up);
+    assert!(resolver.health().up);
     cancel.cancel();
     engine.stopped().await;
 }
@@ -189,7 +190,8 @@ async fn a_stale_answer_keeps_the_target_up_for_dns_stale_for_then_it_fails_as_d
 async fn nxdomain_fails_at_once_without_a_stale_answer() {
     let server = DnsServer::start(&[("gamma.test", LOOPBACK)]);
     let port = listener().await;
-    let (engine, cancel) = start(server.resolver());
+    let resolver = server.resolver();
+    let (engine, cancel) = start(resolver.clone());
     engine
         .apply(vec![target("gamma.test", port, Duration::from_secs(60))])
         .unwrap();
@@ -217,7 +219,8 @@ async fn a_resolver_outage_takes_no_target_down() {
     let hosts: Vec<_> = names.iter().map(|n| (*n, LOOPBACK)).collect();
     let server = DnsServer::start(&hosts);
     let port = listener().await;
-    let (engine, cancel) = start(server.resolver());
+    let resolver = server.resolver();
+    let (engine, cancel) = start(resolver.clone());
     // Stale answers off: every lookup during the outage fails the check.
     engine
         .apply(
@@ -230,14 +233,14 @@ async fn a_resolver_outage_takes_no_target_down() {
     for name in names {
         wait_state(&engine, name, HealthState::Up).await;
     }
-    assert!(engine.resolver().health().up);
+    assert!(resolver.health().up);
 
     server.pause();
     wait_for("an outage", Duration::from_secs(2), || {
-        !engine.resolver().health().up
+        !resolver.health().up
     })
     .await;
-    let health = engine.resolver().health();
+    let health = resolver.health();
     assert_eq!(health.outages, 1);
     assert!(health.troubled * 2 > health.names, "{health:?}");
     assert!(health.since.is_some());
@@ -252,10 +255,10 @@ async fn a_resolver_outage_takes_no_target_down() {
 
     server.resume();
     wait_for("the outage's end", Duration::from_secs(2), || {
-        engine.resolver().health().up
+        resolver.health().up
     })
     .await;
-    assert_eq!(engine.resolver().health().outages, 1);
+    assert_eq!(resolver.health().outages, 1);
     tokio::time::sleep(Duration::from_millis(400)).await;
     for name in names {
         assert_eq!(status(&engine, name).state, HealthState::Up);
@@ -270,7 +273,8 @@ async fn one_broken_zone_is_not_an_outage() {
     let hosts: Vec<_> = healthy.iter().map(|n| (*n, LOOPBACK)).collect();
     let server = DnsServer::start(&hosts);
     let port = listener().await;
-    let (engine, cancel) = start(server.resolver());
+    let resolver = server.resolver();
+    let (engine, cancel) = start(resolver.clone());
     let mut specs: Vec<_> = healthy
         .iter()
         .map(|n| target(n, port, Duration::ZERO))
@@ -284,7 +288,7 @@ async fn one_broken_zone_is_not_an_outage() {
     for name in healthy {
         wait_state(&engine, name, HealthState::Up).await;
     }
-    let health = engine.resolver().health();
+    let health = resolver.health();
     assert!(health.up, "{health:?}");
     assert_eq!((health.names, health.troubled), (4, 1));
     assert_eq!(health.outages, 0);

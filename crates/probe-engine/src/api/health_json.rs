@@ -122,7 +122,7 @@ fn health_report(state: &ApiState) -> Response {
         checks.insert(format!("{}:score", node.id), json!([check]));
     }
     // A resolver outage is the engine's own trouble: a warning (targets are not failed for it).
-    let resolver = state.engine.resolver().health();
+    let resolver = state.resolver.health();
     let (status, output) = if resolver.up {
         (CheckStatus::Pass, None)
     } else {

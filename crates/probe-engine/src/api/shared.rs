@@ -22,6 +22,8 @@ use crate::topology::TopologyHandle;
 pub struct ApiState {
     /// The engine whose snapshot is served.
     pub engine: Engine,
+    /// The engine's resolver, whose health `/health` shows.
+    pub resolver: Arc<probe::tier::resolve::Resolver>,
     /// Renders `/metrics`; `None` when no recorder is installed (then `/metrics` is 404).
     pub metrics: Option<PrometheusHandle>,
     /// The bearer tokens reads and changes are checked against (see `auth`).

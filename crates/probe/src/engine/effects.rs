@@ -79,26 +79,14 @@ struct Applied {
 }
 
 impl Applied {
-    const STATES: [HealthState; 5] = [
-        HealthState::Probing,
-        HealthState::Up,
-        HealthState::Degraded,
-        HealthState::Maintenance,
-        HealthState::Down,
-    ];
-
     fn pack(self) -> u64 {
-        let state = Self::STATES
-            .iter()
-            .position(|s| *s == self.state)
-            .unwrap_or(0) as u64;
-        (u64::from(self.seq) << 32) | (u64::from(self.removed) << 8) | state
+        (u64::from(self.seq) << 32) | (u64::from(self.removed) << 8) | self.state as u64
     }
 
     fn unpack(word: u64) -> Self {
         Self {
             seq: (word >> 32) as u32,
-            state: Self::STATES[(word & 0xff) as usize % Self::STATES.len()],
+            state: HealthState::ALL[(word & 0xff) as usize % HealthState::ALL.len()],
             removed: word & (1 << 8) != 0,
         }
     }
@@ -1106,7 +1094,7 @@ mod tests {
 
     #[test]
     fn applied_words_round_trip_and_counts_wrap() {
-        for state in Applied::STATES {
+        for state in HealthState::ALL {
             for (seq, removed) in [(0, false), (7, true), (u32::MAX, false)] {
                 let a = Applied {
                     seq,

@@ -436,12 +436,6 @@ impl Engine {
         }
     }
 
-    /// The resolver the probes share: its health ([`Resolver::health`]) says whether it is out,
-    /// and [`Resolver::reconfigure`] points it elsewhere.
-    pub fn resolver(&self) -> &Arc<Resolver> {
-        &self.inner.ctx.resolver
-    }
-
     /// Resolves once the engine was cancelled and in-flight probes have finished.
     pub async fn stopped(&self) {
         self.inner.scheduler.stopped().await;

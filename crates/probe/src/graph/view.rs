@@ -38,17 +38,11 @@ struct Cell {
     stability: AtomicU64,
     /// NaN for none.
     sla: AtomicU64,
-    /// The state ([`STATES`] index + 1, 0 for none), then [`DEPENDENCY_DOWN`] and [`FLAPPING`].
+    /// The state (its index in `HealthState::ALL` + 1, 0 for none), then [`DEPENDENCY_DOWN`]
+    /// and [`FLAPPING`].
     word: AtomicU32,
 }
 
-const STATES: [HealthState; 5] = [
-    HealthState::Probing,
-    HealthState::Up,
-    HealthState::Degraded,
-    HealthState::Maintenance,
-    HealthState::Down,
-];
 const STATE_BITS: u32 = 0b111;
 const DEPENDENCY_DOWN: u32 = 1 << 3;
 const FLAPPING: u32 = 1 << 4;
@@ -69,10 +63,7 @@ pub(super) struct Published {
 
 impl Published {
     fn word(&self) -> u32 {
-        let state = self
-            .state
-            .and_then(|s| STATES.iter().position(|x| *x == s))
-            .map_or(0, |i| i as u32 + 1);
+        let state = self.state.map_or(0, |s| s as u32 + 1);
         state
             | if self.dependency_down {
                 DEPENDENCY_DOWN
@@ -150,7 +141,7 @@ impl GraphView {
             sla: (!sla.is_nan()).then_some(sla),
             state: match word & STATE_BITS {
                 0 => None,
-                s => STATES.get(s as usize - 1).copied(),
+                s => HealthState::ALL.get(s as usize - 1).copied(),
             },
             dependency_down: word & DEPENDENCY_DOWN != 0,
             flapping: word & FLAPPING != 0,

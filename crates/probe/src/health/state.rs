@@ -55,6 +55,16 @@ pub enum HealthState {
 }
 
 impl HealthState {
+    /// Every state, in declaration order: a state packed into a few bits (the hub's applied
+    /// word, the graph view's cells) is its index here, `state as usize`.
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Probing,
+        Self::Up,
+        Self::Degraded,
+        Self::Maintenance,
+        Self::Down,
+    ];
+
     /// The upper-case name used in the API, logs and metric labels.
     pub const fn as_str(self) -> &'static str {
         match self {
