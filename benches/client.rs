@@ -26,6 +26,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use probe::TargetId;
 use probe::engine::{Engine, EngineConfig, TargetSpec, Topology};
 use probe::graph::{Dependency, NodeKind, NodeSpec};
 use probe::health::{Schedule, ScheduleSettings};
@@ -34,7 +35,6 @@ use probe::passive::breaker::BreakerConfig;
 use probe::passive::slow_start::SlowStartConfig;
 use probe::passive::{Call, PoolPolicy};
 use probe::serve::balance::BalanceLayer;
-use probe::target::TargetId;
 use probe::tier::tcp::TcpSpec;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
 use tokio_util::sync::CancellationToken;

@@ -30,9 +30,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use probe::TargetId;
 use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
 use probe::health::{HealthState, Quality};
-use probe::target::TargetId;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;

@@ -16,10 +16,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use probe::TargetId;
 use probe::passive::Call;
 use probe::passive::outlier::{OutlierConfig, OutlierDetector};
 use probe::passive::select::pick;
-use probe::target::TargetId;
 use tokio::time::Instant;
 
 const MEMBERS: usize = 100;

@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use probe::TargetId;
 use probe::engine::TargetSpec;
 use probe::health::{Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::CheckResult;
-use probe::target::TargetId;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
 use probe::{Engine, EngineConfig};
 use tokio::sync::Notify;

@@ -19,7 +19,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use probe::target::Address;
+use probe::Address;
 use probe::tier::Probe;
 use probe::tier::tcp::{TcpProbe, TcpSpec};
 use socket2::{Domain, Protocol, Socket, Type};

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use probe::engine::{Event, TargetSpec};
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
-use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
+use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;

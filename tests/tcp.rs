@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use probe::Address;
 use probe::outcome::{CheckResult, Failure, FailureReason, Verdict};
-use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpProbe, TcpSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use probe::Address;
 use probe::outcome::{Failure, FailureReason, Verdict};
-use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::reply::ReplyExpect;
 use probe::tier::resolve::Names;

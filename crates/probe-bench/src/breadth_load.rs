@@ -67,8 +67,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use probe::Address;
 use probe::outcome::Verdict;
-use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::dns::{DnsProbe, DnsSpec, DnsType};
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};

@@ -20,8 +20,8 @@
 //!   measurement: states are written on transitions only, never per probe.
 
 use anyhow::Context as _;
+use probe::TargetId;
 use probe::cluster::{MemberId, Ownership};
-use probe::target::TargetId;
 use tokio::time::Instant as WallClock;
 
 use crate::support::result;

@@ -182,9 +182,9 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use probe::engine::TargetSpec;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::FailureReason;
-use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
+use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

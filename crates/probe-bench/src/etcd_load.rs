@@ -20,8 +20,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use probe::TargetId;
 use probe::engine::{Engine, EngineConfig};
-use probe::target::TargetId;
 use probe_etcd::DEFAULT_PREFIX;
 use probe_etcd::etcd_client::{Client, Txn, TxnOp};
 use probe_testkit::etcd::TestEtcd;

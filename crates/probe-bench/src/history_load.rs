@@ -98,8 +98,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use probe::TargetId;
 use probe::health::{HealthState, Quality};
-use probe::target::TargetId;
 use probe_engine::history::ActionRow;
 use probe_engine::history::rollup::{DAY_MS, HOUR_MS, Rollups};
 use probe_engine::history::store::{Backend, Batch, Store, TransitionRow};

@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use probe::TargetId;
 use probe::engine::TargetSpec;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::CheckResult;
-use probe::target::TargetId;
 use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::resolve::Names;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};

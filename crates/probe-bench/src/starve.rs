@@ -44,9 +44,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use probe::engine::{Engine, EngineConfig, TargetSpec};
 use probe::health::{HealthState, Schedule, ScheduleSettings, SelfHealthConfig, Thresholds};
-use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
+use probe::{Address, TargetId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 

@@ -10,9 +10,9 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use probe::Engine;
+use probe::TargetId;
 use probe::engine::Event;
 use probe::health::HealthState;
-use probe::target::TargetId;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

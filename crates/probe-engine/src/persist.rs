@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
+use probe::TargetId;
 use probe::engine::{Engine, EngineError, MaintenanceInfo};
-use probe::target::TargetId;
 use serde::{Deserialize, Serialize};
 
 /// Why the state file could not be read or written.

@@ -9,9 +9,9 @@ use std::time::Duration;
 use std::num::NonZeroU32;
 use std::time::SystemTime;
 
+use probe::Address;
 use probe::health::{FlapPolicy, MaintenanceWindow, Schedule, Thresholds, WindowStart};
 use probe::outcome::Severity;
-use probe::target::Address;
 use probe::tier::ProbeSpec;
 use probe::tier::dns::{AnswerMatch, DnsSpec, DnsTransport, DnsType, Rcode};
 use probe::tier::http::{
@@ -2098,7 +2098,7 @@ fn dependencies_groups_scoring_and_readiness_are_mapped() {
         ["orders-api", "orders-db", "cache"],
         "groups are not probed"
     );
-    let id = |s: &str| probe::target::TargetId::new(s).unwrap();
+    let id = |s: &str| probe::TargetId::new(s).unwrap();
     let dependency = |target: &str, weight: f64, critical: bool, line: u32| Dependency {
         target: id(target),
         weight,
@@ -2417,7 +2417,7 @@ fn target<'a>(config: &'a Config, id: &str) -> &'a probe::engine::TargetSpec {
 }
 
 fn pool(config: &Config, id: &str) -> Option<probe::passive::PoolPolicy> {
-    let id = probe::target::TargetId::new(id).expect("id");
+    let id = probe::TargetId::new(id).expect("id");
     config.topology.pools.get(&id).copied()
 }
 
@@ -3261,7 +3261,7 @@ fn grpc_and_tls_sections_are_fully_mapped() {
         panic!("expected a gRPC probe");
     };
     assert_eq!((grpc.service.as_str(), &grpc.tls), ("", &None));
-    assert_eq!(grpc.addresses, probe::target::Addresses::First);
+    assert_eq!(grpc.addresses, probe::Addresses::First);
 }
 
 #[test]
@@ -3273,7 +3273,7 @@ fn addresses_policies_are_mapped() {
         "  - id: b",
         "    http: {url: \"http://b/\", addresses: any}",
     ]));
-    use probe::target::Addresses;
+    use probe::Addresses;
     assert_eq!(tcp(&config, 0).addresses, Addresses::All);
     assert_eq!(http(&config, 1).addresses, Addresses::Any);
 }
@@ -3505,7 +3505,7 @@ fn the_alerts_section_and_a_targets_rule_over_its_defaults() {
         alerts.webhooks[0].timeout,
         std::time::Duration::from_secs(2)
     );
-    let rule = |id: &str| config.alert_rules[&probe::target::TargetId::new(id).unwrap()].clone();
+    let rule = |id: &str| config.alert_rules[&probe::TargetId::new(id).unwrap()].clone();
     let a = rule("a").unwrap();
     assert_eq!(a.hold, std::time::Duration::from_secs(10));
     assert_eq!(a.labels["team"], "core");
@@ -3573,7 +3573,7 @@ fn a_group_alerts_on_its_verdict_and_an_etcd_entry_carries_its_alert() {
     )
     .unwrap();
     assert_eq!(config.alerts.as_ref().unwrap().outbox_limit, 7);
-    let g = config.alert_rules[&probe::target::TargetId::new("g").unwrap()]
+    let g = config.alert_rules[&probe::TargetId::new("g").unwrap()]
         .clone()
         .unwrap();
     assert_eq!(
@@ -3641,7 +3641,7 @@ fn a_groups_state_rule_is_read_and_every_bad_field_is_located() {
         None,
     )
     .unwrap();
-    let g = probe::target::TargetId::new("g").unwrap();
+    let g = probe::TargetId::new("g").unwrap();
     assert_eq!(config.topology.groups.get(&g), Some(&want));
     // A group without a `state` block has the default rule: no entry.
     assert_eq!(config.topology.groups.len(), 1);

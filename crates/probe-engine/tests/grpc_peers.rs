@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
+use probe::Address;
 use probe::outcome::{FailureReason, Verdict};
-use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};
 use probe::tier::resolve::Names;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use probe::TargetId;
 use probe::health::HealthState;
-use probe::target::TargetId;
 use probe_engine::history::codec::{self, Day, Hour};
 use probe_engine::history::rollup::DAY_MS;
 use probe_engine::history::store::{Backend, Batch, Store, TransitionRow};

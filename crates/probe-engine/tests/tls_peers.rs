@@ -15,8 +15,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use probe::Address;
 use probe::outcome::{CheckResult, Verdict};
-use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::resolve::Names;

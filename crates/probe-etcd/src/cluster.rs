@@ -38,10 +38,10 @@ use etcd_client::{
 };
 use parking_lot::Mutex;
 use probe::HealthState;
+use probe::TargetId;
 use probe::cluster::MemberId;
 use probe::engine::{Engine, Published};
 use probe::graph::NodeKind;
-use probe::target::TargetId;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;

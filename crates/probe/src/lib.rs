@@ -7,7 +7,8 @@
 //!
 //! The types most embedders need are re-exported here; the modules hold the rest, one folder per
 //! concept (see ARCHITECTURE.md at the repository root for the map):
-//! - [`target`]: who a target is ([`TargetId`]) and where it lives ([`Address`]);
+//! - `target` (its types are here at the root): who a target is ([`TargetId`]), where it lives
+//!   ([`Address`]) and which of a name's addresses are probed ([`Addresses`]);
 //! - [`outcome`]: one probe result and the closed set of failure reasons;
 //! - [`tier`]: the [`Probe`] trait and the tiers that implement it ([`tier::tcp`],
 //!   [`tier::http`], [`tier::grpc`], [`tier::tls`], [`tier::dns`], [`tier::icmp`],
@@ -60,7 +61,7 @@ pub mod passive;
 pub mod scheduler;
 #[cfg(any(feature = "grpc", feature = "tower"))]
 pub mod serve;
-pub mod target;
+mod target;
 pub mod tier;
 
 pub use engine::{
@@ -70,7 +71,7 @@ pub use engine::{
 pub use health::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 pub use outcome::{CheckResult, Failure, FailureReason, Outcome, Verdict};
 pub use passive::{Call, CallOutcome, PoolPolicy};
-pub use target::{Address, Addresses, TargetId};
+pub use target::{Address, Addresses, InvalidAddress, InvalidTargetId, TargetId};
 pub use tier::dns::DnsSpec;
 pub use tier::grpc::GrpcSpec;
 pub use tier::http::HttpSpec;

@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use dns::DnsServer;
 use probe::outcome::{FailureReason, Verdict};
-use probe::target::{Address, Addresses};
 use probe::tier::http::{HttpSpec, TlsTrust};
 use probe::tier::resolve::Names;
 use probe::tier::tcp::TcpSpec;
 use probe::tier::tls::{CaBundle, TlsSpec};
 use probe::tier::{ProbeSpec, build};
+use probe::{Address, Addresses};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use probe::TargetId;
 use probe::cluster::MemberId;
 use probe::engine::{EngineConfig, Replication, Role};
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::scheduler::SchedulerConfig;
-use probe::target::TargetId;
 use probe::tier::{CustomProbe, ProbeSpec};
 use probe::{Engine, TargetSpec};
 use switch::Switch;

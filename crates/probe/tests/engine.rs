@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use probe::TargetId;
 use probe::engine::{Engine, EngineConfig, Record, TargetSpec, Topology, TopologyError};
 use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
-use probe::target::TargetId;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

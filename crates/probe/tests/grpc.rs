@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pki::Ca;
+use probe::Address;
 use probe::outcome::{CheckResult, FailureReason, Verdict};
-use probe::target::Address;
 use probe::tier::Probe;
 use probe::tier::grpc::{GrpcProbe, GrpcSpec};
 use probe::tier::http::RequestHeaders;

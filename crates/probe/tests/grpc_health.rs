@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use probe::TargetId;
 use probe::engine::{Engine, EngineConfig, TargetSpec, Topology};
 use probe::gate::{Gate, GateConfig};
 use probe::graph::{Dependency, GraphConfig, NodeKind, NodeSpec};
 use probe::health::{Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::serve::grpc::HealthService;
-use probe::target::TargetId;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use probe::TargetId;
 use probe::engine::TargetSpec;
 use probe::engine::{
     CircuitCommand, Engine, EngineConfig, EngineError, Event, PickError, Topology, TopologyError,
@@ -23,7 +24,6 @@ use probe::passive::recovery::{RecoveryConfig, RecoveryPhase, RecoverySettings};
 use probe::passive::slow_start::SlowStartConfig;
 use probe::passive::{Call, CallOutcome, PoolPolicy};
 use probe::scheduler::SchedulerConfig;
-use probe::target::TargetId;
 use probe::tier::{CustomProbe, ProbeSpec};
 use switch::Switch;
 use tokio::sync::broadcast::Receiver;

@@ -20,10 +20,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use probe::TargetId;
 use probe::engine::{Role, TargetStatus};
 use probe::graph::{Causes, Export, NodeKind, NodeStatus};
 use probe::health::HealthState;
-use probe::target::TargetId;
 
 use super::rules::Rules;
 use super::{Alert, Sender, Status, rfc3339};

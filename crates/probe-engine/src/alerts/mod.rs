@@ -315,7 +315,7 @@ impl Loop {
         let graph = self.engine.graph();
         let export = graph.export();
         let causes = Causes::of(&export);
-        let explain = |id: &probe::target::TargetId| graph.explain(id).map(|e| e.to_string());
+        let explain = |id: &probe::TargetId| graph.explain(id).map(|e| e.to_string());
         let world = World {
             statuses: &statuses,
             export: &export,

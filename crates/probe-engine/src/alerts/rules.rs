@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use probe::target::TargetId;
+use probe::TargetId;
 use tokio::sync::watch;
 
 use crate::config::{AlertRule, Config, TargetAlert};

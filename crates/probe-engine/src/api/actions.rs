@@ -13,9 +13,9 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use probe::TargetId;
 use probe::engine::CircuitCommand;
 use probe::passive::{Call, CallOutcome};
-use probe::target::TargetId;
 use serde::Deserialize;
 use serde_json::json;
 

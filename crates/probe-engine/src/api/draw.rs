@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use probe::TargetId;
 use probe::graph::{Export, NodeKind, NodeStatus};
 use probe::health::HealthState;
-use probe::target::TargetId;
 
 /// Colours dark enough for white text (WCAG AA at 11 px).
 pub(super) const GREEN: &str = "#2e7d32";

@@ -14,8 +14,8 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use probe::TargetId;
 use probe::engine::EngineError;
-use probe::target::TargetId;
 use serde_json::json;
 
 use super::auth::Readable;

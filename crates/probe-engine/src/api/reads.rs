@@ -14,9 +14,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use probe::TargetId;
 use probe::engine::{Engine, EngineError};
 use probe::graph::Causes;
-use probe::target::TargetId;
 use serde::Deserialize;
 use serde_json::json;
 

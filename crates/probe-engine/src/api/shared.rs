@@ -7,9 +7,9 @@ use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
+use probe::TargetId;
 use probe::engine::{Engine, EngineError};
 use probe::gate::Gate;
-use probe::target::TargetId;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

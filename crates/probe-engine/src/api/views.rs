@@ -12,6 +12,7 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
+use probe::TargetId;
 use probe::engine::{MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
 use probe::health::{HealthState, Pending};
@@ -19,7 +20,6 @@ use probe::outcome::{Outcome, Signal, TlsFacts};
 use probe::passive::breaker::CircuitSnapshot;
 use probe::passive::outlier::MemberStatus;
 use probe::passive::recovery::RecoveryPhase;
-use probe::target::TargetId;
 use serde::Serialize;
 use tokio::time::Instant;
 

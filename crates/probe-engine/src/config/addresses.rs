@@ -1,7 +1,7 @@
 //! `addresses: first | any | all`, the key of every section that connects to a host (`tcp`,
 //! `http`, `grpc`, `tls`).
 
-use probe::target::Addresses;
+use probe::Addresses;
 
 use super::node::{Diags, Sp};
 use super::words::one_of;

@@ -27,12 +27,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use probe::TargetId;
 use probe::graph::{
     Dependency, Graph, GraphConfig, GraphConfigError, GraphError, GroupRule, GroupRuleError,
     NodeKind, NodeSpec, ReadinessPolicy, ReadinessPolicyError,
 };
 use probe::health::{FlapPolicy, Thresholds};
-use probe::target::TargetId;
 use serde::Deserialize;
 
 use super::diagnostics::{did_you_mean, quote};

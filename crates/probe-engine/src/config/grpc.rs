@@ -2,7 +2,7 @@
 //! [`GrpcSpec`]. Its `tls` and `metadata` are read as the `http` section's `tls` and `headers`
 //! are, with the same checks (metadata values are secrets, expanded from the environment).
 
-use probe::target::Address;
+use probe::Address;
 use probe::tier::grpc::GrpcSpec;
 use probe::tier::http::RequestHeaders;
 use serde::Deserialize;

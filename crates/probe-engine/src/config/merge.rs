@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use probe::TargetId;
 use probe::engine::Topology;
 use probe::graph::GraphConfig;
-use probe::target::TargetId;
 
 use super::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
 use super::cluster::{self, ClusterConfig, ParsedCluster};

@@ -15,9 +15,9 @@ use probe::engine::TargetSpec;
 use probe::graph::{GroupRule, NodeKind};
 use probe::health::{MaintenanceWindow, WindowError, WindowStart};
 use probe::passive::PoolPolicy;
-use probe::target::{Address, TargetId};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpSpec};
+use probe::{Address, TargetId};
 
 use super::alerts::{TargetAlert, target_alert};
 use super::cluster::Votes;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use probe::target::Address;
+use probe::Address;
 use probe::tier::tls::{StartTls, TlsSpec};
 use serde::Deserialize;
 

@@ -1,6 +1,6 @@
 //! The `udp` section of a target: raw schema and its mapping onto [`UdpSpec`].
 
-use probe::target::Address;
+use probe::Address;
 use probe::tier::udp::UdpSpec;
 use serde::Deserialize;
 

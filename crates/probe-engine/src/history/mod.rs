@@ -36,11 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
+use probe::TargetId;
 use probe::engine::{Engine, Event, Record};
 use probe::graph::NodeKind;
 use probe::health::Cause;
 use probe::outcome::{FailureReason, unix_ms};
-use probe::target::TargetId;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use probe::TargetId;
 use probe::health::{HealthState, Quality};
-use probe::target::TargetId;
 
 use super::codec::{self, Day, Hour, state_index};
 

@@ -9,7 +9,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use probe::target::TargetId;
+use probe::TargetId;
 use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::Migrator;

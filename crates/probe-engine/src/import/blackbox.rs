@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use probe::target::TargetId;
+use probe::TargetId;
 use serde::{Deserialize, Serialize};
 
 use super::Printed;

@@ -40,7 +40,7 @@
 //! ```
 //! use probe::graph::{Dependency, Graph, GraphConfig, NodeKind, NodeSpec};
 //! use probe::health::{HealthState, Quality};
-//! use probe::target::TargetId;
+//! use probe::TargetId;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let id = |s: &str| TargetId::new(s);

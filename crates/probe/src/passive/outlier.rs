@@ -54,7 +54,7 @@
 //! use std::time::Duration;
 //! use probe::passive::outlier::{OutlierConfig, OutlierDetector, OutlierEvent};
 //! use probe::passive::Call;
-//! use probe::target::TargetId;
+//! use probe::TargetId;
 //! use tokio::time::Instant;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -10,9 +10,9 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use probe::TargetId;
 use probe::graph::Export;
 use probe::health::HealthState;
-use probe::target::TargetId;
 
 use crate::history::TransitionRow;
 use crate::history::store::parse_state;

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use probe::TargetId;
 use probe::engine::Engine;
 use probe::graph::NodeKind;
 use probe::health::HealthState;
-use probe::target::TargetId;
 use serde_json::json;
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;

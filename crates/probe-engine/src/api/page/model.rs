@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use probe::TargetId;
 use probe::engine::{MaintenanceInfo, TargetStatus};
 use probe::graph::{Causes, Export, NodeKind, NodeStatus};
 use probe::health::HealthState;
-use probe::target::TargetId;
 use serde::Deserialize;
 
 use super::super::draw;

@@ -5,9 +5,9 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use probe::TargetId;
 use probe::graph::{Causes, Explanation, Export};
 use probe::health::HealthState;
-use probe::target::TargetId;
 
 use super::super::badges::uptime_look;
 use super::super::draw::escape;
