@@ -8,9 +8,10 @@
 //! for the nodes the writer just rescored. A topology change publishes a new view (new cells over
 //! the new topology), which the engine swaps in ([`arc_swap`]).
 //!
-//! What a reader gets: each node's values as of its last rescore. A read of several nodes may
-//! straddle one update (a child's new score beside its parent's old one, for a few
-//! microseconds); a read of one node always sees values the writer published. The
+//! What a reader gets: each node's values as of its last rescore. Every value read is one the
+//! writer published, never a torn one; but a read that races an update may take some values
+//! from before it and some from after (a child's new score beside its parent's old one, or a
+//! node's new score beside its old state), for the few microseconds the update takes. The
 //! [`generation`](GraphView::generation) moves once per change that moved any node, which is how
 //! a watcher knows there is something new to look at.
 
