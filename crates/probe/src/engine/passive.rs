@@ -110,7 +110,7 @@ impl Pools<'_> {
         clear_ejection(self.inner, id)
     }
 
-    /// Reports the outcomes a [`GateLayer`](crate::gate::GateLayer) observes as calls to
+    /// Reports the outcomes a `gate::GateLayer` (feature `tower`) observes as calls to
     /// target `id`: the service behind the gate judged by its own traffic.
     pub fn reporter(&self, id: TargetId) -> Reporter {
         Reporter {
