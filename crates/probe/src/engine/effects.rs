@@ -348,22 +348,19 @@ impl Hub {
         self.graph_changed.subscribe()
     }
 
-    /// Swaps in the graph's view when a topology change replaced it; returns whether any node
-    /// moved since `generation` (the view's when the core lock was taken), so that the caller
-    /// marks [`Hub::graph_changed`] once the lock is released.
-    fn store_view(&self, core: &Core, generation: u64) -> bool {
-        let view = core.deps.graph.view();
-        if !Arc::ptr_eq(&self.graph.load(), view) {
-            self.graph.store(view.clone());
-        }
-        view.generation() != generation
-    }
-
-    /// Marks the graph changed, when it did: outside every lock.
-    fn graph_moved(&self, moved: bool) {
+    /// Runs `change` on the core under its lock, then, once the lock is released, marks the
+    /// graph changed if any node moved meanwhile (the view's generation tells).
+    fn change<R>(&self, change: impl FnOnce(&mut Core) -> R) -> R {
+        let (result, moved) = {
+            let mut core = self.core.lock();
+            let generation = core.deps.graph.view().generation();
+            let result = change(&mut core);
+            (result, core.deps.graph.view().generation() != generation)
+        };
         if moved {
             self.graph_changed.send_replace(());
         }
+        result
     }
 
     /// The pools' routing tables as of the last change.
@@ -435,12 +432,12 @@ impl Hub {
             vote,
         } = effects;
         let mut groups = Vec::new();
-        let mut graph_moved = false;
         if after.is_some() || score.is_some() {
-            let mut core = self.core.lock();
-            let generation = core.deps.graph.view().generation();
-            let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
-            if !applied.removed {
+            self.change(|core| {
+                let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
+                if applied.removed {
+                    return;
+                }
                 let mut moved = false;
                 if let Some((seq, state, ejected)) = after
                     && later(seq, applied.seq)
@@ -465,11 +462,9 @@ impl Hub {
                 if moved {
                     groups = core.deps.judge_critical(&seat.id);
                 }
-                self.publish_readiness(&core, moved);
-                graph_moved = self.store_view(&core, generation);
-            }
+                self.publish_readiness(core, moved);
+            });
         }
-        self.graph_moved(graph_moved);
         let out = recovery.and_then(|passed| {
             let moved = self.pools_changed(|pools, now| pools.active(&seat.id, passed, now));
             moved
@@ -544,13 +539,7 @@ impl Hub {
     /// Judges every group once and announces each change of verdict, as a target's is (logged
     /// and broadcast), once the lock is released.
     pub fn judge(&self) {
-        let (moved, graph_moved) = {
-            let mut core = self.core.lock();
-            let generation = core.deps.graph.view().generation();
-            let moved = core.deps.judge();
-            (moved, self.store_view(&core, generation))
-        };
-        self.graph_moved(graph_moved);
+        let moved = self.change(|core| core.deps.judge());
         self.announce_groups(moved);
     }
 
@@ -591,17 +580,15 @@ impl Hub {
         rules: BTreeMap<TargetId, GroupRule>,
         readiness: Option<ReadinessPolicy>,
     ) -> Result<(), TopologyError> {
-        {
-            let mut core = self.core.lock();
+        // A new topology is a new view (one generation on), the one place the graph replaces it.
+        self.change(|core| {
             core.deps.apply(nodes, scoring, rules, readiness)?;
+            self.graph.store(core.deps.graph.view().clone());
             self.window.store(scoring.window(), Ordering::Release);
             self.epoch.fetch_add(1, Ordering::AcqRel);
-            self.publish_readiness(&core, true);
-            self.store_view(&core, 0);
-        }
-        // Every topology applied is a change for a watcher: nodes came or went, or may have.
-        self.graph_moved(true);
-        Ok(())
+            self.publish_readiness(core, true);
+            Ok(())
+        })
     }
 
     /// Takes targets that left (`removed`, whose late effects are dropped from now on) out of the
@@ -613,34 +600,31 @@ impl Hub {
         reset: &[TargetId],
         added: impl Iterator<Item = &'a TargetId>,
     ) {
-        let mut core = self.core.lock();
-        let generation = core.deps.graph.view().generation();
-        for seat in removed {
-            let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
-            if applied.removed {
-                continue;
-            }
-            core.tally.remove(&seat.id, applied.state);
-            seat.applied.store(
-                Applied {
-                    removed: true,
-                    ..applied
+        self.change(|core| {
+            for seat in removed {
+                let applied = Applied::unpack(seat.applied.load(Ordering::Acquire));
+                if applied.removed {
+                    continue;
                 }
-                .pack(),
-                Ordering::Release,
-            );
-        }
-        for id in reset {
-            core.deps.reset(id);
-        }
-        for id in added {
-            core.tally.add(id);
-        }
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.publish_readiness(&core, true);
-        let graph_moved = self.store_view(&core, generation);
-        drop(core);
-        self.graph_moved(graph_moved);
+                core.tally.remove(&seat.id, applied.state);
+                seat.applied.store(
+                    Applied {
+                        removed: true,
+                        ..applied
+                    }
+                    .pack(),
+                    Ordering::Release,
+                );
+            }
+            for id in reset {
+                core.deps.reset(id);
+            }
+            for id in added {
+                core.tally.add(id);
+            }
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.publish_readiness(core, true);
+        });
     }
 
     /// Installs the topology's pools at `now`, over the targets `target` finds by id; returns
@@ -762,14 +746,10 @@ impl Hub {
 
     /// Sets a target's SLA in the graph, and publishes readiness if that moved it.
     pub fn set_sla(&self, id: &TargetId, sla: Option<f64>) {
-        let graph_moved = {
-            let mut core = self.core.lock();
-            let generation = core.deps.graph.view().generation();
+        self.change(|core| {
             core.deps.set_sla(id, sla);
-            self.publish_readiness(&core, false);
-            self.store_view(&core, generation)
-        };
-        self.graph_moved(graph_moved);
+            self.publish_readiness(core, false);
+        });
     }
 }
 
