@@ -294,11 +294,13 @@ impl Graph {
         Self::new(config, topo, Nodes::with_capacity(config.window, 0))
     }
 
-    /// A graph of `topo` and `nodes`, published as they are.
+    /// A graph of `topo` and `nodes`, its view not yet published: the caller scores and
+    /// publishes every node ([`Graph::full_rescore`]) before the graph is shared (a graph without
+    /// nodes has nothing to publish).
     fn new(config: GraphConfig, topo: Compiled, nodes: Nodes) -> Self {
         let topo = Arc::new(topo);
         let view = Arc::new(GraphView::new(topo.clone(), 0));
-        let graph = Self {
+        Self {
             config,
             pending: Pending::new(topo.len()),
             rescored: Vec::new(),
@@ -306,9 +308,7 @@ impl Graph {
             nodes,
             judges: Judges::default(),
             view,
-        };
-        graph.publish_all();
-        graph
+        }
     }
 
     /// Validates and compiles `specs`. Every node starts unknown, probed ones in PROBING.
