@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use probe::TargetId;
-use probe::engine::{Engine, EngineConfig, TargetSpec, Topology};
+use probe::engine::{Engine, EngineConfig};
 use probe::graph::{Dependency, NodeKind, NodeSpec};
 use probe::health::{Schedule, ScheduleSettings};
 use probe::outcome::CheckResult;
@@ -37,6 +37,7 @@ use probe::passive::{Call, PoolPolicy};
 use probe::serve::balance::BalanceLayer;
 use probe::tier::tcp::TcpSpec;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::topology::{TargetSpec, Topology};
 use tokio_util::sync::CancellationToken;
 use tower_layer::Layer;
 use tower_service::Service;

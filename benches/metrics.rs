@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use probe::TargetId;
-use probe::engine::TargetSpec;
 use probe::health::{Schedule, ScheduleSettings};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::topology::TargetSpec;
 use probe::{Engine, EngineConfig};
 use tokio_util::sync::CancellationToken;
 

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use probe::TargetId;
-use probe::engine::TargetSpec;
 use probe::health::{Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::CheckResult;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::topology::TargetSpec;
 use probe::{Engine, EngineConfig};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;

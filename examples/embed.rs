@@ -14,10 +14,11 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use probe::engine::{Event, TargetSpec};
+use probe::engine::Event;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use tokio::sync::broadcast;

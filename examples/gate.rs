@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use probe::engine::TargetSpec;
 use probe::gate::{Gate, GateConfig, GateLayer, Hook, ShutdownPlan, shutdown};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use tokio::signal::unix::{SignalKind, signal};

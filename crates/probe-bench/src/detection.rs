@@ -179,11 +179,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use probe::engine::TargetSpec;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::FailureReason;
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use rand::rngs::StdRng;

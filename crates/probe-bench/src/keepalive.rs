@@ -30,12 +30,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use probe::TargetId;
-use probe::engine::TargetSpec;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::CheckResult;
 use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::resolve::Names;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::topology::TargetSpec;
 use probe::{Engine, EngineConfig};
 use probe_testkit::{KeepAlive, Nginx};
 use tokio_util::sync::CancellationToken;

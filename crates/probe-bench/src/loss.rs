@@ -70,10 +70,11 @@ use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail, ensure};
-use probe::engine::{Event, TargetSpec};
+use probe::engine::Event;
 use probe::health::{Cause, FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::TcpSpec;
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use probe_testkit::{AcceptServer, LossModel, Netns, NetnsError};

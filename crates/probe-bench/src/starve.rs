@@ -42,10 +42,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use probe::engine::{Engine, EngineConfig, TargetSpec};
+use probe::engine::{Engine, EngineConfig};
 use probe::health::{HealthState, Schedule, ScheduleSettings, SelfHealthConfig, Thresholds};
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{TcpExpect, TcpSpec};
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;

@@ -36,10 +36,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use probe::engine::TargetSpec;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::tier::ProbeSpec;
 use probe::tier::tls::{CaBundle, TlsSpec, TlsTrust};
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use tokio::time::Instant;

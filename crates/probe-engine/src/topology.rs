@@ -2,7 +2,7 @@
 //! engine as diffs.
 //!
 //! Each source runs in its own task and hands its catalogs to one loop, which merges them
-//! ([`probe::discovery::Merger`], files first: a file wins an id over etcd), applies the result
+//! ([`probe::topology::Merger`], files first: a file wins an id over etcd), applies the result
 //! as a diff (unchanged targets keep state, counters and score) and logs each applied diff once.
 //! What the loop knows is shared with the API (`GET /v1/topology`) through a [`TopologyHandle`]
 //! handle:
@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
-use probe::discovery::{Catalog, Discovery, Merger, Rejection};
 use probe::engine::{Diff, Engine};
 use probe::tier::resolve::{Resolver, ResolverConfig};
+use probe::topology::{Catalog, Discovery, Merger, Rejection};
 use probe_etcd::{EtcdDiscovery, Source, SourceConfig};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;

@@ -2278,7 +2278,7 @@ fn the_topology_section_configures_etcd() {
 
 #[test]
 fn an_entry_outside_the_files_reads_like_a_targets_item() {
-    use probe::discovery::Declaration;
+    use probe::topology::Declaration;
     let dir = Path::new("/etc/probe-engine");
     let value = br#"{"id": "db", "tcp": {"address": "127.0.0.1:5432"}, "interval": "2s",
                      "depends_on": [{"target": "disk", "critical": true}]}"#;
@@ -2407,7 +2407,7 @@ fn errors_of(text: &str) -> Vec<String> {
     }
 }
 
-fn target<'a>(config: &'a Config, id: &str) -> &'a probe::engine::TargetSpec {
+fn target<'a>(config: &'a Config, id: &str) -> &'a probe::topology::TargetSpec {
     config
         .topology
         .targets
@@ -2987,11 +2987,11 @@ fn unknown_passive_keys_get_a_suggestion() {
 
 #[test]
 fn an_entry_outside_the_files_carries_its_pool_and_breaker() {
-    use probe::discovery::Declaration;
     use probe::passive::PoolPolicy;
     use probe::passive::breaker::BreakerConfig;
     use probe::passive::outlier::{OutlierConfig, OutlierSettings};
     use probe::passive::slow_start::SlowStartConfig;
+    use probe::topology::Declaration;
 
     let dir = Path::new("/etc/probe-engine");
     let value = br#"{"id": "api", "kind": "group", "depends_on": [{"target": "api-1"}],
@@ -3079,7 +3079,7 @@ fn dns_stale_for_merges_like_the_schedule_keys() {
     ]));
     assert_eq!(
         target(&config, "a").dns_stale_for,
-        probe::engine::TargetSpec::DEFAULT_DNS_STALE_FOR
+        probe::topology::TargetSpec::DEFAULT_DNS_STALE_FOR
     );
     assert_eq!(
         config.resolver,
@@ -3618,7 +3618,7 @@ fn a_group_alerts_on_its_verdict_and_an_etcd_entry_carries_its_alert() {
         dir,
     )
     .unwrap();
-    let probe::discovery::Declaration::Group { rule, .. } = &group.declaration else {
+    let probe::topology::Declaration::Group { rule, .. } = &group.declaration else {
         panic!("a group: {:?}", group.declaration);
     };
     assert_eq!(rule.map(|r| r.up_from()), Some(0.9));

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use probe::discovery::{Catalog, CatalogEntry, Declaration, Discovery};
+use probe::topology::{Catalog, CatalogEntry, Declaration, Discovery};
 use tokio::sync::watch;
 
 use crate::snapshot::Snapshot;

@@ -2,7 +2,7 @@
 //!
 //! This crate owns the etcd mechanics: it keeps an exact copy of every key under one prefix and
 //! publishes it, generic over the raw values (`source`, `snapshot`, `status`); decodes the
-//! snapshots into `probe::discovery` catalogs (`discovery`, `EtcdDiscovery`), the values read
+//! snapshots into `probe::topology` catalogs (`discovery`, `EtcdDiscovery`), the values read
 //! by a decoder the caller gives; and coordinates a cluster of daemons (`membership`,
 //! `cluster`). Applying the catalogs to the engine belongs to the caller.
 //!
@@ -28,7 +28,7 @@
 //! # Modules
 //! - [`config`]: [`SourceConfig`], endpoints, prefix, credentials, TLS, timeouts, backoff;
 //! - [`source`]: the sync engine, [`Source`];
-//! - [`discovery`]: [`EtcdDiscovery`], the snapshots decoded into `probe::discovery` catalogs;
+//! - [`discovery`]: [`EtcdDiscovery`], the snapshots decoded into `probe::topology` catalogs;
 //! - [`snapshot`]: [`Snapshot`] and [`Entry`];
 //! - [`status`]: [`Status`], [`SyncState`], [`Counters`];
 //! - [`error`]: what can fail, [`Error`];

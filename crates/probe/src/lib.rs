@@ -21,8 +21,11 @@
 //! - [`graph`]: the dependency tier: weighted health scores over a validated DAG of targets;
 //! - [`passive`]: what real traffic says: calls, circuit breakers, outlier ejection, recovery,
 //!   slow start and weighted selection;
+//! - [`cluster`]: which members of a cluster probe which targets (rendezvous hashing), the
+//!   quorum rule, and what a member publishes and adopts;
+//! - [`topology`]: what the engine runs ([`Topology`], [`TargetSpec`]), and the sources of
+//!   declarations (files, etcd, ...) merged into one ([`topology::Merger`]);
 //! - [`engine`]: targets, scheduler, graph and pools together, with the snapshots servers read;
-//! - [`discovery`]: sources of target declarations (files, etcd, ...) merged into one topology;
 //! - [`gate`]: the readiness gate a service puts in front of its work, and graceful drain;
 //! - `serve` (features `grpc` and `tower`): the engine in front of a service's own traffic:
 //!   `serve::grpc`, `grpc.health.v1` (`Check`, `Watch`) from the engine and the gate, for
@@ -51,7 +54,6 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cluster;
-pub mod discovery;
 pub mod engine;
 pub mod gate;
 pub mod graph;
@@ -63,10 +65,11 @@ pub mod scheduler;
 pub mod serve;
 mod target;
 pub mod tier;
+pub mod topology;
 
 pub use engine::{
     Diff, Engine, EngineConfig, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness,
-    TargetSpec, TargetStatus, Topology, TopologyError, describe_metrics,
+    TargetStatus, describe_metrics,
 };
 pub use health::{FlapPolicy, HealthState, Schedule, ScheduleSettings, Thresholds};
 pub use outcome::{CheckResult, Failure, FailureReason, Outcome, Verdict};
@@ -80,6 +83,7 @@ pub use tier::tcp::TcpSpec;
 pub use tier::tls::TlsSpec;
 pub use tier::udp::UdpSpec;
 pub use tier::{CustomProbe, Probe, ProbeSpec};
+pub use topology::{TargetSpec, Topology, TopologyError};
 
 /// The Rust examples of the README and of every page of `docs/`, compiled and run as this
 /// crate's doctests, so the documentation cannot drift from the API. The daemon's docs test

@@ -2,7 +2,7 @@
 //!
 //! Both are validated on construction, so an id that exists is safe as a metric label, a URL
 //! segment and an etcd key, and an address that exists has a port. What runs against a target
-//! (its probe, schedule, thresholds) is the [`TargetSpec`](crate::engine::TargetSpec).
+//! (its probe, schedule, thresholds) is the [`TargetSpec`](crate::topology::TargetSpec).
 
 use std::fmt;
 use std::net::SocketAddr;

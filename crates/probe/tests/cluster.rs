@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use probe::TargetId;
 use probe::cluster::MemberId;
-use probe::engine::{EngineConfig, Replication, Role};
+use probe::cluster::{Replication, Role};
+use probe::engine::EngineConfig;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::scheduler::SchedulerConfig;
 use probe::tier::{CustomProbe, ProbeSpec};
@@ -307,7 +308,7 @@ async fn a_target_that_arrives_late_resumes_from_the_verdict_published_before_it
     let late = tid("late");
     let probe = Arc::new(Switch::default());
     probe.down.store(true, Ordering::SeqCst);
-    let down = probe::engine::Published {
+    let down = probe::cluster::Published {
         state: HealthState::Down,
         consecutive_successes: 0,
         consecutive_failures: 2,

@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dns::DnsServer;
-use probe::engine::{TargetSpec, TargetStatus};
+use probe::engine::TargetStatus;
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::FailureReason;
 use probe::tier::ProbeSpec;
 use probe::tier::resolve::{LookupError, Resolver};
 use probe::tier::tcp::TcpSpec;
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use probe::{Engine, EngineConfig};
 use tokio::net::TcpListener;

@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use probe::TargetId;
-use probe::engine::{Engine, EngineConfig, Record, TargetSpec, Topology, TopologyError};
+use probe::engine::{Engine, EngineConfig, Record};
 use probe::graph::{Dependency, GraphConfig, GraphError, NodeKind, NodeSpec, ReadinessPolicy};
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::scheduler::SchedulerConfig;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::topology::{TargetSpec, Topology, TopologyError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -220,9 +220,9 @@ impl probe::tier::Probe for AlwaysUp {
 #[tokio::test]
 async fn the_gate_reports_its_own_outcomes_to_the_engine() {
     use probe::TargetId;
-    use probe::engine::TargetSpec;
     use probe::passive::breaker::{BreakerConfig, CircuitState, Window};
     use probe::tier::{CustomProbe, ProbeSpec};
+    use probe::topology::TargetSpec;
 
     let cancel = tokio_util::sync::CancellationToken::new();
     let engine = probe::Engine::start(probe::EngineConfig::default(), cancel.clone());

@@ -9,13 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use probe::TargetId;
-use probe::engine::{Engine, EngineConfig, TargetSpec, Topology};
+use probe::engine::{Engine, EngineConfig};
 use probe::gate::{Gate, GateConfig};
 use probe::graph::{Dependency, GraphConfig, NodeKind, NodeSpec};
 use probe::health::{Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, Failure, FailureReason};
 use probe::serve::grpc::HealthService;
 use probe::tier::{CustomProbe, Probe, ProbeSpec};
+use probe::topology::{TargetSpec, Topology};
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 use tonic::transport::Channel;

@@ -12,10 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use probe::TargetId;
-use probe::engine::TargetSpec;
-use probe::engine::{
-    CircuitCommand, Engine, EngineConfig, EngineError, Event, PickError, Topology, TopologyError,
-};
+use probe::engine::{CircuitCommand, Engine, EngineConfig, EngineError, Event, PickError};
 use probe::graph::{Dependency, NodeKind, NodeSpec};
 use probe::health::{Cause, HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::passive::breaker::{BreakerConfig, CircuitState, Window};
@@ -25,6 +22,8 @@ use probe::passive::slow_start::SlowStartConfig;
 use probe::passive::{Call, CallOutcome, PoolPolicy};
 use probe::scheduler::SchedulerConfig;
 use probe::tier::{CustomProbe, ProbeSpec};
+use probe::topology::TargetSpec;
+use probe::topology::{Topology, TopologyError};
 use switch::Switch;
 use tokio::sync::broadcast::Receiver;
 use tokio_util::sync::CancellationToken;

@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use probe::engine::{Engine, EngineConfig, TargetSpec};
+use probe::engine::{Engine, EngineConfig};
 use probe::health::Thresholds;
 use probe::scheduler::SchedulerConfig;
 use probe::tier::tcp::TcpExpect;
+use probe::topology::TargetSpec;
 use probe::{Address, HealthState, ProbeSpec, Schedule, ScheduleSettings, TargetId, TcpSpec};
 use tokio_util::sync::CancellationToken;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use pki::{Ca, Leaf};
-use probe::engine::{Engine, EngineConfig, TargetSpec};
+use probe::engine::{Engine, EngineConfig};
 use probe::health::{HealthState, Schedule, ScheduleSettings, Thresholds};
 use probe::outcome::{CheckResult, FailureReason, TlsFacts, Verdict};
 use probe::scheduler::SchedulerConfig;
@@ -19,6 +19,7 @@ use probe::tier::http::{HttpProbe, HttpSpec};
 use probe::tier::resolve::Names;
 use probe::tier::tls::{CaBundle, StartTls, TlsProbe, TlsSpec, TlsTrust};
 use probe::tier::{Probe, ProbeSpec};
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};

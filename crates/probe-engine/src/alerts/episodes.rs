@@ -21,7 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use probe::TargetId;
-use probe::engine::{Role, TargetStatus};
+use probe::cluster::Role;
+use probe::engine::TargetStatus;
 use probe::graph::{Causes, Export, NodeKind, NodeStatus};
 use probe::health::HealthState;
 
@@ -586,7 +587,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::UNIX_EPOCH;
 
-    use probe::engine::Placement;
+    use probe::cluster::Placement;
     use probe::graph::Edge;
     use probe::health::{Schedule, ScheduleSettings};
     use probe::outcome::{Failure, FailureReason, Outcome, Verdict};

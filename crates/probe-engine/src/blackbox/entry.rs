@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use probe::discovery::Declaration;
-use probe::engine::TargetSpec;
+use probe::topology::Declaration;
+use probe::topology::TargetSpec;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 

@@ -23,7 +23,7 @@ use std::num::NonZeroU8;
 use std::time::Duration;
 
 use probe::cluster::MemberId;
-use probe::engine::Replication;
+use probe::cluster::Replication;
 use probe::tier::http::expand_env;
 use probe_etcd::SourceConfig;
 use serde::Deserialize;

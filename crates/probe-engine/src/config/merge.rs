@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use probe::TargetId;
-use probe::engine::Topology;
 use probe::graph::GraphConfig;
+use probe::topology::Topology;
 
 use super::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
 use super::cluster::{self, ClusterConfig, ParsedCluster};

@@ -11,10 +11,10 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use probe::engine::TargetSpec;
 use probe::health::{
     BackoffError, FlapPolicy, Schedule, ScheduleError, ScheduleSettings, Thresholds,
 };
+use probe::topology::TargetSpec;
 use serde::Deserialize;
 
 use super::diagnostics::quote;

@@ -10,13 +10,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use probe::discovery::Declaration;
-use probe::engine::TargetSpec;
 use probe::graph::{GroupRule, NodeKind};
 use probe::health::{MaintenanceWindow, WindowError, WindowStart};
 use probe::passive::PoolPolicy;
 use probe::tier::ProbeSpec;
 use probe::tier::tcp::{CloseMode, TcpSpec};
+use probe::topology::Declaration;
+use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 
 use super::alerts::{TargetAlert, target_alert};
@@ -156,7 +156,7 @@ pub fn parse_declared(
             if parsed.votes.is_set() {
                 let replication = parsed
                     .votes
-                    .resolve(probe::engine::Replication::ONE, Pos::NONE)
+                    .resolve(probe::cluster::Replication::ONE, Pos::NONE)
                     .map_err(|(pos, message)| format!("{}:{}: {message}", pos.line, pos.column))?;
                 spec.replication = Some(replication);
             }

@@ -15,8 +15,11 @@
 //! other members' verdicts and votes in ([`Cluster::join`](crate::engine::Cluster::join)
 //! and what follows it), and publishes what this member decides.
 
+mod membership;
 mod ownership;
 mod quorum;
 
+pub(crate) use membership::{Membership, Placed};
+pub use membership::{Placement, Published, Replication, ReplicationError, Role};
 pub use ownership::{InvalidMemberId, MemberId, Moved, Ownership};
 pub use quorum::decide;

@@ -13,11 +13,10 @@ use tokio::time::Instant;
 use super::effects::Seated;
 use super::runtime::{Policy, Target};
 use super::shared::{Inner, Targets};
-use super::spec::TargetSpec;
-use super::topology::{Topology, TopologyError, by_id, graph_nodes};
 use super::view::Diff;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
+use crate::topology::{TargetSpec, Topology, TopologyError, by_id, graph_nodes};
 
 /// See the module doc.
 pub(super) fn apply(inner: &Inner, topology: Topology) -> Result<Diff, TopologyError> {

@@ -1,346 +1,235 @@
-//! An engine in a cluster: every member holds every target, probes those the ranking gives it
-//! ([`crate::cluster::Ownership`]), and shows for the others the verdict their owner published.
-//!
-//! What a member does with a target is its [`Role`], kept in the target and changed only by the
-//! engine's apply lock (a topology applied, the member set changed). The verdict of a target
-//! travels as a [`Published`] value: its deciding member hands it out when it changes
-//! ([`Cluster::decided`](super::Cluster::decided)), the daemon writes it to the cluster's store,
-//! and every other member adopts it ([`Cluster::adopt`](super::Cluster::adopt)), so the graph,
-//! readiness and the API of every member see cluster-wide verdicts, and a member that takes a
-//! target over resumes from the verdict in force instead of PROBING.
+//! Changing an engine's place in a cluster: joining it, following the member set, and how the
+//! targets spread over the members. The one place [`Membership`] is changed, under the apply
+//! lock, and the roles of the targets with it.
 
-use std::num::NonZeroU8;
-use std::time::SystemTime;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::cluster::{MemberId, Ownership, decide};
-use crate::health::state::{HealthState, Quality, StateMachine, Transition};
+use tokio::sync::broadcast;
+
+use super::EngineError;
+use super::shared::Inner;
+use super::view::Vote;
+use crate::cluster::{MemberId, Ownership};
+use crate::cluster::{Membership, Published, Replication};
+use crate::health::state::HealthState;
 use crate::target::TargetId;
-use tokio::time::Instant;
 
-/// What this engine does with a target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// Probes it and decides its state from its own results: every target of an engine outside
-    /// a cluster, and, in one, the owner's targets that one member probes.
-    Decide,
-    /// Owns a target that several members probe: probes it (its own vote) and decides its state
-    /// from the votes of all of them ([`crate::cluster::decide`]).
-    Lead,
-    /// Probes a target another member owns: its results are a vote; its state is the owner's
-    /// decision.
-    Vote,
-    /// Does not probe it: its state is the verdict its owner published.
-    Follow,
+/// An engine's side of a cluster ([`Engine::cluster`](super::Engine::cluster)): the protocol a
+/// front end (the etcd source) speaks for it, apart from what an embedder calls.
+#[derive(Clone, Copy)]
+pub struct Cluster<'a> {
+    pub(super) inner: &'a Arc<Inner>,
 }
 
-impl Role {
-    /// The lower-case name used in the API.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Decide => "decide",
-            Self::Lead => "lead",
-            Self::Vote => "vote",
-            Self::Follow => "follow",
+impl Cluster<'_> {
+    /// Makes this engine the member `me` of a cluster, in which targets without a
+    /// [`Replication`] of their own have `default`: from now on
+    /// it probes only what the member set ([`Cluster::set_members`]) gives it, and shows for the
+    /// other targets the verdicts their owners published ([`Cluster::adopt`]). It probes nothing
+    /// until the first member set. Once: `false` (and nothing changes) when already in one.
+    ///
+    /// Join before the first [`Engine::apply`](super::Engine::apply) so that no target is probed before the cluster
+    /// says whose it is.
+    pub fn join(&self, me: crate::cluster::MemberId, default: Replication) -> bool {
+        join(self.inner, me, default)
+    }
+
+    /// Makes `members` the cluster's live members. Targets whose members changed start or stop
+    /// being probed here; a started one runs first at its place on its interval's grid (so a
+    /// member change never probes in a burst) and goes on from the verdict it showed, the one
+    /// its previous owner published: a DOWN target stays DOWN, an UP one UP, until this
+    /// member's own results say otherwise. Nothing outside a cluster.
+    pub fn set_members(
+        &self,
+        members: impl IntoIterator<Item = crate::cluster::MemberId>,
+    ) -> Reassigned {
+        set_members(self.inner, members.into_iter().collect())
+    }
+
+    /// Takes the verdict the member that decides target `id` published; `false` when this
+    /// member decides it (its own verdict stands). An operator's maintenance held here stands
+    /// over it. The verdict of a target this engine does not have yet is kept, and the target
+    /// starts from it when an apply brings it, whatever its role (until
+    /// [`Cluster::withdraw`]).
+    pub fn adopt(&self, id: &TargetId, published: &Published) -> bool {
+        if let Ok(target) = self.inner.target(id) {
+            return target.adopt(published);
+        }
+        self.inner
+            .published
+            .lock()
+            .insert(id.clone(), published.clone());
+        // An apply may have brought the target meanwhile, after looking for a kept verdict.
+        match self.inner.target(id) {
+            Ok(target) => {
+                let kept = self.inner.published.lock().remove(id);
+                kept.is_some_and(|p| target.adopt(&p))
+            }
+            Err(_) => false,
         }
     }
 
-    /// Whether this engine probes the target.
-    pub const fn probes(self) -> bool {
-        !matches!(self, Self::Follow)
+    /// Forgets the verdict kept for a target this engine does not have (its key was deleted).
+    pub fn withdraw(&self, id: &TargetId) {
+        self.inner.published.lock().remove(id);
     }
 
-    /// Whether this engine decides the target's state (and so publishes it, and exports its
-    /// series: each target is in one member's scrape).
-    pub const fn decides(self) -> bool {
-        matches!(self, Self::Decide | Self::Lead)
-    }
-}
-
-/// How many members of a cluster probe a target, and how many of them must agree on UP or DOWN.
-/// Outside a cluster, neither means anything.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Replication {
-    replicas: NonZeroU8,
-    quorum: NonZeroU8,
-}
-
-/// Why a [`Replication`] is not valid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("quorum {quorum} is more than the {replicas} replicas that vote")]
-pub struct ReplicationError {
-    /// The replicas asked for.
-    pub replicas: u8,
-    /// The quorum asked for.
-    pub quorum: u8,
-}
-
-impl Replication {
-    /// One member probes and decides: the default.
-    pub const ONE: Self = Self {
-        replicas: NonZeroU8::MIN,
-        quorum: NonZeroU8::MIN,
-    };
-
-    /// `replicas` members probe the target and `quorum` of them must agree.
+    /// Records `member`'s vote on replicated target `id` (`None`: withdrawn, as when the member
+    /// left); the owner decides again. This member's own vote is its own results', so it is
+    /// not taken from outside.
     ///
     /// # Errors
-    /// [`ReplicationError`] when `quorum` exceeds `replicas`.
-    pub fn new(replicas: NonZeroU8, quorum: NonZeroU8) -> Result<Self, ReplicationError> {
-        if quorum > replicas {
-            return Err(ReplicationError {
-                replicas: replicas.get(),
-                quorum: quorum.get(),
-            });
+    /// [`EngineError::UnknownTarget`].
+    pub fn set_vote(
+        &self,
+        id: &TargetId,
+        member: &crate::cluster::MemberId,
+        vote: Option<HealthState>,
+    ) -> Result<(), EngineError> {
+        let target = self.inner.target(id)?;
+        if self.inner.ctx.member.get() != Some(member) {
+            target.set_vote(member, vote);
         }
-        Ok(Self { replicas, quorum })
+        Ok(())
     }
 
-    /// Members that probe the target.
-    pub fn replicas(self) -> usize {
-        usize::from(self.replicas.get())
+    /// The verdict of target `id` to publish, when this member decides it (every target,
+    /// outside a cluster).
+    pub fn decided(&self, id: &TargetId) -> Option<Published> {
+        self.inner.target(id).ok()?.decided()
     }
 
-    /// Votes that decide.
-    pub fn quorum(self) -> usize {
-        usize::from(self.quorum.get())
+    /// Every verdict this member decides, by target, for a publisher that lost track of the
+    /// changes (see [`Engine::subscribe`](super::Engine::subscribe)) and must compare them all with what it published.
+    pub fn decisions(&self) -> Vec<(TargetId, Published)> {
+        let targets = self.inner.targets.load();
+        targets
+            .values()
+            .filter_map(|t| Some((t.id().clone(), t.decided()?)))
+            .collect()
     }
-}
 
-impl Default for Replication {
-    fn default() -> Self {
-        Self::ONE
+    /// This member's vote on replicated target `id`, when it probes it.
+    pub fn own_vote(&self, id: &TargetId) -> Option<HealthState> {
+        self.inner.target(id).ok()?.own_vote()
     }
-}
 
-/// A target's verdict as the member that decides it hands it out, and as the other members
-/// adopt it: the state and the counters its state machine needs to go on from there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Published {
-    /// The state.
-    pub state: HealthState,
-    /// Passing results in a row behind it.
-    pub consecutive_successes: u32,
-    /// Failures in a row behind it.
-    pub consecutive_failures: u32,
-    /// The failure or degradation behind it, in words.
-    pub detail: Option<String>,
-    /// When the state began (`None` for a target without a verdict yet).
-    pub since: Option<SystemTime>,
-}
+    /// This member's votes on the replicated targets it probes.
+    pub fn own_votes(&self) -> Vec<(TargetId, HealthState)> {
+        let targets = self.inner.targets.load();
+        targets
+            .values()
+            .filter_map(|t| Some((t.id().clone(), t.own_vote()?)))
+            .collect()
+    }
 
-/// Where a target stands in the cluster, as a status shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Placement {
-    /// What this member does with it.
-    pub role: Role,
-    /// The members that probe it, its owner first; empty while the member set is unknown.
-    pub members: Vec<MemberId>,
-    /// The votes known, by member (this member's own among them when it probes the target);
-    /// only replicated targets have votes.
-    pub votes: Vec<(MemberId, HealthState)>,
-}
+    /// A stream of this member's votes on replicated targets from now on; a subscriber that
+    /// falls more than 1024 behind misses some (`Lagged`) and should read
+    /// [`Cluster::own_votes`].
+    pub fn subscribe_votes(&self) -> broadcast::Receiver<Vote> {
+        self.inner.hub().subscribe_votes()
+    }
 
-impl Placement {
-    /// The member that decides the target.
-    pub fn owner(&self) -> Option<&MemberId> {
-        self.members.first()
+    /// This member's name and, for every member, how many targets it owns and how many more it
+    /// probes as a replica; `None` outside a cluster. One pass over the targets, under the
+    /// lock applies take: for an API, not for a hot path.
+    pub fn loads(&self) -> Option<Loads> {
+        loads(self.inner)
     }
 }
 
-/// A target's standing in the cluster, in the target (under its lock).
-pub(super) struct Placed {
-    pub role: Role,
-    pub members: Vec<MemberId>,
-    /// Votes that decide.
-    pub quorum: usize,
-    /// This member's own verdict of a replicated target it probes: its vote.
-    pub vote: Option<StateMachine>,
-    /// The other members' votes.
-    pub votes: Vec<(MemberId, HealthState)>,
+/// What a change of the member set did to this member's targets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reassigned {
+    /// Targets whose members changed.
+    pub moved: usize,
+    /// Targets this member now decides that another member decided before: handed over to it
+    /// (not those given out by the first member set).
+    pub taken: usize,
+    /// Targets this member decided and now does not.
+    pub given: usize,
 }
 
-impl Placed {
-    /// A placement for a target that has `main` as its state machine so far.
-    pub fn new(role: Role, members: Vec<MemberId>, quorum: usize, main: &StateMachine) -> Self {
-        let mut placed = Self {
-            role: Role::Follow,
-            members: Vec::new(),
-            quorum,
-            vote: None,
-            votes: Vec::new(),
+/// Makes `members` the member set of `inner`'s cluster (see
+/// [`Cluster::set_members`](super::Cluster::set_members)).
+pub(super) fn set_members(inner: &Inner, members: Vec<MemberId>) -> Reassigned {
+    let mut membership = inner.membership.lock();
+    let Some(membership) = membership.as_mut() else {
+        return Reassigned::default();
+    };
+    let moved = membership.ownership.set_members(members);
+    let targets = inner.targets.load();
+    let mut reassigned = Reassigned {
+        moved: moved.len(),
+        ..Reassigned::default()
+    };
+    for id in moved.owner.iter().chain(&moved.replicas) {
+        let Some(target) = targets.get(id) else {
+            continue;
         };
-        placed.set(role, members, quorum, main);
-        placed
-    }
-
-    /// Moves to `role` among `members`. A member that starts voting starts from the verdict in
-    /// force (its vote is the decision's counters until its own results say otherwise), so a
-    /// replica that joins does not pull a decided target back to PROBING.
-    pub fn set(&mut self, role: Role, members: Vec<MemberId>, quorum: usize, main: &StateMachine) {
-        self.quorum = quorum;
-        let votes = matches!(role, Role::Lead | Role::Vote);
-        if !votes {
-            self.vote = None;
-        } else if self.vote.is_none() {
-            self.vote = Some(main.clone());
+        let (role, members, quorum) = membership.place(id, target.policy.replication);
+        let (was, moved) = target.place(role, members, quorum);
+        match (was.probes(), role.probes()) {
+            // Taken over from a member that left: probed soon, within a quarter of its
+            // interval (spread by id), so that a failover takes the lease's TTL and a fraction
+            // of the interval, not a whole one; then on its grid.
+            (false, true) if moved => inner
+                .scheduler
+                .insert_within(target.clone(), target.policy.schedule.interval() / 4),
+            (false, true) => inner.scheduler.insert(target.clone()),
+            (true, false) => inner.scheduler.remove(id),
+            _ => {}
         }
-        self.role = role;
-        self.votes.retain(|(m, _)| members.contains(m));
-        self.members = members;
-    }
-
-    /// Feeds a result to this member's vote; returns the vote when it changed.
-    pub fn observe(&mut self, quality: Quality, now: Instant) -> Option<HealthState> {
-        let vote = self.vote.as_mut()?;
-        vote.observe(quality, now).map(|t| t.to)
-    }
-
-    /// Records `member`'s vote (`None`: it has none any more); only members that probe the
-    /// target count.
-    pub fn set_vote(&mut self, member: &MemberId, vote: Option<HealthState>) {
-        self.votes.retain(|(m, _)| m != member);
-        if let Some(vote) = vote
-            && self.members.contains(member)
-        {
-            self.votes.push((member.clone(), vote));
+        match (was.decides(), role.decides()) {
+            (false, true) if moved => reassigned.taken += 1,
+            (true, false) => reassigned.given += 1,
+            _ => {}
         }
     }
-
-    /// The owner's decision from every vote, its own first.
-    pub fn decision(&self) -> HealthState {
-        let own = self.vote.as_ref().map(StateMachine::state);
-        decide(
-            own.into_iter().chain(self.votes.iter().map(|(_, v)| *v)),
-            self.quorum,
-        )
-    }
-
-    /// Brings the owner's `main` machine to its decision.
-    pub fn lead(&self, main: &mut StateMachine) -> Option<Transition> {
-        if self.role != Role::Lead {
-            return None;
-        }
-        main.decide(self.decision())
-    }
-
-    /// The placement as a status shows it; `me` is this member.
-    pub fn view(&self, me: Option<&MemberId>) -> Placement {
-        let own = me
-            .zip(self.vote.as_ref())
-            .map(|(m, v)| (m.clone(), v.state()));
-        Placement {
-            role: self.role,
-            members: self.members.clone(),
-            votes: own.into_iter().chain(self.votes.iter().cloned()).collect(),
-        }
-    }
+    reassigned
 }
 
-/// This engine's place in a cluster: its name, the replication of targets that set none, and
-/// the ranking of every target over the members.
-pub(super) struct Membership {
+/// Joins `inner` to a cluster as `me` (see [`Cluster::join`](super::Cluster::join)).
+pub(super) fn join(inner: &Inner, me: MemberId, default: Replication) -> bool {
+    let mut membership = inner.membership.lock();
+    if membership.is_some() || inner.ctx.member.set(me.clone()).is_err() {
+        return false;
+    }
+    let targets = inner.targets.load();
+    let joined = membership.insert(Membership {
+        me,
+        default,
+        ownership: Ownership::new(default.replicas()),
+    });
+    joined.fit(
+        targets.values().map(|t| t.policy.replication),
+        targets.keys(),
+    );
+    for (id, target) in targets.iter() {
+        let (role, members, quorum) = joined.place(id, target.policy.replication);
+        if target.place(role, members, quorum).0.probes() && !role.probes() {
+            inner.scheduler.remove(id);
+        }
+    }
+    true
+}
+
+/// How the targets spread over a cluster's members, as one member sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loads {
+    /// This member.
     pub me: MemberId,
-    pub default: Replication,
-    pub ownership: Ownership,
+    /// For every member, the targets it owns and how many more it probes as a replica.
+    pub members: HashMap<MemberId, (usize, usize)>,
 }
 
-/// Where a target goes: this member's role, its members (owner first) and its quorum.
-pub(super) type Place = (Role, Vec<MemberId>, usize);
-
-impl Membership {
-    /// The role of target `id` here, its members (owner first) and its quorum, for its own
-    /// `replication` (the cluster's when `None`).
-    pub fn place(&self, id: &TargetId, replication: Option<Replication>) -> Place {
-        let replication = replication.unwrap_or(self.default);
-        let members: Vec<MemberId> = self
-            .ownership
-            .ranked(id)
-            .take(replication.replicas())
-            .cloned()
-            .collect();
-        let role = match members.iter().position(|m| *m == self.me) {
-            Some(0) if replication.replicas() == 1 => Role::Decide,
-            Some(0) => Role::Lead,
-            Some(_) => Role::Vote,
-            None => Role::Follow,
-        };
-        (role, members, replication.quorum())
-    }
-
-    /// Ranks over enough members for every target of `specs`: the ranking is rebuilt (every
-    /// target weighed against every member again) when a target asks for more replicas than it
-    /// keeps, which only a topology that raises the most replicas asked for does.
-    pub fn fit<'a>(
-        &mut self,
-        most: impl Iterator<Item = Option<Replication>>,
-        ids: impl Iterator<Item = &'a TargetId>,
-    ) {
-        let wanted = most
-            .map(|r| r.unwrap_or(self.default).replicas())
-            .max()
-            .unwrap_or(1)
-            .max(self.default.replicas());
-        if wanted > self.ownership.replicas() {
-            let members: Vec<MemberId> = self.ownership.members().cloned().collect();
-            let mut ranked = Ownership::new(wanted);
-            ranked.set_members(members);
-            self.ownership = ranked;
-        }
-        self.ownership.set_targets(ids);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::health::policy::Thresholds;
-
-    fn nz(n: u8) -> NonZeroU8 {
-        NonZeroU8::new(n).unwrap()
-    }
-
-    #[test]
-    fn a_quorum_beyond_the_replicas_is_refused() {
-        assert!(Replication::new(nz(3), nz(2)).is_ok());
-        assert_eq!(
-            Replication::new(nz(2), nz(3)),
-            Err(ReplicationError {
-                replicas: 2,
-                quorum: 3
-            })
-        );
-    }
-
-    #[test]
-    fn a_new_voter_starts_from_the_decision_and_the_owner_needs_a_quorum() {
-        let member = |n: &str| MemberId::new(n).unwrap();
-        let mut main = StateMachine::new(Thresholds::default(), None);
-        main.adopt(HealthState::Up, 2, 0);
-        let mut placed = Placed::new(
-            Role::Lead,
-            vec![member("a"), member("b"), member("c")],
-            2,
-            &main,
-        );
-        assert_eq!(
-            placed.vote.as_ref().map(StateMachine::state),
-            Some(HealthState::Up)
-        );
-        // One vantage point failing is not enough.
-        let now = Instant::now();
-        for _ in 0..5 {
-            placed.observe(Quality::Failed, now);
-        }
-        placed.set_vote(&member("b"), Some(HealthState::Up));
-        placed.set_vote(&member("c"), Some(HealthState::Up));
-        assert_eq!(placed.lead(&mut main), None);
-        assert_eq!(main.state(), HealthState::Up);
-        // A second one is.
-        placed.set_vote(&member("b"), Some(HealthState::Down));
-        let t = placed.lead(&mut main).unwrap();
-        assert_eq!((t.to, main.state()), (HealthState::Down, HealthState::Down));
-        // Votes of members that do not probe the target do not count.
-        placed.set_vote(&member("z"), Some(HealthState::Up));
-        assert_eq!(placed.votes.len(), 2);
-    }
+/// [`Loads`]; `None` outside a cluster.
+pub(super) fn loads(inner: &Inner) -> Option<Loads> {
+    let membership = inner.membership.lock();
+    let membership = membership.as_ref()?;
+    Some(Loads {
+        me: membership.me.clone(),
+        members: membership.ownership.loads(),
+    })
 }

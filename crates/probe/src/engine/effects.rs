@@ -31,7 +31,6 @@ use tokio::time::Instant;
 
 use super::metrics::{Counted, Meters};
 use super::readiness::Tally;
-use super::topology::{Dependencies, TopologyError};
 use super::view::{Event, HeldRuns, Readiness, Record, Runs, Vote};
 use crate::graph::{
     GraphConfig, GraphView, GroupRule, GroupTransition, NodeKind, NodeSpec, ReadinessPolicy,
@@ -45,6 +44,7 @@ use crate::passive::pools::{PoolEvent, Pools};
 use crate::passive::recovery::RecoveryEvent;
 use crate::target::TargetId;
 use crate::tier::spec::ProbeSpec;
+use crate::topology::{Dependencies, TopologyError};
 
 /// How many state changes a slow subscriber may fall behind before it misses some.
 const EVENT_BACKLOG: usize = 1024;
@@ -837,12 +837,13 @@ mod tests {
     use tokio::sync::Notify;
     use tokio_util::sync::CancellationToken;
 
-    use crate::engine::{Engine, EngineConfig, TargetSpec, Topology};
+    use crate::engine::{Engine, EngineConfig};
     use crate::graph::{Dependency, Graph, NodeKind};
     use crate::health::policy::{Schedule, ScheduleSettings, Thresholds};
     use crate::health::state::StateMachine;
     use crate::outcome::{CheckResult, Failure, FailureReason, Verdict};
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
+    use crate::topology::{TargetSpec, Topology};
 
     /// A probe that answers a script, says when it is through it, then repeats its last answer.
     /// It logs every answer it gives: the engine has recorded each by the time the test task

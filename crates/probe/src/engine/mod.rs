@@ -21,23 +21,20 @@
 //! after the snapshots it changed are published.
 //!
 //! The folder: `shared` (the parts every method reaches), `runtime` (a target as it runs),
-//! `effects` (the hub), `readiness` (the tally), `apply` (topology diffs), `members` (the
-//! engine's place in a cluster changing) and `cluster` (a target's role there), `passive` (real
-//! traffic: reports, picks, circuits), `resources` (the engine's own resource faults),
-//! `topology`, `spec` (the input), `view` (the output) and `metrics`.
+//! `effects` (the hub), `readiness` (the tally), `apply` (topology diffs), `cluster` (the
+//! engine's place in a cluster changing), `passive` (real traffic: reports, picks, circuits),
+//! `resources` (the engine's own resource faults), `view` (the output) and `metrics`. What it
+//! is asked to run is [`crate::topology`].
 
 mod apply;
 mod cluster;
 mod effects;
-mod members;
 mod metrics;
 mod passive;
 mod readiness;
 mod resources;
 mod runtime;
 mod shared;
-pub(crate) mod spec;
-mod topology;
 mod view;
 
 use std::sync::Arc;
@@ -49,12 +46,9 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use cluster::{Placement, Published, Replication, ReplicationError, Role};
-pub use members::{Cluster, Loads, Reassigned};
+pub use cluster::{Cluster, Loads, Reassigned};
 pub use metrics::{DURATION_BUCKETS, describe_metrics, target_metric_families};
 pub use passive::{CircuitCommand, Lease, PickError, Pools, Reporter};
-pub use spec::TargetSpec;
-pub use topology::{Topology, TopologyError};
 pub use view::{
     Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, Record, Run, Runs,
     TargetStatus, Vote, Workload,
@@ -67,6 +61,7 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::target::TargetId;
 use crate::tier::resolve::Resolver;
 use crate::tier::spec::ProbeSpec;
+use crate::topology::{Topology, TopologyError};
 use effects::{Hub, Seated};
 use runtime::{ActiveMaintenance, Context};
 use shared::Inner;
@@ -480,6 +475,7 @@ mod tests {
     use crate::health::{Schedule, ScheduleSettings};
     use crate::outcome::CheckResult;
     use crate::tier::{CustomProbe, Probe, ProbeSpec};
+    use crate::topology::TargetSpec;
 
     struct Pass;
 

@@ -14,7 +14,6 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::cluster::{Placed, Published, Replication, Role};
 use super::effects::{Effects, Hub, Seat, Seated, announce_circuit};
 use super::metrics::Counted;
 use super::resources::Resources;
@@ -22,6 +21,7 @@ use super::view::{
     HeldRuns, MaintenanceInfo, MaintenanceSource, RUNS_HELD_FOR, RUNS_PER_BATCH, Run, TargetStatus,
 };
 use crate::cluster::MemberId;
+use crate::cluster::{Placed, Published, Replication, Role};
 use crate::health::backoff::SuccessWindow;
 use crate::health::maintenance::MaintenanceWindow;
 use crate::health::policy::{FlapPolicy, Schedule, Thresholds};

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use super::cluster::{Membership, Published};
 use super::effects::Hub;
 use super::runtime::{Context, Target};
 use super::view::{EngineError, TargetStatus};
+use crate::cluster::{Membership, Published};
 use crate::scheduler::Scheduler;
 use crate::target::TargetId;
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::cluster::Placement;
+use crate::cluster::Placement;
 use crate::graph::NodeKind;
 use crate::health::policy::Schedule;
 use crate::health::state::{Cause, HealthState, Pending, Quality};

@@ -10,7 +10,7 @@
 //!
 //! - **Stale answers.** The resolver keeps the last good answer of every name. When a lookup
 //!   fails with trouble and that answer is younger than the target's `dns_stale_for`
-//!   ([`TargetSpec::dns_stale_for`](crate::engine::spec::TargetSpec::dns_stale_for), 5 minutes by
+//!   ([`TargetSpec::dns_stale_for`](crate::topology::TargetSpec::dns_stale_for), 5 minutes by
 //!   default), the check goes on with it and says so in its
 //!   [`Remarks::dns_trouble`](crate::outcome::Remarks::dns_trouble). While a stale answer is at
 //!   hand, the lookup gets only half of the check's remaining time, so that the connection still

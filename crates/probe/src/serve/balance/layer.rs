@@ -2,7 +2,7 @@
 //! view of them.
 //!
 //! [`BalanceLayer`] wraps any HTTP client service (hyper's, say) so that each request goes to a
-//! member of a pool ([`Topology::pools`](crate::engine::Topology::pools)) chosen by
+//! member of a pool ([`Topology::pools`](crate::topology::Topology::pools)) chosen by
 //! [`Pools::pick`](crate::engine::Pools::pick):
 //! - by weight: ejected members get nothing, returning ones ramp up through slow start, DOWN
 //!   members are skipped;

@@ -10,7 +10,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::cluster::Replication;
+use crate::cluster::Replication;
 use crate::health::maintenance::MaintenanceWindow;
 use crate::health::policy::{FlapPolicy, Schedule, Thresholds};
 use crate::passive::breaker::BreakerConfig;

@@ -17,8 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::engine::spec::TargetSpec;
-use crate::engine::{Topology, TopologyError};
+use super::{TargetSpec, Topology, TopologyError};
 use crate::graph::{
     Dependency, GraphConfig, GraphError, GroupRule, NodeKind, NodeSpec, ReadinessPolicy,
 };

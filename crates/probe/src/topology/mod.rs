@@ -4,9 +4,14 @@
 //! groups over them, how scores are computed and what readiness requires. The engine applies it
 //! at once or not at all ([`TopologyError`]), so a bad reload never leaves a half-applied graph.
 
+mod discovery;
+mod spec;
+
 use std::collections::{BTreeMap, HashSet};
 
-use crate::engine::spec::TargetSpec;
+pub use discovery::{Catalog, CatalogEntry, Declaration, Discovery, Merged, Merger, Rejection};
+pub use spec::TargetSpec;
+
 use crate::graph::{
     Graph, GraphConfig, GraphError, GraphReadiness, GroupRule, GroupTransition, NodeError,
     NodeKind, NodeSpec, ReadinessLatch, ReadinessPolicy,
@@ -101,7 +106,7 @@ fn located(errors: &[GraphError]) -> String {
 /// The targets sorted by id, of duplicate ids the last: the engine's desired set, kept in the one
 /// allocation it came in (a map of 100k specs would leave 40 MB of freed nodes behind in the
 /// allocator, resident for good).
-pub(super) fn by_id(mut specs: Vec<TargetSpec>) -> Vec<TargetSpec> {
+pub(crate) fn by_id(mut specs: Vec<TargetSpec>) -> Vec<TargetSpec> {
     // Stable: duplicates stay in declaration order, and each later one replaces the kept one.
     specs.sort_by(|a, b| a.id.cmp(&b.id));
     specs.dedup_by(|later, kept| {
@@ -116,7 +121,7 @@ pub(super) fn by_id(mut specs: Vec<TargetSpec>) -> Vec<TargetSpec> {
 
 /// The graph nodes of a topology: the declared ones, checked against the targets (`ids`, sorted
 /// and unique), the pools and the group rules, plus a leaf for every target without one.
-pub(super) fn graph_nodes(
+pub(crate) fn graph_nodes(
     ids: &[&TargetId],
     declared: Vec<NodeSpec>,
     pools: &BTreeMap<TargetId, PoolPolicy>,
@@ -158,7 +163,7 @@ pub(super) fn graph_nodes(
 }
 
 /// The graph and the readiness policy's latch over it, changed together by the hub.
-pub(super) struct Dependencies {
+pub(crate) struct Dependencies {
     pub graph: Graph,
     latch: Option<ReadinessLatch>,
 }
