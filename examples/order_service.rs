@@ -461,7 +461,7 @@ fn load_dependencies(path: &Path, bound: SocketAddr) -> anyhow::Result<Topology>
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the dependencies file {}", path.display()))?;
     let text = text.replace(LISTEN_PLACEHOLDER, &reachable(bound).to_string());
-    let config = probe_engine::config::parse(path, &text).map_err(|errors| {
+    let config = probe_config::parse(path, &text).map_err(|errors| {
         anyhow!(
             "{} errors in the dependencies file:\n{errors}",
             errors.0.len()

@@ -951,7 +951,7 @@ targets:
         url = server.url("/ready")
     );
     let env = |name: &str| (name == "ORDERS_TOKEN").then(|| "t0k3n".to_owned());
-    let config = probe_engine::config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
+    let config = probe_config::parse_with_env(Path::new("t.yaml"), &yaml, &env)
         .unwrap_or_else(|e| panic!("{e}"));
     let probe = probe::tier::build(
         &config.topology.targets[0].probe,
@@ -1030,7 +1030,7 @@ async fn secret_checks() {
              Authorization: \"Bearer ${{{TOKEN_VAR}}}\"\n        X-Api-Key: \"{header}\"\n"
         )
     };
-    let load = |yaml: &str| probe_engine::config::parse(Path::new("t.yaml"), yaml);
+    let load = |yaml: &str| probe_config::parse(Path::new("t.yaml"), yaml);
     let mut shown = Vec::new();
 
     let config = load(&target(&server.url("/ready"), &format!("${{{TOKEN_VAR}}}")))

@@ -1,5 +1,5 @@
-//! The ICMP tier against real hosts: the loopback, and network namespaces (`probe_engine::
-//! testing::Netns`) whose rules drop echoes, some or all, or that have no route to the host.
+//! The ICMP tier against real hosts: the loopback, and network namespaces (`probe_testkit::
+//! Netns`) whose rules drop echoes, some or all, or that have no route to the host.
 //!
 //! Both kinds of socket are tested: raw ones (root has `CAP_NET_RAW`) and datagram ones, which
 //! need `net.ipv4.ping_group_range` to include the test's group. That setting belongs to a

@@ -141,7 +141,7 @@ async fn measure(args: Args) -> anyhow::Result<()> {
             etcd.endpoint()
         ),
     )?;
-    let loaded = probe_engine::config::load(dir.path()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded = probe_config::load(dir.path()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cancel = CancellationToken::new();
     let resolver = std::sync::Arc::new(probe::tier::resolve::Resolver::system());
     let engine =

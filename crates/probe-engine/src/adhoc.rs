@@ -29,7 +29,7 @@ use probe::tier::{Probe, ProbeSpec};
 use tokio::sync::Semaphore;
 
 use crate::blackbox::{self, Blackbox, Module, Prober, Schedule};
-use crate::config::{ConfigError, ConfigErrors};
+use probe_config::{ConfigError, ConfigErrors};
 
 /// What `--blackbox-*` says.
 #[derive(Clone, Debug)]

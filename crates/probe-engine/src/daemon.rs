@@ -19,11 +19,11 @@ use tokio_util::sync::CancellationToken;
 use crate::alerts::{self, Alerter, RuleFeed, Sender, first_member};
 use crate::api::{self, ApiState};
 use crate::api::{TokenError, TokenSources, Tokens};
-use crate::config::{self, ClusterConfig, ConfigErrors};
 use crate::history::{Backend, GroupsOurs, History, HistoryConfig};
 use crate::persist::{PersistError, StateStore};
 use crate::topology::TopologyHandle;
 use probe::cluster::MemberId;
+use probe_config::{self as config, ClusterConfig, ConfigErrors};
 use probe_etcd::cluster::Cluster;
 use probe_etcd::membership::{MemberRecord, unix_ms_now};
 

@@ -1,5 +1,6 @@
-//! The probe-engine daemon as a library: YAML config, the health API and the wiring between them
-//! and the `probe` engine. The binary (`main.rs`) adds only flags, logging and signals.
+//! The probe-engine daemon as a library: the health API, history, alerts, the importers and the
+//! wiring between them, the `probe` engine and the configuration `probe-config` compiles. The
+//! binary (`main.rs`) adds only flags, logging and signals.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
@@ -8,7 +9,6 @@ pub mod adhoc;
 pub mod alerts;
 pub mod api;
 pub mod blackbox;
-pub mod config;
 pub mod daemon;
 pub mod history;
 pub mod import;

@@ -272,7 +272,7 @@ fn state_dir_or_default(
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    match probe_engine::config::load(path) {
+    match probe_config::load(path) {
         Ok(config) => {
             let groups = config
                 .topology
@@ -321,7 +321,7 @@ fn check(path: &std::path::Path) -> ExitCode {
 fn import(
     file: &std::path::Path,
     strict: bool,
-    printed: Result<probe_engine::import::Printed, probe_engine::config::ConfigErrors>,
+    printed: Result<probe_engine::import::Printed, probe_config::ConfigErrors>,
 ) -> ExitCode {
     let printed = match printed {
         Ok(printed) => printed,

@@ -109,7 +109,7 @@ pub enum WatchError {
 /// Sends a reload trigger on `trigger` each time the config at `path` may have changed, until
 /// `cancel`.
 ///
-/// `path` is a YAML file or a directory of them, as for [`crate::config::load`]. Events are
+/// `path` is a YAML file or a directory of them, as for [`probe_config::load`]. Events are
 /// coalesced: one trigger is sent `debounce` after the last event of a burst (`debounce` is
 /// capped at [`MAX_DEBOUNCE`]). One trigger is also sent each time the watch is put in place,
 /// including the first: the caller may have loaded the config before the watch existed.

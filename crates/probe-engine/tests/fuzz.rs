@@ -1,15 +1,11 @@
-//! Fuzzing on the stable toolchain, in every run of the suite: structured generation with
-//! proptest (documents built from the schema's own words, then mutated byte by byte), for a
-//! bounded time per target, over two fixed seeds and one random seed that is printed.
+//! Fuzzing the daemon's own parsers and its API, in every run of the suite, with the harness of
+//! `probe_testkit::fuzz` (the YAML config compiler and the etcd value decoder are fuzzed in
+//! `probe-config`'s tests).
 //!
 //! Targets, and what must hold for every input:
-//! - the YAML config compiler: no panic, no hang, and every rejection located as `FILE:LINE:COL`
-//!   in the document;
-//! - the `blackbox.yml` loader: the same, for its errors and its refusals alike; and every module
-//!   it accepts gives, for a target of its prober, an entry the config compiler accepts or a
-//!   reason it cannot;
-//! - the etcd value decoder: no panic, no hang, every rejection located within the value (or
-//!   saying the value as a whole is not a JSON object / not UTF-8);
+//! - the `blackbox.yml` loader: no panic, no hang, every error and every refusal located as
+//!   `FILE:LINE:COL` in the document; and every module it accepts gives, for a target of its
+//!   prober, an entry the config compiler accepts or a reason it cannot;
 //! - every JSON body the API accepts, sent to the real daemon: never a 5xx, every refusal a 4xx
 //!   with a JSON `error`, and the daemon still answers after;
 //! - blackbox_exporter's `/probe` query (parameters and the scrape-timeout header), sent to the
@@ -19,383 +15,22 @@
 //!   displays as text they parse back to the same value.
 //!
 //! A failing input is shrunk and printed; add it under `tests/fuzz/<target>/` and it is run
-//! before the generated ones forever after. `PROBE_FUZZ_SEED=0x...` replays the random seed of
-//! a failed run; `PROBE_FUZZ_SECONDS` changes the time per seed (default 4).
+//! before the generated ones forever after.
 
 mod support;
 
-use std::fmt::Write as _;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use probe::tier::http::{JsonPath, StatusPattern};
+use probe_testkit::fuzz::{apply_edits, documents_of, edits, fuzz};
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::Value;
 
-/// The seeds every run uses, besides a random one.
-const FIXED_SEEDS: [u64; 2] = [0x5eed_0001, 0x00c0_ffee];
-
-/// A check: `Err` says what does not hold for the input.
-type Check = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
-
-/// Runs `check` on the regression cases of `target`, then on inputs from `strategy` for a
-/// bounded time per seed. A panic is a failure; so is an input that takes more than
-/// [`HANG`]. The first failure is shrunk and reported with its seed. Fewer than `min_inputs`
-/// checked (for the default 4 s a seed; in proportion to `PROBE_FUZZ_SECONDS`) is a failure
-/// too: a machine too slow to fuzz must not pass by checking a handful.
-/// `strategy` builds the generator on the fuzzing thread (proptest's boxed strategies stay on
-/// the thread that made them).
-fn fuzz(
-    target: &str,
-    min_inputs: u64,
-    strategy: impl FnOnce() -> BoxedStrategy<Vec<u8>> + Send + 'static,
-    check: Check,
-) {
-    let per_seed = std::env::var("PROBE_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(4), Duration::from_secs_f64);
-    let random = std::env::var("PROBE_FUZZ_SEED")
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-        .unwrap_or_else(|| {
-            use std::hash::{BuildHasher, Hasher};
-            // A fresh random state per process: a random seed without a dependency for it.
-            std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish()
-        });
-    let seeds: Vec<u64> = FIXED_SEEDS.into_iter().chain([random]).collect();
-    println!(
-        "fuzz {target}: seeds {:#x}, {:#x} and {random:#x} (replay: PROBE_FUZZ_SEED={random:#x}), \
-         {per_seed:?} each",
-        FIXED_SEEDS[0], FIXED_SEEDS[1]
-    );
-    // The input being checked, for the watchdog to show if it never returns.
-    let current = Arc::new(Mutex::new(Vec::new()));
-    let (done, finished) = mpsc::channel();
-    let worker = {
-        let current = current.clone();
-        let target = target.to_owned();
-        std::thread::spawn(move || {
-            let result = run_all(&target, &strategy(), &check, &seeds, per_seed, &current);
-            let _ = done.send(result);
-        })
-    };
-    let budget = per_seed * 3 + Duration::from_secs(60);
-    match finished.recv_timeout(budget) {
-        Ok(Ok(cases)) => {
-            println!("fuzz {target}: {cases} inputs, no failure");
-            let _ = worker.join();
-            let min = (min_inputs as f64 * per_seed.as_secs_f64() / 4.0) as u64;
-            assert!(
-                cases >= min,
-                "fuzz {target}: only {cases} inputs checked, under the {min} a run must check"
-            );
-        }
-        Ok(Err(failure)) => panic!("fuzz {target}: {failure}"),
-        Err(_) => {
-            let input = current.lock().map(|i| shown(&i)).unwrap_or_default();
-            panic!("fuzz {target}: no verdict within {budget:?}: a hang, on {input}");
-        }
-    }
-}
-
-/// Longer than this for one input is a hang.
-const HANG: Duration = Duration::from_secs(2);
-
-fn run_all(
-    target: &str,
-    strategy: &BoxedStrategy<Vec<u8>>,
-    check: &Check,
-    seeds: &[u64],
-    per_seed: Duration,
-    current: &Mutex<Vec<u8>>,
-) -> Result<u64, String> {
-    let guarded = |input: &[u8]| -> Result<(), String> {
-        if let Ok(mut c) = current.lock() {
-            c.clear();
-            c.extend_from_slice(input);
-        }
-        let started = Instant::now();
-        let outcome =
-            std::panic::catch_unwind(AssertUnwindSafe(|| check(input))).unwrap_or_else(|panic| {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                Err(format!("panicked: {message}"))
-            });
-        match outcome {
-            Ok(()) if started.elapsed() > HANG => {
-                Err(format!("took {:?}, a hang", started.elapsed()))
-            }
-            other => other,
-        }
-    };
-    let mut cases = 0;
-    for (path, input) in regressions(target) {
-        guarded(&input).map_err(|e| format!("regression case {}: {e}", path.display()))?;
-        cases += 1;
-    }
-    for &seed in seeds {
-        let mut bytes = [0u8; 32];
-        bytes[..8].copy_from_slice(&seed.to_le_bytes());
-        let mut runner = TestRunner::new_with_rng(
-            Config {
-                failure_persistence: None,
-                ..Config::default()
-            },
-            TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-        );
-        let deadline = Instant::now() + per_seed;
-        while Instant::now() < deadline {
-            let mut tree = strategy
-                .new_tree(&mut runner)
-                .map_err(|e| format!("generating: {e}"))?;
-            cases += 1;
-            let Err(first) = guarded(&tree.current()) else {
-                continue;
-            };
-            // Shrink: keep simplifying while the simpler input still fails.
-            let (mut failing, mut error) = (tree.current(), first);
-            for _ in 0..10_000 {
-                if !tree.simplify() {
-                    break;
-                }
-                match guarded(&tree.current()) {
-                    Err(e) => (failing, error) = (tree.current(), e),
-                    Ok(()) => {
-                        if !tree.complicate() {
-                            break;
-                        }
-                    }
-                }
-            }
-            return Err(format!(
-                "seed {seed:#x}: {error}\n  on {}\n  add it as a file under {}",
-                shown(&failing),
-                corpus(target).display()
-            ));
-        }
-    }
-    Ok(cases)
-}
-
-/// An input as a Rust byte string, so that it can be pasted into a file or a test.
-fn shown(input: &[u8]) -> String {
-    format!("b\"{}\"", input.escape_ascii())
-}
-
-fn corpus(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fuzz")
-        .join(target)
-}
-
-/// The regression cases of `target`, in name order.
-fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let Ok(dir) = std::fs::read_dir(corpus(target)) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = dir.filter_map(|e| Some(e.ok()?.path())).collect();
-    files.sort();
-    files
-        .into_iter()
-        .filter_map(|path| Some((path.clone(), std::fs::read(&path).ok()?)))
-        .collect()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Generation: documents from the schema's words, then byte mutations.
-
-/// Keys of the config schema (and a few near misses), for generated mappings.
-#[rustfmt::skip]
-const KEYS: &[&str] = &[
-    "targets", "defaults", "id", "tcp", "http", "address", "url", "interval", "timeout", "rise",
-    "fall", "jitter", "fast_interval", "backoff", "max", "degrade_after", "recover_after", "flap",
-    "window", "changes", "dns_stale_for", "send", "expect", "close", "method", "status", "headers",
-    "body_contains", "json", "path", "equals", "degraded", "signals", "name", "severity", "when",
-    "header", "tls", "ca_file", "insecure_skip_verify", "server_name", "depends_on", "target",
-    "weight", "critical", "kind", "group", "scoring", "readiness", "require", "min_score",
-    "resolver", "servers", "attempts", "metrics", "per_target_histograms", "topology", "etcd",
-    "endpoints", "prefix", "circuit_breaker", "failure_rate", "slow_call", "outlier",
-    "consecutive_5xx", "recovery", "slow_start", "skip_active_after", "maintenance", "reason",
-    "duration", "cron", "enabled", "expires_within", "starttls", "grpc", "service", "metadata",
-    "fresh_connection", "latency_over", "degraded_if", "addresses", "history", "sqlite",
-    "postgres", "retention", "transitions", "rollups", "max_size", "sla_window", "targetz", "",
-];
-
-/// Scalars: valid values of many keys, edge cases and junk.
-#[rustfmt::skip]
-const SCALARS: &[&str] = &[
-    "1s", "0s", "-1s", "500ms", "99999999h", "1.5", "-3", "0", "1", "18446744073709551616",
-    "1e308", "NaN", ".inf", "true", "false", "null", "~", "\"\"", "''", "a", "db", "a.b-c_d",
-    "UPPER", "127.0.0.1:80", "[::1]:80", "localhost:0", "http://127.0.0.1:1/health",
-    "https://[::1]:8443/x?y=z", "ftp://x", "2xx", "5XX", "600", "$.status", "$[\"a\"][0]", "$..x",
-    "\"${HOME}\"", "\"${UNSET_VAR_FOR_FUZZ}\"", "\"$$\"", "GET", "POST", "reset", "graceful",
-    "group", "high", "0.5", "1.0000001", "\"\\u0000\"", "\"é💥\"", "&a x", "*a", "!!binary aGk=",
-    "!tag x", "|", ">", "- ", "{", "}", "[", "]", "#", ": ", "? ", "14d", "smtp", "postgres", "all", "any",
-    "5GiB", "1MB", "400d", "\"postgres://pe@127.0.0.1:1/h\"",
-];
-
-/// A YAML value tree, rendered in block or flow style.
-#[derive(Clone, Debug)]
-enum Yaml {
-    Scalar(String),
-    Seq(Vec<Yaml>),
-    Map(Vec<(String, Yaml)>),
-}
-
-impl Yaml {
-    fn render(&self, out: &mut String, indent: usize, flow: bool) {
-        match self {
-            Self::Scalar(s) => out.push_str(s),
-            Self::Seq(items) if flow || items.is_empty() => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    item.render(out, indent, true);
-                }
-                out.push(']');
-            }
-            Self::Map(entries) if flow || entries.is_empty() => {
-                out.push('{');
-                for (i, (k, v)) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    let _ = write!(out, "{k}: ");
-                    v.render(out, indent, true);
-                }
-                out.push('}');
-            }
-            Self::Seq(items) => {
-                for item in items {
-                    let _ = write!(out, "\n{:indent$}- ", "");
-                    item.render(out, indent + 2, false);
-                }
-            }
-            Self::Map(entries) => {
-                for (k, v) in entries {
-                    let _ = write!(out, "\n{:indent$}{k}: ", "");
-                    v.render(out, indent + 2, false);
-                }
-            }
-        }
-    }
-}
-
-fn yaml_tree(keys: &'static [&'static str]) -> impl Strategy<Value = Yaml> {
-    let leaf = prop_oneof![
-        4 => proptest::sample::select(SCALARS).prop_map(|s| Yaml::Scalar(s.to_owned())),
-        1 => "[ -~]{0,12}".prop_map(Yaml::Scalar),
-    ];
-    leaf.prop_recursive(5, 48, 6, move |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..5).prop_map(Yaml::Seq),
-            proptest::collection::vec(
-                (
-                    proptest::sample::select(keys).prop_map(str::to_owned),
-                    inner
-                ),
-                0..6
-            )
-            .prop_map(Yaml::Map),
-        ]
-    })
-}
-
-/// A byte edit of a document.
-#[derive(Clone, Debug)]
-enum Edit {
-    Insert(usize, u8),
-    Delete(usize, usize),
-    Duplicate(usize, usize),
-}
-
-fn apply_edits(mut doc: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
-    for edit in edits {
-        let len = doc.len();
-        match *edit {
-            Edit::Insert(at, byte) => doc.insert(at % (len + 1), byte),
-            Edit::Delete(at, n) if len > 0 => {
-                let at = at % len;
-                doc.drain(at..(at + n).min(len));
-            }
-            Edit::Duplicate(at, n) if len > 0 => {
-                let at = at % len;
-                let piece = doc[at..(at + n).min(len)].to_vec();
-                doc.splice(at..at, piece);
-            }
-            Edit::Delete(..) | Edit::Duplicate(..) => {}
-        }
-    }
-    doc
-}
-
-fn edits() -> impl Strategy<Value = Vec<Edit>> {
-    let byte = prop_oneof![
-        proptest::sample::select(b":-[]{}#&*!|>'\"\n\t ,.$\\0".to_vec()),
-        any::<u8>(),
-    ];
-    proptest::collection::vec(
-        prop_oneof![
-            (any::<usize>(), byte).prop_map(|(at, b)| Edit::Insert(at, b)),
-            (any::<usize>(), 1usize..8).prop_map(|(at, n)| Edit::Delete(at, n)),
-            (any::<usize>(), 1usize..40).prop_map(|(at, n)| Edit::Duplicate(at, n)),
-        ],
-        0..6,
-    )
-}
-
-/// Documents: a generated tree (block or flow) or one of `seeds`, then a few byte edits.
-fn documents(seeds: Vec<String>) -> BoxedStrategy<Vec<u8>> {
-    documents_of(KEYS, seeds)
-}
-
-/// [`documents`], its mappings' keys from `keys`.
-fn documents_of(keys: &'static [&'static str], seeds: Vec<String>) -> BoxedStrategy<Vec<u8>> {
-    let generated = (yaml_tree(keys), any::<bool>()).prop_map(|(tree, flow)| {
-        let mut out = String::new();
-        tree.render(&mut out, 0, flow);
-        out.into_bytes()
-    });
-    let seeded = proptest::sample::select(seeds).prop_map(String::into_bytes);
-    (prop_oneof![3 => generated, 2 => seeded], edits())
-        .prop_map(|(doc, edits)| apply_edits(doc, &edits))
-        .boxed()
-}
-
-/// Valid documents to mutate: the shipped config, and one of every kind of section.
-fn config_seeds() -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut seeds: Vec<String> = ["probes/example.yaml", "examples/order_service.yaml"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(root.join(p)).ok())
-        .collect();
-    seeds.push(
-        "defaults: {interval: 2s, timeout: 1s, circuit_breaker: {failure_rate: 0.5}}\n\
-         resolver: {servers: [\"127.0.0.1:53\"], timeout: 1s}\n\
-         metrics: {per_target_histograms: false}\n\
-         readiness: {require: [api]}\n\
-         targets:\n\
-         \x20 - {id: db, tcp: {address: \"127.0.0.1:5432\", send: \"PING\", expect: PONG}}\n\
-         \x20 - id: web\n\
-         \x20   http: {url: \"http://127.0.0.1:8080/health\", expect: {status: [2xx], json: [{path: $.status, equals: UP}]}}\n\
-         \x20 - {id: api, kind: group, depends_on: [{target: db, weight: 2, critical: true}, {target: web}], outlier: {consecutive_5xx: 3}}\n"
-            .to_owned(),
-    );
-    seeds
+/// Where the regression cases of each target are kept.
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz")
 }
 
 /// Keys of a `blackbox.yml` (blackbox_exporter's, and a few near misses), and its probers.
@@ -443,38 +78,10 @@ fn blackbox_seeds() -> Vec<String> {
 // The targets.
 
 #[test]
-fn the_config_compiler_locates_every_rejection() {
-    let file = Path::new("fuzz.yaml");
-    fuzz(
-        "config",
-        3_000,
-        || documents(config_seeds()),
-        Arc::new(move |input| {
-            let text = String::from_utf8_lossy(input);
-            let Err(errors) = probe_engine::config::parse_with_env(file, &text, &|_| None) else {
-                return Ok(());
-            };
-            if errors.0.is_empty() {
-                return Err("rejected without an error".into());
-            }
-            for e in &errors.0 {
-                if e.file != file || e.line == 0 || e.column == 0 || e.message.trim().is_empty() {
-                    return Err(format!("an error not located in the document: {e:?}"));
-                }
-                if e.message.contains('\n') {
-                    return Err(format!("an error on more than one line: {e:?}"));
-                }
-            }
-            Ok(())
-        }),
-    );
-}
-
-#[test]
 fn the_blackbox_loader_locates_every_refusal_and_compiles_what_it_accepts() {
     use probe_engine::blackbox::{self, Prober, Schedule};
     let file: &'static Path = Path::new("/fuzz/blackbox.yml");
-    let located = move |e: &probe_engine::config::ConfigError| {
+    let located = move |e: &probe_config::ConfigError| {
         e.file == file
             && e.line > 0
             && e.column > 0
@@ -488,6 +95,7 @@ fn the_blackbox_loader_locates_every_refusal_and_compiles_what_it_accepts() {
         "{seed:?}"
     );
     fuzz(
+        &corpus(),
         "blackbox",
         1_000,
         || documents_of(BLACKBOX_KEYS, blackbox_seeds()),
@@ -550,48 +158,6 @@ fn the_blackbox_loader_locates_every_refusal_and_compiles_what_it_accepts() {
 }
 
 #[test]
-fn the_etcd_value_decoder_locates_every_rejection() {
-    let values = || {
-        prop_oneof![
-        documents(vec![
-            r#"{"id": "a", "tcp": {"address": "127.0.0.1:80"}, "interval": "1s"}"#.to_owned(),
-            r#"{"id": "a", "http": {"url": "http://127.0.0.1:8080/h", "expect": {"status": ["2xx"]}}, "depends_on": [{"target": "b"}]}"#.to_owned(),
-            r#"{"id": "a", "kind": "group", "depends_on": [{"target": "b", "weight": 1}]}"#.to_owned(),
-        ]),
-        proptest::collection::vec(any::<u8>(), 0..64),
-    ]
-        .boxed()
-    };
-    let dir = std::env::temp_dir();
-    fuzz(
-        "etcd-value",
-        10_000,
-        values,
-        Arc::new(move |input| {
-            let Err(message) = probe_engine::config::parse_entry("a", "etcd:a", input, &dir) else {
-                return Ok(());
-            };
-            let whole = ["the value is not UTF-8", "expected a JSON object"];
-            if whole.iter().any(|w| message.starts_with(w)) {
-                return Ok(());
-            }
-            // Errors are joined by "; " (which a message may contain too): the first is located,
-            // and so is each one after a "; " that starts with a position.
-            let located = |part: &str| {
-                let (line, rest) = part.split_once(':')?;
-                let (col, text) = rest.split_once(": ")?;
-                (line.parse::<u64>().ok()? > 0 && col.parse::<u64>().ok()? > 0 && !text.is_empty())
-                    .then_some(())
-            };
-            if located(&message).is_none() {
-                return Err(format!("a rejection not located in the value: {message:?}"));
-            }
-            Ok(())
-        }),
-    );
-}
-
-#[test]
 fn the_http_tiers_parsers_accept_only_what_they_can_show() {
     let texts = || {
         prop_oneof![
@@ -604,6 +170,7 @@ fn the_http_tiers_parsers_accept_only_what_they_can_show() {
     };
     let doc: Value = serde_json::json!({"a": [1, {"b": "x"}], "c.d": null, "": {"": 0}});
     fuzz(
+        &corpus(),
         "http-parsers",
         20_000,
         texts,
@@ -731,6 +298,7 @@ fn every_api_body_gets_an_answer_and_never_a_server_error() {
     );
     let http = support::client();
     fuzz(
+        &corpus(),
         "api-bodies",
         2_000,
         requests,
@@ -832,6 +400,7 @@ fn every_probe_query_gets_an_answer_and_never_a_server_error() {
     );
     let http = support::client();
     fuzz(
+        &corpus(),
         "probe-queries",
         1_500,
         probe_queries,

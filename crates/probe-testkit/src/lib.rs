@@ -38,6 +38,10 @@
 //! [`Prometheus`] is a real Prometheus with a whole `prometheus.yml`, for what a scraper makes
 //! of the daemon's endpoints.
 //!
+//! [`fuzz`] is the stable-toolchain fuzzing harness the parser tests share: a target's
+//! regression cases, then proptest-generated documents over fixed and random seeds for a bounded
+//! time, each checked for panics, hangs and a target's own rule, the first failure shrunk.
+//!
 //! [`LossModel`] is the binomial model those tests and the loss benchmark (`probe-bench loss`)
 //! hold their counts against: false DOWNs, time without readiness, flapping and detection
 //! bounds under independent probe failures.
@@ -63,6 +67,7 @@ mod alertmanager;
 mod blackbox;
 mod browser;
 pub mod etcd;
+pub mod fuzz;
 mod model;
 mod netns;
 mod nginx;

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::outbox::{Outbox, Receiver};
 use super::{Alert, rfc3339};
-use crate::config::{ALERTMANAGER, AlertmanagerConfig, AlertsConfig, WebhookConfig};
+use probe_config::{ALERTMANAGER, AlertmanagerConfig, AlertsConfig, WebhookConfig};
 
 /// The first retry after a failed delivery, doubled up to the last.
 const RETRY_MIN: Duration = Duration::from_millis(200);

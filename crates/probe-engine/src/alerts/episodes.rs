@@ -28,7 +28,7 @@ use probe::health::HealthState;
 
 use super::rules::Rules;
 use super::{Alert, Sender, Status, rfc3339};
-use crate::config::AlertRule;
+use probe_config::AlertRule;
 
 /// How long an episode restored from the outbox waits for a target that is not declared (yet):
 /// etcd's targets arrive after start-up.

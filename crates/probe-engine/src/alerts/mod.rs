@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use rules::{DeclaredAlerts, FileRules, RuleFeed, RuleSink, channel as rule_channel};
 
-use crate::config::AlertsConfig;
 use deliver::Target;
 use episodes::{Episodes, World};
 use outbox::Outbox;
+use probe_config::AlertsConfig;
 
 /// How often the episodes are brought up to date while an alert waits for its `for` (or a
 /// group's score is watched): the resolution of `for`.

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use probe::TargetId;
 use tokio::sync::watch;
 
-use crate::config::{AlertRule, Config, TargetAlert};
+use probe_config::{AlertRule, Config, TargetAlert};
 
 /// The files' rules: each declared target's and group's (`None`: `alert: false`), and the
 /// defaults, which also apply to etcd's entries.

@@ -1,6 +1,6 @@
 //! One target entry of our probes YAML, as a module and a target make it: the sections written
 //! exactly as `config` reads them (skipping what is at our default), and their compilation into
-//! the library's spec by the daemon's own config compiler ([`crate::config::parse_entry`]).
+//! the library's spec by the daemon's own config compiler ([`probe_config::parse_entry`]).
 //!
 //! Serialized, an [`Entry`] is the text `import blackbox` prints; compiled, it is the
 //! [`ProbeSpec`] a `GET /probe` would run: one mapping, checked by the one compiler.
@@ -238,7 +238,7 @@ impl Entry {
     /// bug rather than an input problem, but it is reported, never assumed away.
     pub fn compile(&self, dir: &Path) -> Result<TargetSpec, String> {
         let json = serde_json::to_vec(self).map_err(|e| e.to_string())?;
-        match crate::config::parse_entry(&self.id, "blackbox", &json, dir)? {
+        match probe_config::parse_entry(&self.id, "blackbox", &json, dir)? {
             Declaration::Target { spec, .. } => Ok(*spec),
             Declaration::Group { .. } => Err("the entry compiled to a group".to_owned()),
         }

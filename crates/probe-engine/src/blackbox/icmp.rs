@@ -3,7 +3,7 @@
 use super::entry::{Icmp, Probe};
 use super::raw::RawIcmp;
 use super::{Check, IpProtocol, ip_protocol, target};
-use crate::config::Sp;
+use probe_config::load::Sp;
 
 /// The exporter's TTL when a module sets none.
 const DEFAULT_TTL: i64 = 64;

@@ -7,7 +7,7 @@
 //!
 //! A module and a target become an [`Entry`] (our YAML, as `config` reads it), and the spec is
 //! that entry compiled by the daemon's own compiler ([`Entry::compile`], through
-//! [`crate::config::parse_entry`]). Rendering a spec back to YAML would need a second mapping
+//! [`probe_config::parse_entry`]). Rendering a spec back to YAML would need a second mapping
 //! for every type the library has (and some, a CA bundle read from a file, cannot go back); this
 //! way the mapping from the exporter's options to ours is written once, and what `import`
 //! prints is exactly what the daemon runs.
@@ -65,9 +65,10 @@ pub use entry::Entry;
 use probe::tier::ProbeSpec;
 use raw::{RawFile, RawModule, RawTlsConfig};
 
-use crate::config::{
-    ConfigErrors, Kind, Node, Pos, Sp, collect, did_you_mean, file_error, located, quote,
-    read_file, syntax_error, value_of, yaml_options,
+use probe_config::ConfigErrors;
+use probe_config::load::{
+    Kind, Node, Pos, Sp, collect, did_you_mean, file_error, located, quote, read_file,
+    syntax_error, value_of, yaml_options,
 };
 
 /// The exporter subtracts this from the scrape timeout (its `--timeout-offset` default).
@@ -254,7 +255,7 @@ impl Module {
             Ok(entry) => entry.compile(dir).map(drop).map_err(|why| {
                 format!(
                     "the module cannot run here: our probe refuses it: {}",
-                    crate::config::one_line(&why)
+                    probe_config::load::one_line(&why)
                 )
             }),
             Err(_) => Ok(()),
@@ -611,7 +612,7 @@ fn header(name: &str, value: &Sp<String>, field: &str, check: &mut Check<'_>) ->
 fn regexes(raw: raw::Strings, field: &str, check: &mut Check<'_>) -> Vec<String> {
     let mut out = Vec::new();
     for item in raw.map(|r| r.value.0).unwrap_or_default() {
-        if crate::config::regex(&item, field, &mut check.invalid).is_ok() {
+        if probe_config::regex(&item, field, &mut check.invalid).is_ok() {
             out.push(item.value);
         }
     }

@@ -6,7 +6,7 @@
 use super::entry::{Probe, Step, Tcp, Tls, TlsTrust};
 use super::raw::{RawQueryResponse, RawTcp};
 use super::{Check, IpProtocol, ip_protocol, target, tls_config};
-use crate::config::Sp;
+use probe_config::load::Sp;
 
 /// A `tcp` module in our terms.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,7 +121,7 @@ fn query_response(step: &Sp<RawQueryResponse>, out: &mut Vec<Step>, check: &mut 
     );
     let expect = raw.expect.as_ref().filter(|e| !e.value.is_empty());
     if let Some(expect) = expect
-        && crate::config::bytes_regex(expect, "expect", &mut check.invalid).is_ok()
+        && probe_config::bytes_regex(expect, "expect", &mut check.invalid).is_ok()
     {
         out.push(Step::ExpectLine(expect.value.clone()));
     }

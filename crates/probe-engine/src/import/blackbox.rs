@@ -31,10 +31,11 @@ use serde::{Deserialize, Serialize};
 
 use super::Printed;
 use crate::blackbox::{self, Blackbox, Entry, Schedule};
-use crate::config::{
-    ConfigError, ConfigErrors, Entries, Kind, Node, OneOrMany, Pos, Sp, collect, file_error,
-    located, one_line, read_file, syntax_error, value_of, yaml_options,
+use probe_config::load::{
+    Entries, Kind, Node, OneOrMany, Pos, Sp, collect, file_error, located, one_line, read_file,
+    syntax_error, value_of, yaml_options,
 };
+use probe_config::{ConfigError, ConfigErrors};
 
 /// The module the exporter probes with when a query names none.
 const DEFAULT_MODULE: &str = "http_2xx";

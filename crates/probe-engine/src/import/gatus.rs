@@ -64,11 +64,12 @@ use super::{
     Import, JsonCondition, JsonTests, LatencyOver, Note, Pairs, Probe, Schedule, Stream, Target,
     Tls, Trust, Webhook, Window, refusal,
 };
-use crate::config::diagnostics::{ConfigError, ConfigErrors, did_you_mean, file_error, quote};
-use crate::config::files::read_file;
-use crate::config::node::{
+use probe_config::load::read_file;
+use probe_config::load::{
     Diags, Entries, Kind, Node, Pos, Sp, collect, each, syntax_error, value_of, yaml_options,
 };
+use probe_config::load::{did_you_mean, file_error, quote};
+use probe_config::{ConfigError, ConfigErrors};
 
 /// Gatus's interval when an endpoint sets none.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);

@@ -6,7 +6,7 @@
 //! express is not dropped in silence: it becomes a [`Note`], located at the key it is about, which
 //! the command prints on stderr (and `--strict` turns into a failure).
 //!
-//! Every target is checked with [`crate::config::parse`] before it is kept, so what is written
+//! Every target is checked with [`probe_config::parse`] before it is kept, so what is written
 //! always passes `probe-engine check`: a target the daemon would refuse is left out with a note
 //! that says why, rather than breaking the whole file.
 
@@ -19,7 +19,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde::ser::SerializeMap;
 
-use crate::config::{ConfigError, ConfigErrors};
+use probe_config::{ConfigError, ConfigErrors};
 
 /// What `probe-engine import` prints, whatever the source: the YAML on stdout, and what could not
 /// be expressed on stderr, a line each.
@@ -443,7 +443,7 @@ pub(crate) fn refusal(target: &Target, defaults: &Schedule) -> Option<String> {
     };
     // Headers may name environment variables, which are set where the daemon runs.
     let env = |_: &str| Some(String::new());
-    crate::config::parse_with_env(Path::new("imported.yaml"), &text, &env)
+    probe_config::parse_with_env(Path::new("imported.yaml"), &text, &env)
         .err()
         .map(|ConfigErrors(errors)| {
             errors

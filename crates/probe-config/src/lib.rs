@@ -28,58 +28,40 @@
 //!
 //! # Layout
 //!
-//! A file is read (the `files` submodule) into a located tree (`node`), whose sections are
-//! deserialized into the raw schema (`schema`) and validated: targets and groups in `targets`,
-//! their schedule merged with the defaults in `schedule`, and the sections with a submodule of
-//! their own in it (`http`, `passive`, `graph`, `topology`, `resolver`, `metrics`). `merge` assembles the
-//! files into one [`Config`], reporting every problem as `diagnostics` words it.
+//! The stages, each using only those before it:
+//! - [`load`]: a file is read (`files`) into a located tree (`node`); `diagnostics` words every
+//!   problem at its position, `words` reads values that are one of a few words. The importers of
+//!   `blackbox.yml` and Gatus files read their YAML with the same tree and words.
+//! - `sections`: one module per section of the document (`http`, `dns`, `passive`, `graph`,
+//!   `alerts`, `history`, `cluster`, `topology`, ...), each turning its raw part into library or
+//!   daemon types, and the parts several share (`schedule`, `reply`, `addresses`).
+//! - `schema`: the raw document, assembled from the sections' raw parts.
+//! - `targets`: a target or group entry compiled, from a file or from an etcd value.
+//! - `merge`: the files put together into one [`Config`], every problem reported.
 
-mod addresses;
-mod alerts;
-mod cluster;
-pub(crate) mod diagnostics;
-mod dns;
-pub(crate) mod files;
-mod graph;
-mod grpc;
-mod history;
-mod http;
-mod icmp;
+pub mod load;
 mod merge;
-mod metrics;
-pub(crate) mod node;
-mod passive;
-mod reply;
-mod resolver;
-mod schedule;
 mod schema;
+mod sections;
 mod targets;
-mod tls;
-mod topology;
-mod udp;
-mod words;
 
 use std::path::Path;
 
-pub use diagnostics::{ConfigError, ConfigErrors};
-pub(crate) use diagnostics::{did_you_mean, file_error, located, one_line, quote};
-pub(crate) use node::{
-    Entries, Kind, Node, OneOrMany, Pos, Sp, collect, syntax_error, value_of, yaml_options,
-};
-pub(crate) use reply::{bytes_regex, regex};
-pub use targets::{Declared, parse_declared, parse_entry};
-
-pub use alerts::{
+pub use load::{ConfigError, ConfigErrors};
+pub use merge::Config;
+pub use sections::alerts::{
     ALERTMANAGER, AlertRule, AlertmanagerConfig, AlertsConfig, BasicAuth, PartialRule, TargetAlert,
     WebhookConfig,
 };
-pub use cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
-pub(crate) use files::read_file;
-use files::{Source, list_files, process_env};
-pub use history::{HistorySection, HistoryStore};
-pub use merge::Config;
+pub use sections::cluster::{ClusterConfig, DEFAULT_PREFIX as DEFAULT_CLUSTER_PREFIX};
+pub use sections::history::{HistorySection, HistoryStore};
+pub use sections::metrics::MetricsConfig;
+pub use sections::reply::{bytes_regex, regex};
+pub use targets::{Declared, parse_declared, parse_entry};
+
+use load::files::{Source, list_files, process_env};
+use load::{Pos, read_file};
 use merge::{FileOutcome, finish, parse_text};
-pub use metrics::MetricsConfig;
 
 /// Loads a configuration file, or every `*.yaml` / `*.yml` file of a directory.
 ///

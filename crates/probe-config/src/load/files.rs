@@ -15,22 +15,22 @@ use super::diagnostics::{ConfigErrors, file_error};
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A variable of the process environment; one that is not valid UTF-8 counts as unset.
-pub(super) fn process_env(name: &str) -> Option<String> {
+pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
 /// What parsing needs to know about where a document comes from.
-pub(super) struct Source<'a> {
+pub struct Source<'a> {
     /// The directory relative paths are resolved against.
-    pub(super) dir: &'a Path,
+    pub(crate) dir: &'a Path,
     /// Looks up `${VAR}` references.
-    pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+    pub(crate) env: &'a dyn Fn(&str) -> Option<String>,
 }
 
 impl<'a> Source<'a> {
     /// The source of a document read from (or named after) `file`: its relative paths start
     /// from the file's directory.
-    pub(super) fn new(file: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Self {
+    pub fn new(file: &'a Path, env: &'a dyn Fn(&str) -> Option<String>) -> Self {
         Self {
             dir: file.parent().unwrap_or(Path::new("")),
             env,
@@ -39,7 +39,7 @@ impl<'a> Source<'a> {
 }
 
 /// The files to load: `path` itself, or the YAML files of the directory `path`, by name.
-pub(super) fn list_files(path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
+pub fn list_files(path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
     let metadata = fs::metadata(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
     if !metadata.is_dir() {
         return Ok(vec![path.to_path_buf()]);
@@ -68,7 +68,9 @@ pub(super) fn list_files(path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
     Ok(files)
 }
 
-pub(crate) fn read_file(file: &Path) -> Result<String, String> {
+/// The text of `file`, or why it cannot be read, worded for an error at the file (not found,
+/// not UTF-8, too large).
+pub fn read_file(file: &Path) -> Result<String, String> {
     let handle = fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
     let mut bytes = Vec::new();
     handle

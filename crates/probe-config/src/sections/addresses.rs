@@ -3,11 +3,11 @@
 
 use probe::Addresses;
 
-use super::node::{Diags, Sp};
-use super::words::one_of;
+use crate::load::node::{Diags, Sp};
+use crate::load::words::one_of;
 
 /// The policy `raw` names (`first` when absent); `Err` once reported.
-pub(super) fn parse(raw: Option<&Sp<String>>, diags: &mut Diags) -> Result<Addresses, ()> {
+pub(crate) fn parse(raw: Option<&Sp<String>>, diags: &mut Diags) -> Result<Addresses, ()> {
     let Some(raw) = raw else {
         return Ok(Addresses::First);
     };

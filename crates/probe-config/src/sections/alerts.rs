@@ -40,12 +40,12 @@ use probe::tier::http::{HttpUrl, RequestHeaders};
 use probe::tier::tls::TlsTrust;
 use serde::Deserialize;
 
-use super::diagnostics::quote;
-use super::files::Source;
 use super::http::{headers, trust};
-use super::node::{BoolOr, Diags, Entries, Node, Sp, collect};
 use super::schedule::{Slot, duration};
-use super::words::one_of;
+use crate::load::diagnostics::quote;
+use crate::load::files::Source;
+use crate::load::node::{BoolOr, Diags, Entries, Node, Sp, collect};
+use crate::load::words::one_of;
 
 /// The states an alert may be raised on, by their API names. PROBING is no verdict (a target
 /// held there for flapping raises `ProbeFlapping`), and MAINTENANCE is by definition silent.
@@ -98,7 +98,7 @@ struct RawWebhook {
 /// An `alert` block: of `defaults`, of a target or of a group.
 #[derive(Deserialize)]
 #[serde(rename = "alert", deny_unknown_fields)]
-pub(super) struct RawRule {
+pub(crate) struct RawRule {
     on: Option<Sp<Vec<Sp<String>>>>,
     #[serde(rename = "for")]
     hold: Option<Sp<String>>,
@@ -262,7 +262,7 @@ impl TargetAlert {
 }
 
 /// The `alerts` section; `None` when invalid (every problem reported).
-pub(super) fn parse(
+pub(crate) fn parse(
     node: &Node,
     src: &str,
     source: &Source<'_>,
@@ -404,7 +404,7 @@ fn webhook(raw: RawWebhook, source: &Source<'_>, diags: &mut Diags) -> Option<We
 }
 
 /// An `alert` block's keys; `None` when one is invalid (reported).
-pub(super) fn rule(raw: &RawRule, diags: &mut Diags) -> Option<PartialRule> {
+pub(crate) fn rule(raw: &RawRule, diags: &mut Diags) -> Option<PartialRule> {
     let before = diags.len();
     let on = raw.on.as_ref().map(|on| {
         if on.value.is_empty() {
@@ -465,7 +465,7 @@ pub(super) fn rule(raw: &RawRule, diags: &mut Diags) -> Option<PartialRule> {
 }
 
 /// A target's or group's `alert` key.
-pub(super) fn target_alert(raw: Option<&Sp<BoolOr<RawRule>>>, diags: &mut Diags) -> TargetAlert {
+pub(crate) fn target_alert(raw: Option<&Sp<BoolOr<RawRule>>>, diags: &mut Diags) -> TargetAlert {
     match raw.map(|r| &r.value) {
         None | Some(BoolOr::Bool(true)) => TargetAlert::Defaults,
         Some(BoolOr::Bool(false)) => TargetAlert::Off,

@@ -22,7 +22,7 @@ use probe::tier::icmp::{IcmpDegradedIf, IcmpHost, IcmpSpec};
 use probe::tier::reply::ReplyExpect;
 use probe::tier::tcp::{CloseMode, TcpExpect, TcpSpec};
 use probe::tier::udp::UdpSpec;
-use probe_engine::config::{self, Config, ConfigError, ConfigErrors};
+use probe_config::{self as config, Config, ConfigError, ConfigErrors};
 
 /// Joins lines, so that a case's line numbers are the indices (plus one) of its lines.
 fn doc(lines: &[&str]) -> String {
@@ -3432,7 +3432,7 @@ fn the_cluster_section_takes_topology_etcd_and_gives_targets_its_replication() {
     );
     let cluster = config.cluster.as_ref().expect("a cluster");
     assert_eq!(cluster.etcd.endpoints, ["http://127.0.0.1:2379"]);
-    assert_eq!(cluster.prefix, probe_engine::config::DEFAULT_CLUSTER_PREFIX);
+    assert_eq!(cluster.prefix, probe_config::DEFAULT_CLUSTER_PREFIX);
     assert_eq!(cluster.member.as_ref().map(|m| m.as_str()), Some("edge-1"));
     assert_eq!(cluster.lease_ttl, std::time::Duration::from_secs(3));
     assert_eq!(

@@ -13,14 +13,14 @@ use probe::tier::dns::{
 };
 use serde::Deserialize;
 
-use super::diagnostics::quote;
-use super::node::{Diags, OneOrMany, Pos, Sp};
 use super::schedule::duration;
-use super::words::one_of;
+use crate::load::diagnostics::quote;
+use crate::load::node::{Diags, OneOrMany, Pos, Sp};
+use crate::load::words::one_of;
 
 #[derive(Deserialize)]
 #[serde(rename = "dns", deny_unknown_fields)]
-pub(super) struct RawDns {
+pub(crate) struct RawDns {
     server: Option<Sp<String>>,
     name: Sp<String>,
     #[serde(rename = "type")]
@@ -67,7 +67,7 @@ struct RawDegradedIf {
 type Checked<T> = Result<T, ()>;
 
 /// Maps a raw `dns` section, whose key is at `key`, onto a spec, reporting every invalid value.
-pub(super) fn parse(raw: RawDns, key: Pos, diags: &mut Diags) -> Option<DnsSpec> {
+pub(crate) fn parse(raw: RawDns, key: Pos, diags: &mut Diags) -> Option<DnsSpec> {
     let server = match &raw.server {
         Some(server) => {
             parse_server(&server.value).map_err(|e| diags.push((server.pos, e.to_string())))

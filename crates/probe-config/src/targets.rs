@@ -19,16 +19,18 @@ use probe::topology::Declaration;
 use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 
-use super::alerts::{TargetAlert, target_alert};
-use super::cluster::Votes;
-use super::diagnostics::{did_you_mean, one_line, quote};
-use super::files::{Source, process_env};
-use super::node::{Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options};
-use super::passive::{self, Passive};
-use super::reply::reply_expect;
-use super::schedule::{Sched, duration_at_most};
-use super::schema::{RawTarget, RawTcp, RawWindow};
-use super::{addresses, dns, graph, grpc, http, icmp, tls, udp};
+use crate::load::diagnostics::{did_you_mean, one_line, quote};
+use crate::load::files::{Source, process_env};
+use crate::load::node::{
+    Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options,
+};
+use crate::schema::{RawTarget, RawTcp, RawWindow};
+use crate::sections::alerts::{TargetAlert, target_alert};
+use crate::sections::cluster::Votes;
+use crate::sections::passive::{self, Passive};
+use crate::sections::reply::reply_expect;
+use crate::sections::schedule::{Sched, duration_at_most};
+use crate::sections::{addresses, dns, graph, grpc, http, icmp, tls, udp};
 
 /// The probe kinds a target can have, exactly one of which it must have.
 const PROBE_KINDS: &[&str] = &["tcp", "http", "grpc", "tls", "dns", "icmp", "udp"];
@@ -41,29 +43,29 @@ const CLOSE_MODES: &[&str] = &["reset", "graceful"];
 
 /// A file's `defaults`, validated field by field.
 #[derive(Default)]
-pub(super) struct Defaults {
-    pub(super) sched: Sched,
-    pub(super) passive: Passive,
-    pub(super) votes: Votes,
+pub(crate) struct Defaults {
+    pub(crate) sched: Sched,
+    pub(crate) passive: Passive,
+    pub(crate) votes: Votes,
 }
 
 /// A target or group after validation: its id (for duplicate detection, even when the rest is
 /// invalid), its spec when it is a valid target, and its graph node when its id, kind and
 /// dependencies are valid.
-pub(super) struct ParsedTarget {
-    pub(super) id: Option<(TargetId, Pos)>,
-    pub(super) spec: Option<TargetSpec>,
-    pub(super) node: Option<graph::DeclaredNode>,
+pub(crate) struct ParsedTarget {
+    pub(crate) id: Option<(TargetId, Pos)>,
+    pub(crate) spec: Option<TargetSpec>,
+    pub(crate) node: Option<graph::DeclaredNode>,
     /// A group has no spec, and that is no error.
-    pub(super) group: bool,
+    pub(crate) group: bool,
     /// A valid group's pool policy, when it is a pool.
-    pub(super) pool: Option<PoolPolicy>,
+    pub(crate) pool: Option<PoolPolicy>,
     /// A group's rule, when it declares one (`state`).
-    pub(super) rule: Option<GroupRule>,
+    pub(crate) rule: Option<GroupRule>,
     /// Its `replicas` and `quorum`, with the defaults' filled in.
-    pub(super) votes: Votes,
+    pub(crate) votes: Votes,
     /// Its `alert` key, and where it is.
-    pub(super) alert: (TargetAlert, Pos),
+    pub(crate) alert: (TargetAlert, Pos),
 }
 
 /// Reads one target declaration kept outside the files, such as an etcd value: a JSON (or
@@ -183,7 +185,7 @@ pub fn parse_declared(
 /// Validates one `targets` item (from a file, or an etcd value through [`parse_entry`]) against
 /// its file's `defaults`; `defaults_clean` says whether they could all be read, since checks that
 /// depend on them would otherwise report the consequences of a dropped key.
-pub(super) fn parse_target(
+pub(crate) fn parse_target(
     node: &Node,
     src: &str,
     source: &Source<'_>,
@@ -414,7 +416,7 @@ fn parse_tcp(raw: RawTcp, diags: &mut Diags) -> Option<TcpSpec> {
     let policy = addresses::parse(raw.addresses.as_ref(), diags);
     let conversation = match raw.conversation {
         None => Ok(Vec::new()),
-        Some(steps) => super::reply::conversation(
+        Some(steps) => crate::sections::reply::conversation(
             steps,
             send.is_some() || expect.as_ref().is_ok_and(Option::is_some),
             diags,

@@ -22,9 +22,9 @@ use std::time::Duration;
 use probe::tier::resolve::ResolverConfig;
 use serde::Deserialize;
 
-use super::diagnostics::quote;
-use super::node::{Diags, Node, Sp, collect};
 use super::schedule::duration_at_most;
+use crate::load::diagnostics::quote;
+use crate::load::node::{Diags, Node, Sp, collect};
 
 #[derive(Deserialize)]
 #[serde(rename = "resolver", deny_unknown_fields)]
@@ -41,7 +41,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_ATTEMPTS: u32 = 10;
 
 /// The `resolver` section; `None` when invalid (every problem reported).
-pub(super) fn parse(node: &Node, src: &str, diags: &mut Diags) -> Option<ResolverConfig> {
+pub(crate) fn parse(node: &Node, src: &str, diags: &mut Diags) -> Option<ResolverConfig> {
     let (raw, structural) = collect::<RawResolver>(node, src);
     let clean = structural.is_empty();
     diags.extend(structural);

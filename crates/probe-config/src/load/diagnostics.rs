@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// A 1-based line and column in the source text (read from the YAML in `node`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Pos {
+pub struct Pos {
     /// 1-based line; 0 when unknown.
     pub line: u64,
     /// 1-based column; 0 when unknown.
@@ -59,7 +59,7 @@ impl std::error::Error for ConfigError {}
 
 impl ConfigError {
     /// A problem at `pos` in `file`, its message kept to one bounded line.
-    pub(crate) fn at(file: &Path, pos: Pos, message: &str) -> Self {
+    pub fn at(file: &Path, pos: Pos, message: &str) -> Self {
         Self {
             file: file.to_path_buf(),
             line: pos.line,
@@ -70,7 +70,7 @@ impl ConfigError {
 }
 
 /// Every problem of one file, in the order of their positions.
-pub(crate) fn located(file: &Path, mut diags: Vec<(Pos, String)>) -> ConfigErrors {
+pub fn located(file: &Path, mut diags: Vec<(Pos, String)>) -> ConfigErrors {
     diags.sort_by_key(|(pos, _)| *pos);
     ConfigErrors(
         diags
@@ -94,7 +94,7 @@ fn display_lines(errors: &[ConfigError]) -> String {
 }
 
 /// One error about a file (or directory) as a whole.
-pub(crate) fn file_error(file: &Path, message: String) -> ConfigErrors {
+pub fn file_error(file: &Path, message: String) -> ConfigErrors {
     ConfigErrors(vec![ConfigError {
         file: file.to_path_buf(),
         line: 0,
@@ -104,7 +104,7 @@ pub(crate) fn file_error(file: &Path, message: String) -> ConfigErrors {
 }
 
 /// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
-pub(crate) fn did_you_mean<'a>(
+pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
@@ -148,7 +148,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// A user-supplied string for a message: quoted, escaped and shortened.
-pub(crate) fn quote(text: &str) -> String {
+pub fn quote(text: &str) -> String {
     const MAX: usize = 80;
     match text.char_indices().nth(MAX) {
         Some((cut, _)) => format!("{:?}...", &text[..cut]),
@@ -157,7 +157,7 @@ pub(crate) fn quote(text: &str) -> String {
 }
 
 /// Keeps a message on one line (the output is one error per line) and bounded in length.
-pub(crate) fn one_line(message: &str) -> String {
+pub fn one_line(message: &str) -> String {
     const MAX: usize = 1000;
     let mut out = String::with_capacity(message.len().min(MAX));
     for c in message.chars() {

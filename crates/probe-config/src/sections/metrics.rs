@@ -12,7 +12,7 @@
 
 use serde::Deserialize;
 
-use super::node::{Diags, Node, Sp, collect};
+use crate::load::node::{Diags, Node, Sp, collect};
 
 #[derive(Deserialize)]
 #[serde(rename = "metrics", deny_unknown_fields)]
@@ -36,7 +36,7 @@ impl Default for MetricsConfig {
 }
 
 /// The `metrics` section; `None` when invalid (every problem reported).
-pub(super) fn parse(node: &Node, src: &str, diags: &mut Diags) -> Option<MetricsConfig> {
+pub(crate) fn parse(node: &Node, src: &str, diags: &mut Diags) -> Option<MetricsConfig> {
     let (raw, structural) = collect::<RawMetrics>(node, src);
     let clean = structural.is_empty();
     diags.extend(structural);

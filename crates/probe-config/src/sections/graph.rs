@@ -35,9 +35,9 @@ use probe::graph::{
 use probe::health::{FlapPolicy, Thresholds};
 use serde::Deserialize;
 
-use super::diagnostics::{did_you_mean, quote};
-use super::node::{BoolOr, Diags, Node, Pos, Sp, collect, each, value_of};
 use super::schedule::{RawFlap, checked, count, flap};
+use crate::load::diagnostics::{did_you_mean, quote};
+use crate::load::node::{BoolOr, Diags, Node, Pos, Sp, collect, each, value_of};
 
 #[derive(Deserialize)]
 #[serde(rename = "dependency", deny_unknown_fields)]
@@ -58,7 +58,7 @@ struct RawScoring {
 
 /// A valid `scoring` section: the graph's configuration, and the window of the SLA the daemon
 /// gives each probed target from its history.
-pub(super) struct Scoring {
+pub(crate) struct Scoring {
     pub graph: GraphConfig,
     pub sla_window: Option<std::time::Duration>,
 }
@@ -74,7 +74,7 @@ struct RawReadiness {
 /// `state: {...}` of a group: how its score becomes its verdict ([`GroupRule`]).
 #[derive(Deserialize)]
 #[serde(rename = "state", deny_unknown_fields)]
-pub(super) struct RawGroupState {
+pub(crate) struct RawGroupState {
     up_from: Option<Sp<f64>>,
     degraded_from: Option<Sp<f64>>,
     rise: Option<Sp<u32>>,
@@ -86,7 +86,7 @@ pub(super) struct RawGroupState {
 
 /// A group's rule from its `state` block, each field checked where it is written; `None` when
 /// there is no block (the default rule applies) or it is invalid (reported).
-pub(super) fn group_rule(raw: Option<&Sp<RawGroupState>>, diags: &mut Diags) -> Option<GroupRule> {
+pub(crate) fn group_rule(raw: Option<&Sp<RawGroupState>>, diags: &mut Diags) -> Option<GroupRule> {
     let raw = &raw?.value;
     let before = diags.len();
     let score = |value: Option<&Sp<f64>>, name: &str, default: f64, diags: &mut Diags| {
@@ -165,7 +165,7 @@ const GROUP_KEYS: &[&str] = &[
 ];
 
 /// One declared dependency, before the graph checks it.
-pub(super) struct ParsedDependency {
+pub(crate) struct ParsedDependency {
     target: TargetId,
     weight: f64,
     critical: bool,
@@ -186,7 +186,7 @@ impl ParsedDependency {
 }
 
 /// A target's `kind` (probed unless `kind: group`), or `None` when invalid.
-pub(super) fn kind(raw: Option<&Sp<String>>, diags: &mut Diags) -> Option<NodeKind> {
+pub(crate) fn kind(raw: Option<&Sp<String>>, diags: &mut Diags) -> Option<NodeKind> {
     match raw.map(|k| (k.value.as_str(), k.pos)) {
         None => Some(NodeKind::Probed),
         Some(("group", _)) => Some(NodeKind::Group),
@@ -204,7 +204,7 @@ pub(super) fn kind(raw: Option<&Sp<String>>, diags: &mut Diags) -> Option<NodeKi
 }
 
 /// Reports every key of a group's mapping that only a probed target may have.
-pub(super) fn check_group_keys(node: &Node, src: &str, label: &str, diags: &mut Diags) {
+pub(crate) fn check_group_keys(node: &Node, src: &str, label: &str, diags: &mut Diags) {
     for (key, _) in node.entries() {
         if let Some(name) = key.text(src)
             && !GROUP_KEYS.contains(&name)
@@ -224,7 +224,7 @@ pub(super) fn check_group_keys(node: &Node, src: &str, label: &str, diags: &mut 
 
 /// A target's `depends_on`, each item read on its own: the valid ones, and whether every item
 /// was.
-pub(super) fn depends_on(
+pub(crate) fn depends_on(
     node: &Node,
     src: &str,
     present: bool,
@@ -254,7 +254,7 @@ pub(super) fn depends_on(
 }
 
 /// The `scoring` section; `None` when invalid.
-pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Scoring> {
+pub(crate) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Scoring> {
     let (raw, structural) = collect::<RawScoring>(node, src);
     let clean = structural.is_empty();
     diags.extend(structural);
@@ -297,14 +297,14 @@ pub(super) fn scoring(node: &Node, src: &str, diags: &mut Diags) -> Option<Scori
 }
 
 /// A valid `readiness` section.
-pub(super) struct ParsedReadiness {
+pub(crate) struct ParsedReadiness {
     pub policy: ReadinessPolicy,
     /// Each required id with its position, for the check against the targets.
     pub required: Vec<(TargetId, Pos)>,
 }
 
 /// The `readiness` section; `None` when invalid.
-pub(super) fn readiness(node: &Node, src: &str, diags: &mut Diags) -> Option<ParsedReadiness> {
+pub(crate) fn readiness(node: &Node, src: &str, diags: &mut Diags) -> Option<ParsedReadiness> {
     let (raw, structural) = collect::<RawReadiness>(node, src);
     let clean = structural.is_empty();
     diags.extend(structural);
@@ -343,7 +343,7 @@ pub(super) fn readiness(node: &Node, src: &str, diags: &mut Diags) -> Option<Par
 }
 
 /// One file's declared node, for the whole-configuration check.
-pub(super) struct DeclaredNode {
+pub(crate) struct DeclaredNode {
     pub id: TargetId,
     pub kind: NodeKind,
     /// The dependencies that could be read.
@@ -354,7 +354,7 @@ pub(super) struct DeclaredNode {
 }
 
 /// An error of the whole configuration: the index of its file, its position and message.
-pub(super) type Located = (usize, Pos, String);
+pub(crate) type Located = (usize, Pos, String);
 
 /// Checks the dependency graph of every file's nodes together and returns the graph nodes for
 /// the engine: the groups, and the targets that have dependencies.
@@ -362,7 +362,7 @@ pub(super) type Located = (usize, Pos, String);
 /// `nodes` holds each file's index with its nodes; `positions` where each id is declared.
 /// With `external` (etcd is configured), a dependency on an id no file declares is no error: etcd
 /// may declare it, and the merged topology is checked when it is applied.
-pub(super) fn check(
+pub(crate) fn check(
     files: &[PathBuf],
     nodes: Vec<(usize, DeclaredNode)>,
     positions: &HashMap<TargetId, (usize, Pos)>,
@@ -472,7 +472,7 @@ fn locate(
 }
 
 /// Reports required ids that are neither a target nor a group.
-pub(super) fn check_required(
+pub(crate) fn check_required(
     required: &[(TargetId, Pos)],
     file: usize,
     positions: &HashMap<TargetId, (usize, Pos)>,

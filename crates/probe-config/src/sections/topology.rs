@@ -18,10 +18,10 @@ use probe::tier::http::expand_env;
 use probe_etcd::{ClientCert, Credentials, SourceConfig, TlsFiles};
 use serde::Deserialize;
 
-use super::diagnostics::quote;
-use super::files::Source;
-use super::node::{Diags, Node, Sp, collect};
 use super::schedule::{Slot, duration};
+use crate::load::diagnostics::quote;
+use crate::load::files::Source;
+use crate::load::node::{Diags, Node, Sp, collect};
 
 #[derive(Deserialize)]
 #[serde(rename = "topology", deny_unknown_fields)]
@@ -31,7 +31,7 @@ struct RawTopology {
 
 #[derive(Deserialize)]
 #[serde(rename = "etcd", deny_unknown_fields)]
-pub(super) struct RawEtcd {
+pub(crate) struct RawEtcd {
     endpoints: Sp<Vec<Sp<String>>>,
     prefix: Option<Sp<String>>,
     username: Option<Sp<String>>,
@@ -50,7 +50,7 @@ struct RawEtcdTls {
 
 /// The `topology` section: the etcd source's settings when it has an `etcd` block; `None`
 /// inside when invalid (every problem is reported).
-pub(super) fn parse(
+pub(crate) fn parse(
     node: &Node,
     src: &str,
     source: &Source<'_>,
@@ -66,7 +66,7 @@ pub(super) fn parse(
     etcd_config(etcd, source, diags).map(Some)
 }
 
-pub(super) fn etcd_config(
+pub(crate) fn etcd_config(
     raw: Sp<RawEtcd>,
     source: &Source<'_>,
     diags: &mut Diags,

@@ -96,8 +96,8 @@ use probe::passive::recovery::{RecoveryConfig, RecoveryConfigError, RecoverySett
 use probe::passive::slow_start::{SlowStartConfig, SlowStartConfigError};
 use serde::Deserialize;
 
-use super::node::{Diags, Pos, Sp};
 use super::schedule::{Slot, checked, count, duration};
+use crate::load::node::{Diags, Pos, Sp};
 
 // ---------------------------------------------------------------------------------------------
 // Raw schema.
@@ -105,7 +105,7 @@ use super::schedule::{Slot, checked, count, duration};
 /// `circuit_breaker: {...}`.
 #[derive(Deserialize)]
 #[serde(rename = "circuit_breaker", deny_unknown_fields)]
-pub(super) struct RawBreaker {
+pub(crate) struct RawBreaker {
     enabled: Option<Sp<bool>>,
     failure_rate: Option<Sp<f64>>,
     slow_call_duration: Option<Sp<String>>,
@@ -121,7 +121,7 @@ pub(super) struct RawBreaker {
 /// `outlier: {...}`.
 #[derive(Deserialize)]
 #[serde(rename = "outlier", deny_unknown_fields)]
-pub(super) struct RawOutlier {
+pub(crate) struct RawOutlier {
     enabled: Option<Sp<bool>>,
     consecutive_5xx: Option<Sp<u32>>,
     consecutive_gateway_failures: Option<Sp<u32>>,
@@ -137,7 +137,7 @@ pub(super) struct RawOutlier {
 /// `recovery: {...}`. No `enabled`: a pool always has a recovery policy.
 #[derive(Deserialize)]
 #[serde(rename = "recovery", deny_unknown_fields)]
-pub(super) struct RawRecovery {
+pub(crate) struct RawRecovery {
     cooldown: Option<Sp<String>>,
     max_cooldown: Option<Sp<String>>,
     passes: Option<Sp<u32>>,
@@ -149,7 +149,7 @@ pub(super) struct RawRecovery {
 /// `slow_start: {...}`.
 #[derive(Deserialize)]
 #[serde(rename = "slow_start", deny_unknown_fields)]
-pub(super) struct RawSlowStart {
+pub(crate) struct RawSlowStart {
     enabled: Option<Sp<bool>>,
     window: Option<Sp<String>>,
     min_weight: Option<Sp<f64>>,
@@ -158,7 +158,7 @@ pub(super) struct RawSlowStart {
 
 /// The passive-health keys of a section (`defaults`, a target or a group), borrowed.
 #[derive(Clone, Copy, Default)]
-pub(super) struct RawPassive<'a> {
+pub(crate) struct RawPassive<'a> {
     pub circuit_breaker: Option<&'a Sp<RawBreaker>>,
     pub skip_active_after: Option<&'a Sp<u32>>,
     pub outlier: Option<&'a Sp<RawOutlier>>,
@@ -312,7 +312,7 @@ where
 
 /// The passive-health settings of one section, each value checked on its own.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Passive {
+pub(crate) struct Passive {
     breaker: Block<BreakerSlots>,
     skip_active_after: Slot<NonZeroU32>,
     outlier: Block<OutlierSlots>,
@@ -321,7 +321,7 @@ pub(super) struct Passive {
 }
 
 /// A probed target's passive settings.
-pub(super) struct TargetPassive {
+pub(crate) struct TargetPassive {
     pub circuit_breaker: Option<BreakerConfig>,
     pub skip_active_after: Option<NonZeroU32>,
 }
@@ -600,7 +600,7 @@ impl Passive {
 }
 
 /// Reports the group-only blocks set on a probed target (`label`: `target "id"`).
-pub(super) fn check_target_keys(raw: &RawPassive<'_>, label: &str, diags: &mut Diags) {
+pub(crate) fn check_target_keys(raw: &RawPassive<'_>, label: &str, diags: &mut Diags) {
     let misplaced = [
         (
             raw.outlier.map(|b| b.key),
@@ -626,7 +626,7 @@ pub(super) fn check_target_keys(raw: &RawPassive<'_>, label: &str, diags: &mut D
 }
 
 /// Why a target-only key `name` does not apply to a group, `None` for other keys.
-pub(super) fn target_only(name: &str) -> Option<&'static str> {
+pub(crate) fn target_only(name: &str) -> Option<&'static str> {
     match name {
         "circuit_breaker" => Some(
             "circuit_breaker judges the real calls to one target; set it on the targets the \

@@ -4,12 +4,12 @@ use probe::Address;
 use probe::tier::udp::UdpSpec;
 use serde::Deserialize;
 
-use super::node::{Diags, Sp};
 use super::reply::reply_expect;
+use crate::load::node::{Diags, Sp};
 
 #[derive(Deserialize)]
 #[serde(rename = "udp", deny_unknown_fields)]
-pub(super) struct RawUdp {
+pub(crate) struct RawUdp {
     address: Sp<String>,
     send: Sp<String>,
     expect: Option<Sp<String>>,
@@ -17,7 +17,7 @@ pub(super) struct RawUdp {
 }
 
 /// Maps a raw `udp` section onto a spec, reporting every invalid value.
-pub(super) fn parse(raw: RawUdp, diags: &mut Diags) -> Option<UdpSpec> {
+pub(crate) fn parse(raw: RawUdp, diags: &mut Diags) -> Option<UdpSpec> {
     let address = raw
         .address
         .value

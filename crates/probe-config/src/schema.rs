@@ -2,29 +2,29 @@
 //!
 //! Values that need validation are kept as located strings and numbers (`Sp`), and checked
 //! afterwards so that the checks can point at them; every struct denies unknown keys, which
-//! [`collect`](super::node::collect) turns into did-you-mean errors. A section that has a module
+//! [`collect`](crate::load::node::collect) turns into did-you-mean errors. A section that has a module
 //! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`, `tls`,
 //! `graph`, `topology`, `resolver`, `metrics`); this module ties them into the document.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::dns::RawDns;
-use super::grpc::RawGrpc;
-use super::http::RawHttp;
-use super::icmp::RawIcmp;
-use super::node::{BoolOr, Sp};
-use super::passive;
-use super::reply::RawStep;
-use super::schedule::{RawBackoff, RawFlap, RawSchedule};
-use super::tls::RawTlsProbe;
-use super::udp::RawUdp;
+use crate::load::node::{BoolOr, Sp};
+use crate::sections::dns::RawDns;
+use crate::sections::grpc::RawGrpc;
+use crate::sections::http::RawHttp;
+use crate::sections::icmp::RawIcmp;
+use crate::sections::passive;
+use crate::sections::reply::RawStep;
+use crate::sections::schedule::{RawBackoff, RawFlap, RawSchedule};
+use crate::sections::tls::RawTlsProbe;
+use crate::sections::udp::RawUdp;
 
 /// The top level of a file. Only used to report unknown or mistyped top-level keys: the sections
 /// are then deserialized one by one from the tree.
 #[derive(Deserialize)]
 #[serde(rename = "document", deny_unknown_fields)]
-pub(super) struct RawDocument {
+pub(crate) struct RawDocument {
     #[serde(rename = "defaults")]
     _defaults: Option<IgnoredAny>,
     #[serde(rename = "targets")]
@@ -53,8 +53,8 @@ pub(super) struct RawDocument {
 macro_rules! schedule_section {
     ($(#[$attr:meta])* struct $name:ident { $($field:ident: $ty:ty),* $(,)? }) => {
         $(#[$attr])*
-        pub(super) struct $name {
-            $(pub(super) $field: $ty,)*
+        pub(crate) struct $name {
+            $(pub(crate) $field: $ty,)*
             interval: Option<Sp<String>>,
             timeout: Option<Sp<String>>,
             rise: Option<Sp<u32>>,
@@ -76,7 +76,7 @@ macro_rules! schedule_section {
         }
 
         impl $name {
-            pub(super) fn schedule(&self) -> RawSchedule<'_> {
+            pub(crate) fn schedule(&self) -> RawSchedule<'_> {
                 RawSchedule {
                     interval: self.interval.as_ref(),
                     timeout: self.timeout.as_ref(),
@@ -92,11 +92,11 @@ macro_rules! schedule_section {
                 }
             }
 
-            pub(super) fn votes(&self, diags: &mut super::node::Diags) -> super::cluster::Votes {
-                super::cluster::Votes::parse(self.replicas.as_ref(), self.quorum.as_ref(), diags)
+            pub(crate) fn votes(&self, diags: &mut crate::load::node::Diags) -> crate::sections::cluster::Votes {
+                crate::sections::cluster::Votes::parse(self.replicas.as_ref(), self.quorum.as_ref(), diags)
             }
 
-            pub(super) fn passive(&self) -> passive::RawPassive<'_> {
+            pub(crate) fn passive(&self) -> passive::RawPassive<'_> {
                 passive::RawPassive {
                     circuit_breaker: self.circuit_breaker.as_ref(),
                     skip_active_after: self.skip_active_after.as_ref(),
@@ -128,8 +128,8 @@ schedule_section! {
         dns: Option<Sp<RawDns>>,
         icmp: Option<Sp<RawIcmp>>,
         udp: Option<Sp<RawUdp>>,
-        alert: Option<Sp<BoolOr<super::alerts::RawRule>>>,
-        state: Option<Sp<super::graph::RawGroupState>>,
+        alert: Option<Sp<BoolOr<crate::sections::alerts::RawRule>>>,
+        state: Option<Sp<crate::sections::graph::RawGroupState>>,
         // Only checked to be sequences here: each item is then read on its own, see `each`.
         maintenance: Option<Vec<IgnoredAny>>,
         depends_on: Option<Vec<IgnoredAny>>,
@@ -139,21 +139,21 @@ schedule_section! {
 /// One entry of `maintenance`.
 #[derive(Deserialize)]
 #[serde(rename = "maintenance window", deny_unknown_fields)]
-pub(super) struct RawWindow {
-    pub(super) start: Option<Sp<String>>,
-    pub(super) daily: Option<Sp<String>>,
-    pub(super) duration: Sp<String>,
+pub(crate) struct RawWindow {
+    pub(crate) start: Option<Sp<String>>,
+    pub(crate) daily: Option<Sp<String>>,
+    pub(crate) duration: Sp<String>,
 }
 
 /// `tcp: {...}`: a TCP tier probe.
 #[derive(Deserialize)]
 #[serde(rename = "tcp", deny_unknown_fields)]
-pub(super) struct RawTcp {
-    pub(super) address: Sp<String>,
-    pub(super) send: Option<Sp<String>>,
-    pub(super) expect: Option<Sp<String>>,
-    pub(super) expect_regex: Option<Sp<String>>,
-    pub(super) close: Option<Sp<String>>,
-    pub(super) addresses: Option<Sp<String>>,
-    pub(super) conversation: Option<Sp<Vec<Sp<RawStep>>>>,
+pub(crate) struct RawTcp {
+    pub(crate) address: Sp<String>,
+    pub(crate) send: Option<Sp<String>>,
+    pub(crate) expect: Option<Sp<String>>,
+    pub(crate) expect_regex: Option<Sp<String>>,
+    pub(crate) close: Option<Sp<String>>,
+    pub(crate) addresses: Option<Sp<String>>,
+    pub(crate) conversation: Option<Sp<Vec<Sp<RawStep>>>>,
 }

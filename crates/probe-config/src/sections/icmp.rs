@@ -6,12 +6,12 @@
 use probe::tier::icmp::{IcmpDegradedIf, IcmpHost, IcmpSpec, InvalidIcmp, MAX_COUNT, MAX_SIZE};
 use serde::Deserialize;
 
-use super::node::{Diags, Sp};
 use super::schedule::duration;
+use crate::load::node::{Diags, Sp};
 
 #[derive(Deserialize)]
 #[serde(rename = "icmp", deny_unknown_fields)]
-pub(super) struct RawIcmp {
+pub(crate) struct RawIcmp {
     host: Sp<String>,
     count: Option<Sp<u32>>,
     size: Option<Sp<u64>>,
@@ -26,7 +26,7 @@ struct RawDegradedIf {
 }
 
 /// Maps a raw `icmp` section onto a spec, reporting every invalid value.
-pub(super) fn parse(raw: RawIcmp, diags: &mut Diags) -> Option<IcmpSpec> {
+pub(crate) fn parse(raw: RawIcmp, diags: &mut Diags) -> Option<IcmpSpec> {
     let host = raw
         .host
         .value

@@ -7,7 +7,7 @@ use super::node::{Diags, Sp};
 /// One of `names`, in any case: the canonical name; otherwise an error at the value (an unknown
 /// `what` for `field`), with a suggestion or the list. For every key whose value is one of a
 /// few words (`type`, `transport`, `rcode`, `starttls`, `addresses`).
-pub(super) fn one_of(
+pub fn one_of(
     raw: &Sp<String>,
     what: &str,
     field: &str,

@@ -17,8 +17,8 @@ use probe::health::{
 use probe::topology::TargetSpec;
 use serde::Deserialize;
 
-use super::diagnostics::quote;
-use super::node::{BoolOr, Diags, Pos, Sp};
+use crate::load::diagnostics::quote;
+use crate::load::node::{BoolOr, Diags, Pos, Sp};
 
 /// The longest accepted duration. It keeps derived durations (`4 * interval`) far from overflow,
 /// and no health check needs to wait longer.
@@ -27,7 +27,7 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// `backoff: {...}`: the period while DOWN.
 #[derive(Deserialize)]
 #[serde(rename = "backoff", deny_unknown_fields)]
-pub(super) struct RawBackoff {
+pub(crate) struct RawBackoff {
     max: Option<Sp<String>>,
     jitter: Option<Sp<f64>>,
 }
@@ -35,31 +35,31 @@ pub(super) struct RawBackoff {
 /// `flap: {...}`; `flap: false` is the other side of the [`BoolOr`].
 #[derive(Deserialize)]
 #[serde(rename = "flap", deny_unknown_fields)]
-pub(super) struct RawFlap {
+pub(crate) struct RawFlap {
     transitions: Option<Sp<u32>>,
     window: Option<Sp<String>>,
     min_stable: Option<Sp<String>>,
 }
 
 /// The schedule fields of a section, borrowed.
-pub(super) struct RawSchedule<'a> {
-    pub(super) interval: Option<&'a Sp<String>>,
-    pub(super) timeout: Option<&'a Sp<String>>,
-    pub(super) rise: Option<&'a Sp<u32>>,
-    pub(super) fall: Option<&'a Sp<u32>>,
-    pub(super) jitter: Option<&'a Sp<f64>>,
-    pub(super) fast_interval: Option<&'a Sp<String>>,
-    pub(super) backoff: Option<&'a Sp<RawBackoff>>,
-    pub(super) degrade_after: Option<&'a Sp<u32>>,
-    pub(super) recover_after: Option<&'a Sp<u32>>,
-    pub(super) flap: Option<&'a Sp<BoolOr<RawFlap>>>,
-    pub(super) dns_stale_for: Option<&'a Sp<String>>,
+pub(crate) struct RawSchedule<'a> {
+    pub(crate) interval: Option<&'a Sp<String>>,
+    pub(crate) timeout: Option<&'a Sp<String>>,
+    pub(crate) rise: Option<&'a Sp<u32>>,
+    pub(crate) fall: Option<&'a Sp<u32>>,
+    pub(crate) jitter: Option<&'a Sp<f64>>,
+    pub(crate) fast_interval: Option<&'a Sp<String>>,
+    pub(crate) backoff: Option<&'a Sp<RawBackoff>>,
+    pub(crate) degrade_after: Option<&'a Sp<u32>>,
+    pub(crate) recover_after: Option<&'a Sp<u32>>,
+    pub(crate) flap: Option<&'a Sp<BoolOr<RawFlap>>>,
+    pub(crate) dns_stale_for: Option<&'a Sp<String>>,
 }
 
 /// One field after validation: of a schedule, or of another section that merges with `defaults`
 /// the same way (passive health) or needs to know what was set (topology).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) enum Slot<T> {
+pub(crate) enum Slot<T> {
     /// Not set here.
     #[default]
     Absent,
@@ -70,13 +70,13 @@ pub(super) enum Slot<T> {
 }
 
 impl<T: Copy> Slot<T> {
-    pub(super) fn or(self, fallback: Self) -> Self {
+    pub(crate) fn or(self, fallback: Self) -> Self {
         match self {
             Slot::Absent => fallback,
             set_or_invalid => set_or_invalid,
         }
     }
-    pub(super) fn map<U>(self, f: impl FnOnce(T) -> U) -> Slot<U> {
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Slot<U> {
         match self {
             Slot::Absent => Slot::Absent,
             Slot::Invalid => Slot::Invalid,
@@ -86,26 +86,26 @@ impl<T: Copy> Slot<T> {
             },
         }
     }
-    pub(super) fn value(self) -> Option<T> {
+    pub(crate) fn value(self) -> Option<T> {
         match self {
             Slot::Set { value, .. } => Some(value),
             _ => None,
         }
     }
-    pub(super) fn key(self) -> Option<Pos> {
+    pub(crate) fn key(self) -> Option<Pos> {
         match self {
             Slot::Set { key, .. } => Some(key),
             _ => None,
         }
     }
-    pub(super) fn is_invalid(self) -> bool {
+    pub(crate) fn is_invalid(self) -> bool {
         matches!(self, Slot::Invalid)
     }
 }
 
 /// The schedule and thresholds of a section, validated field by field.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Sched {
+pub(crate) struct Sched {
     interval: Slot<Duration>,
     timeout: Slot<Duration>,
     rise: Slot<NonZeroU32>,
@@ -125,7 +125,7 @@ pub(super) struct Sched {
 }
 
 impl Sched {
-    pub(super) fn parse(raw: &RawSchedule<'_>, diags: &mut Diags) -> Self {
+    pub(crate) fn parse(raw: &RawSchedule<'_>, diags: &mut Diags) -> Self {
         let backoff = raw.backoff.map(|b| &b.value);
         Self {
             interval: duration(raw.interval, "interval", true, diags),
@@ -154,7 +154,7 @@ impl Sched {
     }
 
     /// This section's values, falling back to `defaults` field by field.
-    pub(super) fn or(self, defaults: &Self) -> Self {
+    pub(crate) fn or(self, defaults: &Self) -> Self {
         Self {
             interval: self.interval.or(defaults.interval),
             timeout: self.timeout.or(defaults.timeout),
@@ -189,7 +189,7 @@ impl Sched {
 
     /// Builds the schedule, thresholds and flap policy, reporting a cross-field error at the key
     /// that was set (on the target, or in `defaults` when it came from there), or at `fallback`.
-    pub(super) fn build(&self, fallback: Pos, diags: &mut Diags) -> Option<Health> {
+    pub(crate) fn build(&self, fallback: Pos, diags: &mut Diags) -> Option<Health> {
         if self.any_invalid() {
             return None;
         }
@@ -248,16 +248,16 @@ impl Sched {
 }
 
 /// A target's timing and verdict rules, from its section and the defaults.
-pub(super) struct Health {
-    pub(super) schedule: Schedule,
-    pub(super) thresholds: Thresholds,
-    pub(super) flap: Option<FlapPolicy>,
-    pub(super) dns_stale_for: Duration,
+pub(crate) struct Health {
+    pub(crate) schedule: Schedule,
+    pub(crate) thresholds: Thresholds,
+    pub(crate) flap: Option<FlapPolicy>,
+    pub(crate) dns_stale_for: Duration,
 }
 
 /// `flap: false`, `flap: true` (the built-in policy) or `flap: {...}` (built-in values for the
 /// fields left out).
-pub(super) fn flap(
+pub(crate) fn flap(
     raw: Option<&Sp<BoolOr<RawFlap>>>,
     diags: &mut Diags,
 ) -> Slot<Option<FlapPolicy>> {
@@ -298,7 +298,7 @@ pub(super) fn flap(
     }
 }
 
-pub(super) fn duration(
+pub(crate) fn duration(
     raw: Option<&Sp<String>>,
     name: &str,
     positive: bool,
@@ -307,7 +307,7 @@ pub(super) fn duration(
     duration_at_most(raw, name, positive, MAX_DURATION, diags)
 }
 
-pub(super) fn duration_at_most(
+pub(crate) fn duration_at_most(
     raw: Option<&Sp<String>>,
     name: &str,
     positive: bool,
@@ -343,7 +343,7 @@ pub(super) fn duration_at_most(
     Slot::Invalid
 }
 
-pub(super) fn count(raw: Option<&Sp<u32>>, name: &str, diags: &mut Diags) -> Slot<NonZeroU32> {
+pub(crate) fn count(raw: Option<&Sp<u32>>, name: &str, diags: &mut Diags) -> Slot<NonZeroU32> {
     let Some(raw) = raw else {
         return Slot::Absent;
     };
@@ -359,7 +359,7 @@ pub(super) fn count(raw: Option<&Sp<u32>>, name: &str, diags: &mut Diags) -> Slo
     }
 }
 
-pub(super) fn fraction(
+pub(crate) fn fraction(
     raw: Option<&Sp<f64>>,
     diags: &mut Diags,
     message: fn(f64) -> String,
@@ -368,7 +368,7 @@ pub(super) fn fraction(
 }
 
 /// A located number accepted by `ok`; otherwise `message` is reported at the value.
-pub(super) fn checked<T: Copy>(
+pub(crate) fn checked<T: Copy>(
     raw: Option<&Sp<T>>,
     ok: impl Fn(T) -> bool,
     message: impl Fn(T) -> String,

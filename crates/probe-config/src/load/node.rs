@@ -25,7 +25,7 @@ use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 
 use super::diagnostics::{did_you_mean, quote};
 
-pub(crate) use super::diagnostics::Pos;
+pub use super::diagnostics::Pos;
 
 impl Pos {
     fn of(location: serde_saphyr::Location) -> Self {
@@ -37,11 +37,11 @@ impl Pos {
 }
 
 /// Errors of one file: position and message.
-pub(crate) type Diags = Vec<(Pos, String)>;
+pub type Diags = Vec<(Pos, String)>;
 
 /// One node of the document tree with its position.
 #[derive(Debug)]
-pub(crate) struct Node {
+pub struct Node {
     /// Where the node is used (for an alias: the alias, not the anchor).
     pub pos: Pos,
     /// Byte range of the node's text where it is defined, when known (scalars only).
@@ -52,13 +52,20 @@ pub(crate) struct Node {
 
 /// The value of a [`Node`].
 #[derive(Debug)]
-pub(crate) enum Kind {
+pub enum Kind {
+    /// `null`, `~` or nothing.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// An integer, wide enough for every YAML integer a config could hold.
     Int(i128),
+    /// A float.
     Float(f64),
+    /// A string, quoted or plain.
     Str(String),
+    /// A sequence, block or flow.
     Seq(Vec<Node>),
+    /// A mapping, its entries in document order (keys are nodes, so each keeps its position).
     Map(Vec<(Node, Node)>),
 }
 
@@ -201,7 +208,8 @@ impl<'de> Visitor<'de> for KindVisitor {
 ///
 /// Only [`NodeDe`] can produce one: it answers the private newtype marker with the positions.
 #[derive(Debug)]
-pub(crate) struct Sp<T> {
+pub struct Sp<T> {
+    /// The value.
     pub value: T,
     /// The value's position: where value errors point.
     pub pos: Pos,
@@ -255,7 +263,7 @@ const ONE_OR_MANY_MARKER: &str = "$__probe_engine_config_one_or_many";
 /// answers a private newtype marker: a boolean node is visited as a boolean, anything else is
 /// deserialized as `T` with the usual context and positions.
 #[derive(Debug)]
-pub(crate) enum BoolOr<T> {
+pub enum BoolOr<T> {
     Bool(bool),
     Value(T),
 }
@@ -285,7 +293,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for BoolOr<T> {
 /// A sequence, or a single value read as a sequence of one: `status: 200` or `status: [200, 204]`.
 /// Like [`BoolOr`], answered by [`NodeDe`] through a private marker so positions are kept.
 #[derive(Debug)]
-pub(crate) struct OneOrMany<T>(pub Vec<T>);
+pub struct OneOrMany<T>(pub Vec<T>);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -316,7 +324,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 /// The entries of a mapping whose keys are data (header names, JSON paths), in document order.
 /// Each value is located, and [`Sp::key`] is where its key is, for errors about the key.
 #[derive(Debug)]
-pub(crate) struct Entries<V>(pub Vec<(String, Sp<V>)>);
+pub struct Entries<V>(pub Vec<(String, Sp<V>)>);
 
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -357,7 +365,7 @@ impl<'de> de::SeqAccess<'de> for OneSeq<'_> {
 /// A structural error found while deserializing from the tree. Boxed: it travels through every
 /// level of the deserializer as the `Err` of a `Result`.
 #[derive(Debug)]
-pub(crate) struct DeErr(Box<ErrData>);
+pub struct DeErr(Box<ErrData>);
 
 impl std::ops::Deref for DeErr {
     type Target = ErrData;
@@ -373,7 +381,7 @@ impl std::ops::DerefMut for DeErr {
 }
 
 #[derive(Debug)]
-pub(crate) struct ErrData {
+pub struct ErrData {
     kind: ErrKind,
     /// Where the error points; set by the innermost node that saw it.
     pos: Option<Pos>,
@@ -792,10 +800,7 @@ const MAX_ATTEMPTS: usize = 4 * MAX_ERRORS;
 ///
 /// Returns the value when one could be built (possibly with some entries excluded, in which case
 /// the errors are not empty), and the errors with their positions and messages.
-pub(crate) fn collect<T: DeserializeOwned>(
-    node: &Node,
-    src: &str,
-) -> (Option<T>, Vec<(Pos, String)>) {
+pub fn collect<T: DeserializeOwned>(node: &Node, src: &str) -> (Option<T>, Vec<(Pos, String)>) {
     let mut excluded = HashSet::new();
     let mut errors = Vec::new();
     // Every failed attempt either returns or excludes one more entry, so this terminates; the
@@ -837,7 +842,7 @@ pub(crate) fn collect<T: DeserializeOwned>(
 /// Parser options that keep hostile input cheap: bounded nesting, aliases and sizes, no
 /// includes. Duplicate keys are passed through so that they are reported per section (with the
 /// rest of the section's errors) instead of failing the whole file.
-pub(crate) fn yaml_options() -> serde_saphyr::Options {
+pub fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_depth: 32,
@@ -857,7 +862,7 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
 }
 
 /// Where a syntax error is and what it says.
-pub(crate) fn syntax_error(e: &serde_saphyr::Error) -> (Pos, String) {
+pub fn syntax_error(e: &serde_saphyr::Error) -> (Pos, String) {
     let pos = e.location().map_or(Pos::NONE, Pos::of);
     let message = serde_saphyr::MessageFormatter::format_message(
         &serde_saphyr::UserMessageFormatter,
@@ -867,7 +872,7 @@ pub(crate) fn syntax_error(e: &serde_saphyr::Error) -> (Pos, String) {
 }
 
 /// The value of `key` in the mapping `node`, unless absent or null.
-pub(crate) fn value_of<'a>(node: &'a Node, src: &str, key: &str) -> Option<&'a Node> {
+pub fn value_of<'a>(node: &'a Node, src: &str, key: &str) -> Option<&'a Node> {
     node.entries()
         .iter()
         .find(|(k, _)| k.text(src) == Some(key))
@@ -879,7 +884,7 @@ pub(crate) fn value_of<'a>(node: &'a Node, src: &str, key: &str) -> Option<&'a N
 /// structural errors (deserialized as part of the list, the first error would drop the whole
 /// list). An item with structural errors is `None`: checking its values would report the
 /// consequences of what was dropped from it. Each item comes with its position.
-pub(crate) fn each<T: DeserializeOwned>(
+pub fn each<T: DeserializeOwned>(
     node: Option<&Node>,
     src: &str,
     diags: &mut Diags,

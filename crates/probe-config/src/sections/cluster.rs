@@ -28,10 +28,10 @@ use probe::tier::http::expand_env;
 use probe_etcd::SourceConfig;
 use serde::Deserialize;
 
-use super::files::Source;
-use super::node::{Diags, Node, Pos, Sp, collect};
 use super::schedule::{Slot, duration};
 use super::topology::{RawEtcd, etcd_config};
+use crate::load::files::Source;
+use crate::load::node::{Diags, Node, Pos, Sp, collect};
 
 /// The cluster prefix when the section sets none.
 pub const DEFAULT_PREFIX: &str = "/probe-engine/cluster/";
@@ -63,14 +63,14 @@ pub struct ClusterConfig {
 }
 
 /// The section as one file gives it: its etcd is `topology.etcd`'s when it has none of its own.
-pub(super) struct ParsedCluster {
+pub(crate) struct ParsedCluster {
     pub etcd: Option<SourceConfig>,
     pub key: Pos,
     pub rest: ClusterConfig,
 }
 
 /// The `cluster` section; `None` when invalid (every problem reported).
-pub(super) fn parse(
+pub(crate) fn parse(
     node: &Node,
     src: &str,
     key: Pos,
@@ -144,7 +144,7 @@ const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 /// The `replicas` and `quorum` set in one place (a target, `defaults`, the section), each with
 /// where it was set.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Votes {
+pub(crate) struct Votes {
     replicas: Option<(NonZeroU8, Pos)>,
     quorum: Option<(NonZeroU8, Pos)>,
 }

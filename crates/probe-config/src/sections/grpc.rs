@@ -8,14 +8,14 @@ use probe::tier::http::RequestHeaders;
 use serde::Deserialize;
 
 use super::addresses;
-use super::files::Source;
 use super::http::{RawTls, headers, trust};
-use super::node::{Diags, Entries, Sp};
 use super::schedule::duration;
+use crate::load::files::Source;
+use crate::load::node::{Diags, Entries, Sp};
 
 #[derive(Deserialize)]
 #[serde(rename = "grpc", deny_unknown_fields)]
-pub(super) struct RawGrpc {
+pub(crate) struct RawGrpc {
     address: Sp<String>,
     service: Option<Sp<String>>,
     tls: Option<Sp<RawTls>>,
@@ -32,7 +32,7 @@ struct RawGrpcDegradedIf {
 }
 
 /// Maps a raw `grpc` section onto a spec, reporting every invalid value.
-pub(super) fn parse(raw: RawGrpc, source: &Source<'_>, diags: &mut Diags) -> Option<GrpcSpec> {
+pub(crate) fn parse(raw: RawGrpc, source: &Source<'_>, diags: &mut Diags) -> Option<GrpcSpec> {
     let address = raw
         .address
         .value

@@ -5,15 +5,15 @@
 use probe::tier::reply::ReplyExpect;
 use probe::tier::tcp::Step;
 
-use super::diagnostics::quote;
-use super::node::{Diags, Sp};
+use crate::load::diagnostics::quote;
+use crate::load::node::{Diags, Sp};
 
 /// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// `expect` or `expect_regex` (at most one) as what a reply must hold, for the sections that
 /// read a reply (`tcp`, `udp`).
-pub(super) fn reply_expect(
+pub(crate) fn reply_expect(
     expect: Option<Sp<String>>,
     expect_regex: Option<Sp<String>>,
     diags: &mut Diags,
@@ -35,7 +35,11 @@ pub(super) fn reply_expect(
 }
 
 /// A regex written at `raw` for `field`, compiled within the size limit; an error at the value.
-pub(crate) fn regex(raw: &Sp<String>, field: &str, diags: &mut Diags) -> Result<regex::Regex, ()> {
+///
+/// `Err` once the error is in `diags`, as every value reader of the configuration answers: the
+/// caller only learns that there is no value, and the reader has said why.
+#[allow(clippy::result_unit_err)]
+pub fn regex(raw: &Sp<String>, field: &str, diags: &mut Diags) -> Result<regex::Regex, ()> {
     regex::RegexBuilder::new(&raw.value)
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
@@ -52,7 +56,8 @@ pub(crate) fn regex(raw: &Sp<String>, field: &str, diags: &mut Diags) -> Result<
 }
 
 /// [`regex`], over bytes (a reply's body or a TCP line need not be UTF-8).
-pub(crate) fn bytes_regex(
+#[allow(clippy::result_unit_err)]
+pub fn bytes_regex(
     raw: &Sp<String>,
     field: &str,
     diags: &mut Diags,
@@ -73,7 +78,7 @@ pub(crate) fn bytes_regex(
 }
 
 /// The one line of a regex syntax error that says what is wrong (the others draw a caret).
-pub(crate) fn regex_message(e: &regex::Error) -> String {
+pub fn regex_message(e: &regex::Error) -> String {
     let text = e.to_string();
     text.lines()
         .find_map(|line| line.trim().strip_prefix("error: "))
@@ -86,7 +91,7 @@ pub(crate) fn regex_message(e: &regex::Error) -> String {
 /// A `conversation`: its steps in order, each `expect_line` (a regex over each line read),
 /// `send` or `reply` (sent with the groups of the last matched line filled in), for the sections that converse (`tcp`, `tls`); `with_exchange` says the section also
 /// has `send`, `expect` or `expect_regex`, which a conversation replaces.
-pub(super) fn conversation(
+pub(crate) fn conversation(
     steps: Sp<Vec<Sp<RawStep>>>,
     with_exchange: bool,
     diags: &mut Diags,
@@ -147,8 +152,8 @@ pub(super) fn conversation(
 /// One step of a `tcp` section's `conversation`: exactly one of its keys.
 #[derive(serde::Deserialize)]
 #[serde(rename = "step", deny_unknown_fields)]
-pub(super) struct RawStep {
-    pub(super) expect_line: Option<Sp<String>>,
-    pub(super) send: Option<Sp<String>>,
-    pub(super) reply: Option<Sp<String>>,
+pub(crate) struct RawStep {
+    pub(crate) expect_line: Option<Sp<String>>,
+    pub(crate) send: Option<Sp<String>>,
+    pub(crate) reply: Option<Sp<String>>,
 }

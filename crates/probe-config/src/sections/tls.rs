@@ -8,12 +8,12 @@ use probe::tier::tls::{StartTls, TlsSpec};
 use serde::Deserialize;
 
 use super::addresses;
-use super::files::Source;
 use super::http::{Checked, trust};
-use super::node::{Diags, Sp};
 use super::reply::RawStep;
 use super::schedule::duration_at_most;
-use super::words::one_of;
+use crate::load::files::Source;
+use crate::load::node::{Diags, Sp};
+use crate::load::words::one_of;
 
 /// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
 /// certificates are issued for at most 13 months, and a warning longer than that never clears.
@@ -21,7 +21,7 @@ const MAX_EXPIRES_WITHIN: Duration = Duration::from_secs(31_557_600);
 
 #[derive(Deserialize)]
 #[serde(rename = "tls", deny_unknown_fields)]
-pub(super) struct RawTlsProbe {
+pub(crate) struct RawTlsProbe {
     address: Sp<String>,
     server_name: Option<Sp<String>>,
     ca_file: Option<Sp<String>>,
@@ -34,7 +34,7 @@ pub(super) struct RawTlsProbe {
 }
 
 /// Maps a raw `tls` section onto a spec, reporting every invalid value.
-pub(super) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) -> Option<TlsSpec> {
+pub(crate) fn parse(raw: RawTlsProbe, source: &Source<'_>, diags: &mut Diags) -> Option<TlsSpec> {
     let spec = raw
         .address
         .value

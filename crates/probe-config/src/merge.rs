@@ -14,18 +14,18 @@ use probe::TargetId;
 use probe::graph::GraphConfig;
 use probe::topology::Topology;
 
-use super::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
-use super::cluster::{self, ClusterConfig, ParsedCluster};
-use super::diagnostics::{ConfigError, ConfigErrors, quote};
-use super::files::Source;
-use super::history::{self, HistorySection};
-use super::metrics::MetricsConfig;
-use super::node::{Diags, Kind, Node, Pos, collect, syntax_error, value_of, yaml_options};
-use super::passive::Passive;
-use super::schedule::Sched;
-use super::schema::{RawDefaults, RawDocument};
-use super::targets::{Defaults, ParsedTarget, parse_target};
-use super::{graph, metrics, resolver, topology};
+use crate::load::diagnostics::{ConfigError, ConfigErrors, quote};
+use crate::load::files::Source;
+use crate::load::node::{Diags, Kind, Node, Pos, collect, syntax_error, value_of, yaml_options};
+use crate::schema::{RawDefaults, RawDocument};
+use crate::sections::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
+use crate::sections::cluster::{self, ClusterConfig, ParsedCluster};
+use crate::sections::history::{self, HistorySection};
+use crate::sections::metrics::MetricsConfig;
+use crate::sections::passive::Passive;
+use crate::sections::schedule::Sched;
+use crate::sections::{graph, metrics, resolver, topology};
+use crate::targets::{Defaults, ParsedTarget, parse_target};
 
 /// A loaded, fully validated configuration.
 ///
@@ -66,7 +66,7 @@ struct Section<T> {
 
 /// What parsing one file produced.
 #[derive(Default)]
-pub(super) struct FileOutcome {
+pub(crate) struct FileOutcome {
     diags: Diags,
     targets: Vec<ParsedTarget>,
     scoring: Option<Section<graph::Scoring>>,
@@ -81,7 +81,7 @@ pub(super) struct FileOutcome {
 }
 
 impl FileOutcome {
-    pub(super) fn failed(pos: Pos, message: String) -> Self {
+    pub(crate) fn failed(pos: Pos, message: String) -> Self {
         Self {
             diags: vec![(pos, message)],
             ..Self::default()
@@ -90,7 +90,7 @@ impl FileOutcome {
 }
 
 /// Reads one document, section by section, collecting every problem with its position.
-pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
+pub(crate) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
     let root = match serde_saphyr::from_str_with_options::<Option<Node>>(text, yaml_options()) {
         Ok(Some(root)) => root,
         Ok(None) => return FileOutcome::default(),
@@ -198,7 +198,7 @@ pub(super) fn parse_text(text: &str, source: &Source<'_>) -> FileOutcome {
 
 /// Checks what spans files (duplicate ids, sections set twice, the dependency graph, the
 /// required nodes), orders the errors and assembles the result.
-pub(super) fn finish(
+pub(crate) fn finish(
     files: Vec<PathBuf>,
     mut outcomes: Vec<FileOutcome>,
 ) -> Result<Config, ConfigErrors> {

@@ -21,9 +21,9 @@ use std::time::Duration;
 use probe::tier::http::expand_env;
 use serde::Deserialize;
 
-use super::files::Source;
-use super::node::{BoolOr, Diags, Node, Sp, collect};
 use super::schedule::{Slot, duration_at_most};
+use crate::load::files::Source;
+use crate::load::node::{BoolOr, Diags, Node, Sp, collect};
 
 /// How long transitions and rollups are kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(400 * 86_400);
@@ -105,7 +105,7 @@ impl Default for HistorySection {
 }
 
 /// The `history` section; `None` when invalid (every problem reported).
-pub(super) fn parse(
+pub(crate) fn parse(
     node: &Node,
     src: &str,
     source: &Source<'_>,

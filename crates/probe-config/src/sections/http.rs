@@ -20,18 +20,18 @@ use serde::Deserialize;
 use serde::de::{self, IgnoredAny, Visitor};
 
 use super::addresses;
-use super::diagnostics::{did_you_mean, quote};
-use super::files::Source;
-use super::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
 use super::reply::bytes_regex;
 use super::schedule::duration;
+use crate::load::diagnostics::{did_you_mean, quote};
+use crate::load::files::Source;
+use crate::load::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
 
 /// The methods a probe may use. A health check has no business with `CONNECT` or `TRACE`.
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 #[derive(Deserialize)]
 #[serde(rename = "http", deny_unknown_fields)]
-pub(super) struct RawHttp {
+pub(crate) struct RawHttp {
     url: Sp<String>,
     method: Option<Sp<String>>,
     headers: Option<Sp<Entries<String>>>,
@@ -48,9 +48,9 @@ pub(super) struct RawHttp {
 
 #[derive(Deserialize)]
 #[serde(rename = "tls", deny_unknown_fields)]
-pub(super) struct RawTls {
-    pub(super) insecure_skip_verify: Option<Sp<bool>>,
-    pub(super) ca_file: Option<Sp<String>>,
+pub(crate) struct RawTls {
+    pub(crate) insecure_skip_verify: Option<Sp<bool>>,
+    pub(crate) ca_file: Option<Sp<String>>,
 }
 
 #[derive(Deserialize)]
@@ -254,7 +254,7 @@ impl<'de> Deserialize<'de> for RawScalar {
 }
 
 /// Maps a raw `http` section (read from `node`) onto a spec, reporting every invalid value.
-pub(super) fn parse(
+pub(crate) fn parse(
     raw: RawHttp,
     node: Option<&Node>,
     src: &str,
@@ -311,7 +311,7 @@ pub(super) fn parse(
 }
 
 /// Marks a value that failed validation; its error is already in the diagnostics.
-pub(super) type Checked<T> = Result<T, ()>;
+pub(crate) type Checked<T> = Result<T, ()>;
 
 fn method(raw: &Sp<String>, diags: &mut Diags) -> Checked<Method> {
     let upper = raw.value.trim().to_ascii_uppercase();
@@ -330,7 +330,7 @@ fn method(raw: &Sp<String>, diags: &mut Diags) -> Checked<Method> {
 }
 
 /// Request headers (or gRPC metadata), their values expanded from the environment.
-pub(super) fn headers(
+pub(crate) fn headers(
     raw: Entries<String>,
     source: &Source<'_>,
     diags: &mut Diags,
@@ -361,7 +361,7 @@ pub(super) fn headers(
 
 /// The trust of a section with `ca_file` and `insecure_skip_verify` (an `http` or `grpc`
 /// section's `tls`, or a `tls` probe), the CA file read relative to `dir`.
-pub(super) fn trust(
+pub(crate) fn trust(
     ca_file: Option<Sp<String>>,
     insecure_skip_verify: Option<Sp<bool>>,
     dir: &Path,
