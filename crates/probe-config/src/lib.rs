@@ -29,7 +29,7 @@
 //! # Layout
 //!
 //! The stages, each using only those before it:
-//! - [`load`]: a file is read (`files`) into a located tree (`node`); `diagnostics` words every
+//! - [`yaml`]: a file is read (`files`) into a located tree (`node`); `diagnostics` words every
 //!   problem at its position, `words` reads values that are one of a few words. The importers of
 //!   `blackbox.yml` and Gatus files read their YAML with the same tree and words.
 //! - `sections`: one module per section of the document (`http`, `dns`, `passive`, `graph`,
@@ -39,15 +39,14 @@
 //! - `targets`: a target or group entry compiled, from a file or from an etcd value.
 //! - `merge`: the files put together into one [`Config`], every problem reported.
 
-pub mod load;
 mod merge;
 mod schema;
 mod sections;
 mod targets;
+pub mod yaml;
 
 use std::path::Path;
 
-pub use load::{ConfigError, ConfigErrors};
 pub use merge::Config;
 pub use sections::alerts::{
     ALERTMANAGER, AlertRule, AlertmanagerConfig, AlertsConfig, BasicAuth, PartialRule, TargetAlert,
@@ -58,10 +57,11 @@ pub use sections::history::{HistorySection, HistoryStore};
 pub use sections::metrics::MetricsConfig;
 pub use sections::reply::{bytes_regex, regex};
 pub use targets::{Declared, parse_declared, parse_entry};
+pub use yaml::{ConfigError, ConfigErrors};
 
-use load::files::{Source, list_files, process_env};
-use load::{Pos, read_file};
 use merge::{FileOutcome, finish, parse_text};
+use yaml::files::{Source, list_files, process_env};
+use yaml::{Pos, read_file};
 
 /// Loads a configuration file, or every `*.yaml` / `*.yml` file of a directory.
 ///

@@ -14,9 +14,6 @@ use probe::TargetId;
 use probe::graph::GraphConfig;
 use probe::topology::Topology;
 
-use crate::load::diagnostics::{ConfigError, ConfigErrors, quote};
-use crate::load::files::Source;
-use crate::load::node::{Diags, Kind, Node, Pos, collect, syntax_error, value_of, yaml_options};
 use crate::schema::{RawDefaults, RawDocument};
 use crate::sections::alerts::{self, AlertRule, AlertsConfig, TargetAlert};
 use crate::sections::cluster::{self, ClusterConfig, ParsedCluster};
@@ -26,6 +23,9 @@ use crate::sections::passive::Passive;
 use crate::sections::schedule::Sched;
 use crate::sections::{graph, metrics, resolver, topology};
 use crate::targets::{Defaults, ParsedTarget, parse_target};
+use crate::yaml::diagnostics::{ConfigError, ConfigErrors, quote};
+use crate::yaml::files::Source;
+use crate::yaml::node::{Diags, Kind, Node, Pos, collect, syntax_error, value_of, yaml_options};
 
 /// A loaded, fully validated configuration.
 ///

@@ -2,14 +2,13 @@
 //!
 //! Values that need validation are kept as located strings and numbers (`Sp`), and checked
 //! afterwards so that the checks can point at them; every struct denies unknown keys, which
-//! [`collect`](crate::load::node::collect) turns into did-you-mean errors. A section that has a module
+//! [`collect`](crate::yaml::node::collect) turns into did-you-mean errors. A section that has a module
 //! of its own declares its keys there, next to their checks (`schedule`, `passive`, `http`, `tls`,
 //! `graph`, `topology`, `resolver`, `metrics`); this module ties them into the document.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use crate::load::node::{BoolOr, Sp};
 use crate::sections::dns::RawDns;
 use crate::sections::grpc::RawGrpc;
 use crate::sections::http::RawHttp;
@@ -19,6 +18,7 @@ use crate::sections::reply::RawStep;
 use crate::sections::schedule::{RawBackoff, RawFlap, RawSchedule};
 use crate::sections::tls::RawTlsProbe;
 use crate::sections::udp::RawUdp;
+use crate::yaml::node::{BoolOr, Sp};
 
 /// The top level of a file. Only used to report unknown or mistyped top-level keys: the sections
 /// are then deserialized one by one from the tree.
@@ -92,7 +92,7 @@ macro_rules! schedule_section {
                 }
             }
 
-            pub(crate) fn votes(&self, diags: &mut crate::load::node::Diags) -> crate::sections::cluster::Votes {
+            pub(crate) fn votes(&self, diags: &mut crate::yaml::node::Diags) -> crate::sections::cluster::Votes {
                 crate::sections::cluster::Votes::parse(self.replicas.as_ref(), self.quorum.as_ref(), diags)
             }
 

@@ -19,11 +19,6 @@ use probe::topology::Declaration;
 use probe::topology::TargetSpec;
 use probe::{Address, TargetId};
 
-use crate::load::diagnostics::{did_you_mean, one_line, quote};
-use crate::load::files::{Source, process_env};
-use crate::load::node::{
-    Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options,
-};
 use crate::schema::{RawTarget, RawTcp, RawWindow};
 use crate::sections::alerts::{TargetAlert, target_alert};
 use crate::sections::cluster::Votes;
@@ -31,6 +26,11 @@ use crate::sections::passive::{self, Passive};
 use crate::sections::reply::reply_expect;
 use crate::sections::schedule::{Sched, duration_at_most};
 use crate::sections::{addresses, dns, graph, grpc, http, icmp, tls, udp};
+use crate::yaml::diagnostics::{did_you_mean, one_line, quote};
+use crate::yaml::files::{Source, process_env};
+use crate::yaml::node::{
+    Diags, Kind, Node, Pos, collect, each, syntax_error, value_of, yaml_options,
+};
 
 /// The probe kinds a target can have, exactly one of which it must have.
 const PROBE_KINDS: &[&str] = &["tcp", "http", "grpc", "tls", "dns", "icmp", "udp"];

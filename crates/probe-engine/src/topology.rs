@@ -149,10 +149,10 @@ impl TopologyHandle {
         merger.update(FILES, Catalog::from(loaded.topology));
         let merged = merger
             .merge()
-            .map_err(|e| probe_config::load::file_error(&path, e.to_string()))?;
+            .map_err(|e| probe_config::yaml::file_error(&path, e.to_string()))?;
         let diff = engine
             .apply(merged.topology)
-            .map_err(|e| probe_config::load::file_error(&path, e.to_string()))?;
+            .map_err(|e| probe_config::yaml::file_error(&path, e.to_string()))?;
         if let Some(store) = &store {
             store.load_pending();
             store.restore(&engine);
@@ -295,7 +295,7 @@ impl FileSource {
             // Reading and parsing files blocks: off the async workers.
             let loaded = tokio::task::spawn_blocking(move || config::load(&path))
                 .await
-                .unwrap_or_else(|e| Err(probe_config::load::file_error(&self.path, e.to_string())));
+                .unwrap_or_else(|e| Err(probe_config::yaml::file_error(&self.path, e.to_string())));
             let mut shared = self.shared.lock();
             shared.files.last_reload = Some(SystemTime::now());
             match loaded {

@@ -26,8 +26,8 @@ const FIXED_SEEDS: [u64; 2] = [0x5eed_0001, 0x00c0_ffee];
 pub type Check = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
 
 /// Runs `check` on the regression cases of `target` (the files of `corpus/<target>/`), then on inputs from `strategy` for a
-/// bounded time per seed. A panic is a failure; so is an input that takes more than
-/// [`HANG`]. The first failure is shrunk and reported with its seed. Fewer than `min_inputs`
+/// bounded time per seed. A panic is a failure; so is an input that takes more than 2 s
+/// (a hang). The first failure is shrunk and reported with its seed. Fewer than `min_inputs`
 /// checked (for the default 4 s a seed; in proportion to `PROBE_FUZZ_SECONDS`) is a failure
 /// too: a machine too slow to fuzz must not pass by checking a handful.
 /// `strategy` builds the generator on the fuzzing thread (proptest's boxed strategies stay on

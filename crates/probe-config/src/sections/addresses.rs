@@ -3,8 +3,8 @@
 
 use probe::Addresses;
 
-use crate::load::node::{Diags, Sp};
-use crate::load::words::one_of;
+use crate::yaml::node::{Diags, Sp};
+use crate::yaml::words::one_of;
 
 /// The policy `raw` names (`first` when absent); `Err` once reported.
 pub(crate) fn parse(raw: Option<&Sp<String>>, diags: &mut Diags) -> Result<Addresses, ()> {

@@ -42,10 +42,10 @@ use serde::Deserialize;
 
 use super::http::{headers, trust};
 use super::schedule::{Slot, duration};
-use crate::load::diagnostics::quote;
-use crate::load::files::Source;
-use crate::load::node::{BoolOr, Diags, Entries, Node, Sp, collect};
-use crate::load::words::one_of;
+use crate::yaml::diagnostics::quote;
+use crate::yaml::files::Source;
+use crate::yaml::node::{BoolOr, Diags, Entries, Node, Sp, collect};
+use crate::yaml::words::one_of;
 
 /// The states an alert may be raised on, by their API names. PROBING is no verdict (a target
 /// held there for flapping raises `ProbeFlapping`), and MAINTENANCE is by definition silent.

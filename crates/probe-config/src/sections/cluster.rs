@@ -30,8 +30,8 @@ use serde::Deserialize;
 
 use super::schedule::{Slot, duration};
 use super::topology::{RawEtcd, etcd_config};
-use crate::load::files::Source;
-use crate::load::node::{Diags, Node, Pos, Sp, collect};
+use crate::yaml::files::Source;
+use crate::yaml::node::{Diags, Node, Pos, Sp, collect};
 
 /// The cluster prefix when the section sets none.
 pub const DEFAULT_PREFIX: &str = "/probe-engine/cluster/";

@@ -14,9 +14,9 @@ use probe::tier::dns::{
 use serde::Deserialize;
 
 use super::schedule::duration;
-use crate::load::diagnostics::quote;
-use crate::load::node::{Diags, OneOrMany, Pos, Sp};
-use crate::load::words::one_of;
+use crate::yaml::diagnostics::quote;
+use crate::yaml::node::{Diags, OneOrMany, Pos, Sp};
+use crate::yaml::words::one_of;
 
 #[derive(Deserialize)]
 #[serde(rename = "dns", deny_unknown_fields)]

@@ -36,8 +36,8 @@ use probe::health::{FlapPolicy, Thresholds};
 use serde::Deserialize;
 
 use super::schedule::{RawFlap, checked, count, flap};
-use crate::load::diagnostics::{did_you_mean, quote};
-use crate::load::node::{BoolOr, Diags, Node, Pos, Sp, collect, each, value_of};
+use crate::yaml::diagnostics::{did_you_mean, quote};
+use crate::yaml::node::{BoolOr, Diags, Node, Pos, Sp, collect, each, value_of};
 
 #[derive(Deserialize)]
 #[serde(rename = "dependency", deny_unknown_fields)]

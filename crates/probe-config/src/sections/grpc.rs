@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::addresses;
 use super::http::{RawTls, headers, trust};
 use super::schedule::duration;
-use crate::load::files::Source;
-use crate::load::node::{Diags, Entries, Sp};
+use crate::yaml::files::Source;
+use crate::yaml::node::{Diags, Entries, Sp};
 
 #[derive(Deserialize)]
 #[serde(rename = "grpc", deny_unknown_fields)]

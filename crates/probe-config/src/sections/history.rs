@@ -22,8 +22,8 @@ use probe::tier::http::expand_env;
 use serde::Deserialize;
 
 use super::schedule::{Slot, duration_at_most};
-use crate::load::files::Source;
-use crate::load::node::{BoolOr, Diags, Node, Sp, collect};
+use crate::yaml::files::Source;
+use crate::yaml::node::{BoolOr, Diags, Node, Sp, collect};
 
 /// How long transitions and rollups are kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(400 * 86_400);

@@ -22,9 +22,9 @@ use serde::de::{self, IgnoredAny, Visitor};
 use super::addresses;
 use super::reply::bytes_regex;
 use super::schedule::duration;
-use crate::load::diagnostics::{did_you_mean, quote};
-use crate::load::files::Source;
-use crate::load::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
+use crate::yaml::diagnostics::{did_you_mean, quote};
+use crate::yaml::files::Source;
+use crate::yaml::node::{Diags, Entries, Node, OneOrMany, Pos, Sp, each, value_of};
 
 /// The methods a probe may use. A health check has no business with `CONNECT` or `TRACE`.
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];

@@ -7,7 +7,7 @@ use probe::tier::icmp::{IcmpDegradedIf, IcmpHost, IcmpSpec, InvalidIcmp, MAX_COU
 use serde::Deserialize;
 
 use super::schedule::duration;
-use crate::load::node::{Diags, Sp};
+use crate::yaml::node::{Diags, Sp};
 
 #[derive(Deserialize)]
 #[serde(rename = "icmp", deny_unknown_fields)]

@@ -12,7 +12,7 @@
 
 use serde::Deserialize;
 
-use crate::load::node::{Diags, Node, Sp, collect};
+use crate::yaml::node::{Diags, Node, Sp, collect};
 
 #[derive(Deserialize)]
 #[serde(rename = "metrics", deny_unknown_fields)]

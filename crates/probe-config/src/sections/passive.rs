@@ -97,7 +97,7 @@ use probe::passive::slow_start::{SlowStartConfig, SlowStartConfigError};
 use serde::Deserialize;
 
 use super::schedule::{Slot, checked, count, duration};
-use crate::load::node::{Diags, Pos, Sp};
+use crate::yaml::node::{Diags, Pos, Sp};
 
 // ---------------------------------------------------------------------------------------------
 // Raw schema.

@@ -5,8 +5,8 @@
 use probe::tier::reply::ReplyExpect;
 use probe::tier::tcp::Step;
 
-use crate::load::diagnostics::quote;
-use crate::load::node::{Diags, Sp};
+use crate::yaml::diagnostics::quote;
+use crate::yaml::node::{Diags, Sp};
 
 /// Limit on a compiled `expect_regex`, so a hostile pattern cannot take the daemon's memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -55,7 +55,7 @@ pub fn regex(raw: &Sp<String>, field: &str, diags: &mut Diags) -> Result<regex::
         })
 }
 
-/// [`regex`], over bytes (a reply's body or a TCP line need not be UTF-8).
+/// [`regex()`], over bytes (a reply's body or a TCP line need not be UTF-8).
 #[allow(clippy::result_unit_err)]
 pub fn bytes_regex(
     raw: &Sp<String>,

@@ -23,8 +23,8 @@ use probe::tier::resolve::ResolverConfig;
 use serde::Deserialize;
 
 use super::schedule::duration_at_most;
-use crate::load::diagnostics::quote;
-use crate::load::node::{Diags, Node, Sp, collect};
+use crate::yaml::diagnostics::quote;
+use crate::yaml::node::{Diags, Node, Sp, collect};
 
 #[derive(Deserialize)]
 #[serde(rename = "resolver", deny_unknown_fields)]

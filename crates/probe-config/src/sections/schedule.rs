@@ -17,8 +17,8 @@ use probe::health::{
 use probe::topology::TargetSpec;
 use serde::Deserialize;
 
-use crate::load::diagnostics::quote;
-use crate::load::node::{BoolOr, Diags, Pos, Sp};
+use crate::yaml::diagnostics::quote;
+use crate::yaml::node::{BoolOr, Diags, Pos, Sp};
 
 /// The longest accepted duration. It keeps derived durations (`4 * interval`) far from overflow,
 /// and no health check needs to wait longer.

@@ -11,9 +11,9 @@ use super::addresses;
 use super::http::{Checked, trust};
 use super::reply::RawStep;
 use super::schedule::duration_at_most;
-use crate::load::files::Source;
-use crate::load::node::{Diags, Sp};
-use crate::load::words::one_of;
+use crate::yaml::files::Source;
+use crate::yaml::node::{Diags, Sp};
+use crate::yaml::words::one_of;
 
 /// The longest `expires_within`, a year (of 365.25 days, so that it reads "1year"): public
 /// certificates are issued for at most 13 months, and a warning longer than that never clears.

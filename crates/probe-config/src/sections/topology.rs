@@ -19,9 +19,9 @@ use probe_etcd::{ClientCert, Credentials, SourceConfig, TlsFiles};
 use serde::Deserialize;
 
 use super::schedule::{Slot, duration};
-use crate::load::diagnostics::quote;
-use crate::load::files::Source;
-use crate::load::node::{Diags, Node, Sp, collect};
+use crate::yaml::diagnostics::quote;
+use crate::yaml::files::Source;
+use crate::yaml::node::{Diags, Node, Sp, collect};
 
 #[derive(Deserialize)]
 #[serde(rename = "topology", deny_unknown_fields)]

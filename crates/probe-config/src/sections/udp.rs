@@ -5,7 +5,7 @@ use probe::tier::udp::UdpSpec;
 use serde::Deserialize;
 
 use super::reply::reply_expect;
-use crate::load::node::{Diags, Sp};
+use crate::yaml::node::{Diags, Sp};
 
 #[derive(Deserialize)]
 #[serde(rename = "udp", deny_unknown_fields)]

@@ -8,7 +8,7 @@ use probe::tier::dns::{DnsType, Rcode};
 use super::entry::{Dns, DnsExpect, DnsSection, Probe};
 use super::raw::{RawDns, RawRrValidator};
 use super::{Check, IpProtocol, ip_protocol, regexes, target};
-use probe_config::load::{Sp, quote};
+use probe_config::yaml::{Sp, quote};
 
 /// The exporter's rcodes beyond the header's four bits (EDNS): never in a reply we can judge.
 const EXTENDED_RCODES: &[&str] = &[

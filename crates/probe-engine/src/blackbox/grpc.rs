@@ -3,7 +3,7 @@
 use super::entry::{self, Grpc, Pairs, Probe};
 use super::raw::RawGrpc;
 use super::{Check, IpProtocol, header, ip_protocol, target, tls_config};
-use probe_config::load::Sp;
+use probe_config::yaml::Sp;
 
 /// A `grpc` module in our terms: the section without its address.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,7 +5,7 @@ use base64::Engine as _;
 use super::entry::{self, HeaderPattern, Http, HttpExpect, Pairs, Probe};
 use super::raw::{RawHeaderMatch, RawHttp};
 use super::{Check, IpProtocol, header, ip_protocol, regexes, target, tls_config};
-use probe_config::load::{Sp, quote};
+use probe_config::yaml::{Sp, quote};
 
 /// The methods our HTTP probe sends.
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -345,7 +345,7 @@ fn header_patterns(
                 header.pos,
                 format!(
                     "invalid header name {}",
-                    probe_config::load::quote(&header.value)
+                    probe_config::yaml::quote(&header.value)
                 ),
             );
             continue;
@@ -408,7 +408,7 @@ fn authorization(
             let at = auth
                 .kind
                 .as_ref()
-                .map_or(probe_config::load::Pos::NONE, |k| k.pos);
+                .map_or(probe_config::yaml::Pos::NONE, |k| k.pos);
             check.error(
                 at,
                 "authorization type cannot be set to \"basic\", use \"basic_auth\" instead"

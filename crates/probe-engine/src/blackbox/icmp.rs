@@ -3,7 +3,7 @@
 use super::entry::{Icmp, Probe};
 use super::raw::RawIcmp;
 use super::{Check, IpProtocol, ip_protocol, target};
-use probe_config::load::Sp;
+use probe_config::yaml::Sp;
 
 /// The exporter's TTL when a module sets none.
 const DEFAULT_TTL: i64 = 64;

@@ -66,7 +66,7 @@ use probe::tier::ProbeSpec;
 use raw::{RawFile, RawModule, RawTlsConfig};
 
 use probe_config::ConfigErrors;
-use probe_config::load::{
+use probe_config::yaml::{
     Kind, Node, Pos, Sp, collect, did_you_mean, file_error, located, quote, read_file,
     syntax_error, value_of, yaml_options,
 };
@@ -255,7 +255,7 @@ impl Module {
             Ok(entry) => entry.compile(dir).map(drop).map_err(|why| {
                 format!(
                     "the module cannot run here: our probe refuses it: {}",
-                    probe_config::load::one_line(&why)
+                    probe_config::yaml::one_line(&why)
                 )
             }),
             Err(_) => Ok(()),

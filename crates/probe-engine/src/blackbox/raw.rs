@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use probe_config::load::{Entries, OneOrMany, Sp};
+use probe_config::yaml::{Entries, OneOrMany, Sp};
 
 /// Anything at all, located: a key that is refused whatever it holds.
 pub(super) type Any = Option<Sp<IgnoredAny>>;

@@ -6,7 +6,7 @@
 use super::entry::{Probe, Step, Tcp, Tls, TlsTrust};
 use super::raw::{RawQueryResponse, RawTcp};
 use super::{Check, IpProtocol, ip_protocol, target, tls_config};
-use probe_config::load::Sp;
+use probe_config::yaml::Sp;
 
 /// A `tcp` module in our terms.
 #[derive(Clone, Debug, PartialEq)]

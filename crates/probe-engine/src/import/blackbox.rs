@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Printed;
 use crate::blackbox::{self, Blackbox, Entry, Schedule};
-use probe_config::load::{
+use probe_config::yaml::{
     Entries, Kind, Node, OneOrMany, Pos, Sp, collect, file_error, located, one_line, read_file,
     syntax_error, value_of, yaml_options,
 };

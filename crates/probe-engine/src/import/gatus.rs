@@ -64,11 +64,11 @@ use super::{
     Import, JsonCondition, JsonTests, LatencyOver, Note, Pairs, Probe, Schedule, Stream, Target,
     Tls, Trust, Webhook, Window, refusal,
 };
-use probe_config::load::read_file;
-use probe_config::load::{
+use probe_config::yaml::read_file;
+use probe_config::yaml::{
     Diags, Entries, Kind, Node, Pos, Sp, collect, each, syntax_error, value_of, yaml_options,
 };
-use probe_config::load::{did_you_mean, file_error, quote};
+use probe_config::yaml::{did_you_mean, file_error, quote};
 use probe_config::{ConfigError, ConfigErrors};
 
 /// Gatus's interval when an endpoint sets none.

@@ -1,7 +1,7 @@
 //! `probe-engine import`: configs of other monitoring tools turned into this daemon's YAML.
 //!
 //! Each source (`gatus`, `blackbox`) reads its tool's file with the config's own located parser
-//! ([`crate::config`]'s tree and diagnostics), so bad input is refused as `FILE:LINE:COL:
+//! ([`probe_config::yaml`]: its tree and diagnostics), so bad input is refused as `FILE:LINE:COL:
 //! message`, and maps what it can onto the `Document` written here. What a source cannot
 //! express is not dropped in silence: it becomes a [`Note`], located at the key it is about, which
 //! the command prints on stderr (and `--strict` turns into a failure).

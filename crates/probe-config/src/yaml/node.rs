@@ -206,7 +206,7 @@ impl<'de> Visitor<'de> for KindVisitor {
 
 /// A value with the position of its node and of the key it was found under.
 ///
-/// Only [`NodeDe`] can produce one: it answers the private newtype marker with the positions.
+/// Only the tree's deserializer can produce one: it answers the private newtype marker with the positions.
 #[derive(Debug)]
 pub struct Sp<T> {
     /// The value.
@@ -291,7 +291,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for BoolOr<T> {
 }
 
 /// A sequence, or a single value read as a sequence of one: `status: 200` or `status: [200, 204]`.
-/// Like [`BoolOr`], answered by [`NodeDe`] through a private marker so positions are kept.
+/// Like `BoolOr`, answered by the tree's deserializer through a private marker so positions are kept.
 #[derive(Debug)]
 pub struct OneOrMany<T>(pub Vec<T>);
 
