@@ -699,6 +699,11 @@ pub fn describe_metrics() {
         "Descriptors the process holds, as of the scrape."
     );
     metrics::describe_gauge!(
+        "probe_engine_requests_in_flight",
+        "/v1 requests the readiness gate admitted and that have not finished, as of the scrape: \
+         what a drain waits for."
+    );
+    metrics::describe_gauge!(
         "probe_config_last_reload_successful",
         "Whether the last config reload was applied (1) or rejected (0)."
     );

@@ -116,7 +116,7 @@ async fn the_stop_sequence(how: Stop) {
 
     // A change whose body is still arriving: admitted, in flight until the test sends the rest.
     let held = HeldRequest::start(
-        daemon.addr,
+        &daemon,
         "PUT",
         "/v1/targets/db/maintenance",
         MAINTENANCE,
@@ -211,7 +211,7 @@ async fn the_shutdown_grace_bounds_the_wait_for_requests_in_flight() {
     let mut daemon = Daemon::start_with(dir.path(), &["--shutdown-grace", "1s"]);
     // Never finished by the client.
     let held = HeldRequest::start(
-        daemon.addr,
+        &daemon,
         "PUT",
         "/v1/targets/db/maintenance",
         MAINTENANCE,
@@ -330,7 +330,7 @@ async fn a_second_signal_stops_at_once_with_a_request_in_flight() {
     write_targets(dir.path(), &[("db", support::closed_port())]);
     let mut daemon = Daemon::start_with(dir.path(), &["--shutdown-grace", "60s"]);
     let held = HeldRequest::start(
-        daemon.addr,
+        &daemon,
         "PUT",
         "/v1/targets/db/maintenance",
         MAINTENANCE,

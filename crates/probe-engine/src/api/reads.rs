@@ -58,6 +58,7 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>, _: Readable) -> 
         if let Some(open) = crate::limits::open() {
             metrics::gauge!("probe_engine_open_fds").set(open as f64);
         }
+        metrics::gauge!("probe_engine_requests_in_flight").set(state.gate.requests() as f64);
         let mut text = handle.render();
         state.engine.encode_metrics(&mut text);
         (

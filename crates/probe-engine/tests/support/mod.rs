@@ -486,23 +486,31 @@ impl RawResponse {
     }
 }
 
-/// A request whose headers and the start of whose body have been sent, and which stays in
-/// flight on the server until [`HeldRequest::finish`] sends the rest of it.
+/// A request whose headers and the start of whose body have been sent, admitted by the daemon's
+/// gate, and which stays in flight on the server until [`HeldRequest::finish`] sends the rest of
+/// it.
 pub struct HeldRequest {
     stream: tokio::net::TcpStream,
     rest: Vec<u8>,
 }
 
 impl HeldRequest {
-    /// Starts the request, with `token` as its bearer token when there is one.
+    /// Starts the request, with `token` as its bearer token when there is one, and returns once
+    /// the daemon's gate has admitted it (`probe_engine_requests_in_flight`): a stop asked for
+    /// after this finds it in flight. The head on the wire is not enough: the server may not
+    /// have read it yet.
     pub async fn start(
-        addr: SocketAddr,
+        daemon: &Daemon,
         method: &str,
         path: &str,
         body: &str,
         token: Option<&str>,
     ) -> Self {
         use tokio::io::AsyncWriteExt;
+        let addr = daemon.addr;
+        let in_flight =
+            |m: &prom::Metrics| m.get("probe_engine_requests_in_flight", &[]).unwrap_or(0.0);
+        let before = in_flight(&daemon.metrics().await);
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
         let head = format!(
@@ -514,6 +522,9 @@ impl HeldRequest {
         stream.write_all(head.as_bytes()).await.unwrap();
         stream.write_all(first).await.unwrap();
         stream.flush().await.unwrap();
+        daemon
+            .wait_metrics("admitted the held request", |m| in_flight(m) > before)
+            .await;
         Self {
             stream,
             rest: rest.to_vec(),
