@@ -199,6 +199,38 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
     let c = member(dir.path(), "c");
     let owners = settled(&[&a, &b, &c], &["a", "b", "c"], total).await;
 
+    // `owner=` lists exactly what each member owns, as any member sees it.
+    for name in ["a", "b", "c"] {
+        let body: Value = b
+            .get(&format!("/v1/targets?scope=cluster&owner={name}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let listed: BTreeSet<&str> = body["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        let owned: BTreeSet<&str> = owners
+            .iter()
+            .filter(|(_, o)| *o == name)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        assert_eq!(listed, owned, "owner={name}");
+    }
+    // The settled member list is a 304 to a poller that holds its tag.
+    let first = a.get("/v1/cluster").await;
+    let tag = first.headers()["etag"].clone();
+    let again = support::client()
+        .get(a.url("/v1/cluster"))
+        .header("if-none-match", tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+
     // Every target is probed by exactly one member: the local listings are disjoint and add up.
     let mut seen = BTreeSet::new();
     let mut counted = 0;

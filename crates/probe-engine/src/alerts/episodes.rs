@@ -629,6 +629,7 @@ mod tests {
         fn target(&mut self, name: &str, state: HealthState, since: u64) -> &mut TargetStatus {
             let status = TargetStatus {
                 id: id(name),
+                kind: "tcp",
                 state,
                 flapping: false,
                 pending: None,

@@ -25,7 +25,9 @@ mod adhoc;
 mod auth;
 mod badges;
 mod draw;
+mod etag;
 mod events;
+mod filter;
 mod health_json;
 mod history;
 mod page;
@@ -38,6 +40,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
+use axum::middleware::from_fn;
 use axum::routing::get;
 use probe::gate::GateLayer;
 
@@ -51,12 +54,15 @@ pub use tokens::{Credentials, Role, TokenError, TokenSources, Tokens};
 /// mutation guard needs the peer address.
 pub fn router(state: ApiState) -> Router {
     Router::new()
-        .route("/v1/targets", get(reads::targets))
+        .route(
+            "/v1/targets",
+            get(reads::targets).layer(from_fn(etag::etag)),
+        )
         .route("/v1/targets/{id}", get(reads::target))
         .route("/v1/targets/{id}/explain", get(reads::explain))
         .route("/v1/targets/{id}/uptime", get(history::uptime))
         .route("/v1/targets/{id}/history", get(history::record))
-        .route("/v1/graph", get(reads::graph))
+        .route("/v1/graph", get(reads::graph).layer(from_fn(etag::etag)))
         .route(
             "/v1/targets/{id}/maintenance",
             axum::routing::put(actions::start_maintenance).delete(actions::end_maintenance),
@@ -75,7 +81,10 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/events", get(events::events))
         .route("/v1/topology", get(reads::topology))
-        .route("/v1/cluster", get(reads::cluster))
+        .route(
+            "/v1/cluster",
+            get(reads::cluster).layer(from_fn(etag::etag)),
+        )
         .route("/v1/alerts", get(reads::alerts))
         .route("/v1/badges/{id}/health.svg", get(badges::health))
         .route("/v1/badges/{id}/uptime.svg", get(badges::uptime))

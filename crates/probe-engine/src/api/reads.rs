@@ -6,7 +6,6 @@
 //! engine's snapshot, never from a probe run on request. Those that walk every target do it on a blocking thread
 //! ([`blocking`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -21,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Readable;
+use super::filter::Filter;
 use super::shared::{ApiError, ApiState, blocking, error, parse_id};
 use super::views::{ChildView, EdgeView, NodeView, TargetDetail, rfc3339};
 use crate::topology::TopologyStatus;
@@ -73,40 +73,28 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>, _: Readable) -> 
     .await
 }
 
-/// `GET /v1/targets`: every target's status; in a cluster, the targets this member probes
-/// (`?scope=local`, the default) or every target of the cluster (`?scope=cluster`), each with
-/// its owner.
+/// `GET /v1/targets`: the targets' statuses, filtered and paged as the query says
+/// ([`Filter`]); in a cluster, the targets this member probes (`?scope=local`, the default) or
+/// every target of the cluster (`?scope=cluster`), each with its owner.
 pub(super) async fn targets(
     State(state): State<Arc<ApiState>>,
     _: Readable,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
-    let query = match query {
-        Ok(Query(query)) => query,
+    let filter = match query {
+        Ok(Query(pairs)) => match Filter::parse(&pairs, state.cluster.is_some()) {
+            Ok(filter) => filter,
+            Err(why) => return error(StatusCode::BAD_REQUEST, why),
+        },
         Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
     };
-    let cluster = match query.get("scope").map(String::as_str) {
-        None | Some("local") => false,
-        Some("cluster") if state.cluster.is_some() => true,
-        Some("cluster") => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "scope=cluster needs a cluster: this daemon's config has no cluster section",
-            );
-        }
-        Some(other) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("unknown scope {other:?}: expected local or cluster"),
-            );
-        }
-    };
     blocking("listing targets", move || {
-        let mut listing = state.engine.listing();
-        if !cluster {
-            listing.retain(|s| s.placement.as_ref().is_none_or(|p| p.role.probes()));
-        }
-        match state.listing.render(&listing) {
+        let listing = state.engine.listing();
+        let (shown, next) = match filter.page(&listing, &state.engine.graph()) {
+            Ok(page) => page,
+            Err(why) => return error(StatusCode::BAD_REQUEST, why),
+        };
+        match state.listing.render(&listing, &shown, next.as_ref()) {
             Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
             Err(e) => error(
                 StatusCode::INTERNAL_SERVER_ERROR,

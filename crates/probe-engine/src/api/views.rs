@@ -38,13 +38,19 @@ pub(crate) struct ListingCache {
 type Fragments = HashMap<TargetId, (Arc<TargetStatus>, Vec<u8>)>;
 
 impl ListingCache {
-    /// The body for `listing`. Updated in place; the fragments of targets no longer listed go
-    /// once they outnumber the rest.
-    pub(super) fn render(&self, listing: &[Arc<TargetStatus>]) -> serde_json::Result<Vec<u8>> {
+    /// The body for `shown`, a page of `listing` (every target's status), with `next` the cursor
+    /// of the page after it. Updated in place; the fragments of targets no longer in `listing` go
+    /// once they outnumber the rest (a page leaves the others' fragments for the next request).
+    pub(super) fn render(
+        &self,
+        listing: &[Arc<TargetStatus>],
+        shown: &[&Arc<TargetStatus>],
+        next: Option<&TargetId>,
+    ) -> serde_json::Result<Vec<u8>> {
         let mut fragments = self.fragments.lock();
         let mut body = Vec::with_capacity(self.size.load(Ordering::Relaxed));
         body.extend_from_slice(b"{\"targets\":[");
-        for (i, status) in listing.iter().enumerate() {
+        for (i, &status) in shown.iter().enumerate() {
             if i > 0 {
                 body.push(b',');
             }
@@ -64,7 +70,9 @@ impl ListingCache {
                 }
             }
         }
-        body.extend_from_slice(b"]}");
+        body.extend_from_slice(b"],\"next\":");
+        serde_json::to_writer(&mut body, &next.map(TargetId::as_str))?;
+        body.push(b'}');
         if fragments.len() > 2 * listing.len() {
             let listed: std::collections::HashSet<&TargetId> =
                 listing.iter().map(|s| &s.id).collect();
@@ -96,6 +104,8 @@ impl From<&TargetStatus> for TargetDetail {
 #[derive(Serialize)]
 struct TargetView {
     id: String,
+    /// The probe's kind (`tcp`, `http`, ...), what `?kind=` filters on.
+    kind: &'static str,
     state: &'static str,
     healthy: bool,
     flapping: bool,
@@ -433,6 +443,7 @@ impl From<&TargetStatus> for TargetView {
     fn from(s: &TargetStatus) -> Self {
         Self {
             id: s.id.to_string(),
+            kind: s.kind,
             state: s.state.as_str(),
             healthy: s.healthy(),
             flapping: s.flapping,

@@ -42,6 +42,9 @@ pub fn strict<T: DeserializeOwned>(value: &Value) -> T {
 #[serde(deny_unknown_fields)]
 pub struct TargetList {
     pub targets: Vec<Target>,
+    /// The cursor of the next page; `None` on the last.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub next: Option<String>,
 }
 
 impl TargetList {
@@ -58,6 +61,7 @@ impl TargetList {
 #[serde(deny_unknown_fields)]
 pub struct Target {
     pub id: String,
+    pub kind: String,
     pub state: String,
     pub healthy: bool,
     pub flapping: bool,

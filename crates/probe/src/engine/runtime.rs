@@ -484,6 +484,7 @@ impl Target {
         let details = status.details.as_deref();
         TargetStatus {
             id: self.seat.id.clone(),
+            kind: self.seat.probe.kind(),
             state: status.machine.state(),
             flapping: status.machine.is_flapping(),
             pending: status.machine.pending(),

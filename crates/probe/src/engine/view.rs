@@ -39,6 +39,8 @@ impl Diff {
 pub struct TargetStatus {
     /// The target's id.
     pub id: TargetId,
+    /// Its probe's kind: one of [`ProbeSpec::KINDS`](crate::ProbeSpec::KINDS).
+    pub kind: &'static str,
     /// The current state.
     pub state: HealthState,
     /// Whether the target is held in PROBING for flapping.

@@ -4,6 +4,7 @@
 //! They read a [`GraphView`], without a lock, and copy out of it; they are for requests and
 //! operators, not the hot path.
 
+use std::collections::HashSet;
 use std::fmt::{self, Write as _};
 
 use super::{GraphView, NodeKind};
@@ -119,6 +120,27 @@ impl GraphView {
             sla: node.sla,
             children,
         })
+    }
+
+    /// The nodes `id` covers: those it depends on, theirs, and so on down to the leaves (each
+    /// once, in no order, without `id` itself); `None` when `id` is not in the graph. For a
+    /// group, every target whose health counts toward it.
+    pub fn covered(&self, id: &TargetId) -> Option<HashSet<&TargetId>> {
+        let start = *self.topo.index.get(id)? as usize;
+        let mut seen = vec![false; self.topo.len()];
+        let mut todo = vec![start];
+        let mut covered = HashSet::new();
+        while let Some(i) = todo.pop() {
+            for child in self.topo.children(i) {
+                let c = child.index as usize;
+                if !seen[c] {
+                    seen[c] = true;
+                    covered.insert(&self.topo.ids[c]);
+                    todo.push(c);
+                }
+            }
+        }
+        Some(covered)
     }
 
     /// Every node's status, in no order and without the edges: cheaper than a sorted

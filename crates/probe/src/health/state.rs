@@ -55,9 +55,10 @@ pub enum HealthState {
 }
 
 impl HealthState {
-    /// Every state, in declaration order: a state packed into a few bits (the hub's applied
-    /// word, the graph view's cells) is its index here, `state as usize`.
-    pub(crate) const ALL: [Self; 5] = [
+    /// Every state, in declaration order: what the API's filters accept, and, for a state packed
+    /// into a few bits (the hub's applied word, the graph view's cells), its index here,
+    /// `state as usize`.
+    pub const ALL: [Self; 5] = [
         Self::Probing,
         Self::Up,
         Self::Degraded,
