@@ -1598,3 +1598,106 @@ async fn badges_and_the_graph_are_drawn_as_svg() {
     assert_eq!(edges.len(), 2, "{body}");
     assert_eq!(edges.iter().filter(|c| c.contains("critical")).count(), 1);
 }
+
+/// `GET /readyz?verbose` and `/livez?verbose` list their checks as kube-apiserver does; `exclude`
+/// takes one out of the verdict. Without a policy every target is a check; with one, each
+/// required node; the gate's own check fails once the daemon is shutting down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbose_health_lists_each_check_and_exclude_leaves_one_out() {
+    async fn text(daemon: &Daemon, path: &str) -> (u16, String) {
+        let response = daemon.get(path).await;
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+    let up =
+        probe_testkit::AcceptServer::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("probes.yaml");
+    let targets = format!(
+        "defaults: {{interval: 200ms, timeout: 100ms, rise: 1, fall: 1}}\ntargets:\n\
+         \x20 - {{id: up, tcp: {{address: \"{}\"}}}}\n\
+         \x20 - {{id: down, tcp: {{address: \"{}\"}}}}\n",
+        up.addr(),
+        closed_port()
+    );
+    std::fs::write(&file, &targets).unwrap();
+    let mut daemon = Daemon::start_with(&file, &["--drain-delay", "10s"]);
+    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+
+    assert_eq!(
+        text(&daemon, "/readyz?verbose").await,
+        (
+            503,
+            "[+]gate ok\n[-]down failed: DOWN\n[+]up ok\nreadyz check failed\n".to_owned()
+        )
+    );
+    assert_eq!(
+        text(&daemon, "/readyz?verbose&exclude=down").await,
+        (
+            200,
+            "[+]gate ok\n[+]down excluded: ok\n[+]up ok\nreadyz check passed\n".to_owned()
+        )
+    );
+    assert_eq!(
+        text(&daemon, "/readyz?exclude=down").await,
+        (200, "ready\n".to_owned())
+    );
+    assert_eq!(
+        text(&daemon, "/readyz?verbose&exclude=nope").await,
+        (
+            503,
+            "[+]gate ok\n[-]down failed: DOWN\n[+]up ok\n\
+             warn: some health checks cannot be excluded: no matches for nope\n\
+             readyz check failed\n"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        text(&daemon, "/livez?verbose").await,
+        (200, "[+]gate ok\nlivez check passed\n".to_owned())
+    );
+    let refused = daemon.get("/readyz?verbos").await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let error: ApiError = views::strict(&refused.json().await.unwrap());
+    assert_eq!(
+        error.error,
+        "unknown parameter \"verbos\": expected verbose or exclude"
+    );
+
+    // Under a readiness policy, the checks are the required nodes.
+    std::fs::write(
+        &file,
+        format!(
+            "{targets}\x20 - {{id: svc, kind: group, depends_on: [{{target: up}}]}}\n\
+             readiness: {{require: [svc]}}\n"
+        ),
+    )
+    .unwrap();
+    daemon.signal("-HUP");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while text(&daemon, "/readyz").await.0 != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ready under the policy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        text(&daemon, "/readyz?verbose").await,
+        (
+            200,
+            "[+]gate ok\n[+]svc ok\nreadyz check passed\n".to_owned()
+        )
+    );
+
+    // Shutting down: the gate's check fails, while the API still answers within the delay.
+    daemon.signal("-TERM");
+    daemon.wait_log("shutdown: not ready; serving until load balancers notice");
+    assert_eq!(
+        text(&daemon, "/readyz?verbose").await,
+        (
+            503,
+            "[-]gate failed: shutting down\n[+]svc ok\nreadyz check failed\n".to_owned()
+        )
+    );
+}

@@ -34,6 +34,7 @@ mod page;
 mod reads;
 mod shared;
 mod tokens;
+mod verbose;
 mod views;
 
 use std::sync::Arc;

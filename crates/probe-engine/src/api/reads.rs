@@ -22,12 +22,20 @@ use serde_json::json;
 use super::auth::Readable;
 use super::filter::Filter;
 use super::shared::{ApiError, ApiState, blocking, error, parse_id};
+use super::verbose;
 use super::views::{ChildView, EdgeView, NodeView, TargetDetail, rfc3339};
 use crate::topology::TopologyStatus;
 
 /// `GET /livez`: the gate's liveness; dependencies never fail it.
-pub(super) async fn livez(State(state): State<Arc<ApiState>>) -> Response {
-    state.gate.liveness().into_response()
+pub(super) async fn livez(
+    State(state): State<Arc<ApiState>>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    match checks_query(query) {
+        Ok(query) if query.is_plain() => state.gate.liveness().into_response(),
+        Ok(query) => verbose::livez(&state, &query),
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// `GET /startupz`: the gate's startup check, passed once the config is loaded and the API
@@ -36,8 +44,31 @@ pub(super) async fn startupz(State(state): State<Arc<ApiState>>) -> Response {
     state.gate.startup().into_response()
 }
 
+/// The query of `/readyz` and `/livez` (`?verbose`, `?exclude=`), or the 400 that refuses it.
+fn checks_query(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<verbose::Query, ApiError> {
+    let Query(pairs) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    verbose::Query::parse(&pairs).map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))
+}
+
 /// `GET /readyz`. Not `Check::into_response`: the daemon's answers name what they are about.
-pub(super) async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
+/// With `?verbose` or `?exclude=`, the checks one by one ([`verbose`]).
+pub(super) async fn readyz(
+    State(state): State<Arc<ApiState>>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let query = match checks_query(query) {
+        Ok(query) => query,
+        Err(refused) => return refused.into_response(),
+    };
+    if !query.is_plain() {
+        // The engine's checks may be every target: listed off the API's thread.
+        return blocking("listing readiness checks", move || {
+            verbose::readyz(&state, &query)
+        })
+        .await;
+    }
     match state.gate.readiness().reason {
         None => (StatusCode::OK, "ready\n").into_response(),
         Some(reason) => (

@@ -67,6 +67,7 @@ impl Tally {
                 total: verdict.required,
                 healthy: verdict.passing,
                 reason: verdict.reason.clone(),
+                checks: Some(verdict.checks.clone()),
             };
         }
         let (total, healthy) = (self.total, self.ready);
@@ -76,6 +77,7 @@ impl Tally {
                 total,
                 healthy,
                 reason: None,
+                checks: None,
             };
         }
         let named: Vec<String> = self
@@ -98,6 +100,7 @@ impl Tally {
             total,
             healthy,
             reason: Some(reason),
+            checks: None,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cluster::Placement;
-use crate::graph::NodeKind;
+use crate::graph::{NodeCheck, NodeKind};
 use crate::health::policy::Schedule;
 use crate::health::state::{Cause, HealthState, Pending, Quality};
 use crate::outcome::{Failure, Outcome, Signal, TlsFacts};
@@ -328,6 +328,9 @@ pub struct Readiness {
     /// A short reason when not ready: up to five of the other targets, or why each failing
     /// required node fails.
     pub reason: Option<String>,
+    /// Under a readiness policy, each required node's check; `None` without one, when every
+    /// target is a check of its own (its state, in [`Engine::listing`](super::Engine::listing)).
+    pub checks: Option<Arc<[NodeCheck]>>,
 }
 
 #[cfg(test)]

@@ -398,16 +398,26 @@ impl Gate {
     /// Whether the instance should receive traffic: Serving, not leaving, and the attached
     /// readiness source passes.
     pub fn readiness(&self) -> Check {
-        match self.state() {
-            GateState::Serving => {}
-            state => return Check::fail(state.as_str()),
-        }
-        if self.inner.leaving.load(Ordering::Acquire) {
-            return Check::fail("shutting down");
+        let serving = self.serving();
+        if !serving.ok {
+            return serving;
         }
         match self.inner.readiness.load().as_deref() {
             Some(source) => source.check(),
             None => Check::pass(),
+        }
+    }
+
+    /// The gate's own part of [`Gate::readiness`], without the readiness source's: Serving and
+    /// not leaving. A verbose readiness answer shows it as a check of its own, beside the
+    /// source's.
+    pub fn serving(&self) -> Check {
+        match self.state() {
+            GateState::Serving if self.inner.leaving.load(Ordering::Acquire) => {
+                Check::fail("shutting down")
+            }
+            GateState::Serving => Check::pass(),
+            state => Check::fail(state.as_str()),
         }
     }
 

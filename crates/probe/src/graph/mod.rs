@@ -75,7 +75,9 @@ use compiled::{Child, Compiled, normalised};
 pub use explain::{ChildExplanation, Edge, Explanation, Export, NodeStatus};
 use judge::Judges;
 pub use judge::{GroupRule, GroupRuleError, GroupTransition, JUDGE_EVERY};
-pub use readiness::{GraphReadiness, ReadinessLatch, ReadinessPolicy, ReadinessPolicyError};
+pub use readiness::{
+    GraphReadiness, NodeCheck, ReadinessLatch, ReadinessPolicy, ReadinessPolicyError,
+};
 use score::{Inputs, Nodes, Pending, probed_stability};
 pub use validate::GraphError;
 use validate::{Target, Validated, validate};

@@ -15,6 +15,8 @@
 //! was: an instance does not stop serving because a reload added a dependency, and does not start
 //! serving before its required nodes have results.
 
+use std::sync::Arc;
+
 use super::{Graph, NodeKind};
 use crate::health::state::HealthState;
 use crate::target::TargetId;
@@ -107,6 +109,18 @@ pub struct GraphReadiness {
     pub passing: usize,
     /// Why the failing ones fail, `; `-separated; `None` when ready.
     pub reason: Option<String>,
+    /// Each required node's check, in the policy's order: what a verbose readiness answer
+    /// lists (`[+]node ok`, `[-]node failed: why`). Empty before the first verdict.
+    pub checks: Arc<[NodeCheck]>,
+}
+
+/// One required node's part of a readiness verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCheck {
+    /// The required node.
+    pub node: TargetId,
+    /// Why it fails; `None` when it passes.
+    pub failure: Option<String>,
 }
 
 /// A [`ReadinessPolicy`] applied over time: the verdict with its hysteresis.
@@ -128,6 +142,7 @@ impl ReadinessLatch {
                 required,
                 passing: 0,
                 reason: Some("no verdict yet".into()),
+                checks: Arc::from([]),
             },
         }
     }
@@ -162,6 +177,7 @@ impl ReadinessLatch {
         };
         let mut reason = String::new();
         let mut passing = 0;
+        let mut checks = Vec::with_capacity(self.policy.require.len());
         for id in &self.policy.require {
             let failure = match graph.view().status(id) {
                 None => Some(format!("{id} is not in the dependency graph")),
@@ -193,15 +209,19 @@ impl ReadinessLatch {
                     Some(score) => Some(format!("{id} scores {score:.2} < {threshold:.2}")),
                 },
             };
-            match failure {
+            match &failure {
                 None => passing += 1,
                 Some(failure) => {
                     if !reason.is_empty() {
                         reason.push_str("; ");
                     }
-                    reason.push_str(&failure);
+                    reason.push_str(failure);
                 }
             }
+            checks.push(NodeCheck {
+                node: id.clone(),
+                failure,
+            });
         }
         let ready = reason.is_empty();
         self.verdict = GraphReadiness {
@@ -209,6 +229,7 @@ impl ReadinessLatch {
             required: self.policy.require.len(),
             passing,
             reason: (!ready).then_some(reason),
+            checks: checks.into(),
         };
         ready != was_ready
     }

@@ -986,7 +986,11 @@ fn readiness_waits_for_scores_and_holds_through_unknown() {
             ready: true,
             required: 1,
             passing: 1,
-            reason: None
+            reason: None,
+            checks: std::sync::Arc::from([NodeCheck {
+                node: id("svc"),
+                failure: None
+            }]),
         }
     );
     // A reset (the cache's probe changed) makes the score unknown: the verdict holds.
