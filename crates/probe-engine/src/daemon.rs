@@ -419,6 +419,11 @@ impl Daemon {
         };
         self.gate.startup_complete();
         tracing::info!(%addr, "listening");
+        crate::systemd::ready(&format!("serving on {addr}"));
+        tokio::spawn(crate::systemd::watchdog(
+            self.gate.clone(),
+            self.cancel.clone(),
+        ));
         let server =
             serve_on_own_thread(listener, app, grpc, self.cancel.clone(), self.now.clone())?;
         let sequence = async {
@@ -426,6 +431,7 @@ impl Daemon {
                 () = self.cancel.cancelled() => return,
                 () = self.stop.cancelled() => {}
             }
+            crate::systemd::stopping();
             // First of all, so that the others take this member's targets over now, not after
             // the lease's TTL; while it drains, it follows their verdicts.
             if let Some(cluster) = self.cluster.get() {

@@ -14,5 +14,6 @@ pub mod history;
 pub mod import;
 pub mod limits;
 pub mod persist;
+mod systemd;
 pub mod topology;
 pub mod watch;
