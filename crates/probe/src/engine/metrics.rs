@@ -285,6 +285,7 @@ enum Family {
     Success,
     Durations,
     Up,
+    State,
     Transitions,
     Failures,
     Signals,
@@ -304,10 +305,11 @@ enum Family {
 }
 
 impl Family {
-    const ALL: [Family; 19] = [
+    const ALL: [Family; 20] = [
         Self::Success,
         Self::Durations,
         Self::Up,
+        Self::State,
         Self::Transitions,
         Self::Failures,
         Self::Signals,
@@ -343,6 +345,12 @@ impl Family {
                 "probe_target_up",
                 "gauge",
                 "Whether the target's verdict is UP (1) or not (0).",
+            ),
+            Self::State => (
+                "probe_target_state",
+                "gauge",
+                "The target's or group's verdict: 0 PROBING, 1 UP, 2 DEGRADED, 3 MAINTENANCE, \
+                 4 DOWN.",
             ),
             Self::Transitions => (
                 "probe_state_transitions_total",
@@ -478,6 +486,7 @@ impl Encoder {
             target,
             if state == HealthState::Up { 1.0 } else { 0.0 },
         );
+        self.gauge(Family::State, target, f64::from(state as u8));
         let counts = meters.counts.lock();
         if let Some(h) = &counts.durations {
             let (name, ..) = Family::Durations.describe();
@@ -509,8 +518,18 @@ impl Encoder {
         self.gauge(Family::Circuit, target, f64::from(code));
     }
 
-    /// A graph node's score and mark (targets and groups).
-    pub fn node(&mut self, node: &str, score: Option<f64>, dependency_down: bool) {
+    /// A graph node's score and mark (targets and groups), and a group's verdict (a target's is
+    /// written with its own series).
+    pub fn node(
+        &mut self,
+        node: &str,
+        score: Option<f64>,
+        dependency_down: bool,
+        group_state: Option<HealthState>,
+    ) {
+        if let Some(state) = group_state {
+            self.gauge(Family::State, node, f64::from(state as u8));
+        }
         self.gauge(Family::Score, node, score.unwrap_or(f64::NAN));
         self.gauge(
             Family::DependencyDown,
@@ -653,6 +672,10 @@ mod tests {
              probe_failures_total{target=\"b\",reason=\"refused\"} 1\n";
         assert!(out.contains(failures), "{out}");
         assert!(out.contains("probe_target_up{target=\"a\"} 0\nprobe_target_up{target=\"b\"} 1\n"));
+        assert!(out.contains(
+            "# TYPE probe_target_state gauge\n\
+             probe_target_state{target=\"a\"} 4\nprobe_target_state{target=\"b\"} 1\n"
+        ));
         assert!(
             !out.contains("probe_duration_seconds"),
             "histograms are off: {out}"

@@ -54,7 +54,7 @@ pub use view::{
     TargetStatus, Vote, Workload,
 };
 
-use crate::graph::GraphView;
+use crate::graph::{GraphView, NodeKind};
 use crate::health::self_health::{SelfHealth, SelfHealthConfig};
 use crate::passive::outlier::MemberStatus;
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -296,7 +296,13 @@ impl Engine {
             encoder.member(member.id.as_str(), member.weight, member.ejected);
         }
         for node in self.graph().export().nodes {
-            encoder.node(node.id.as_str(), node.score, node.dependency_down);
+            let group_state = node.state.filter(|_| node.kind == NodeKind::Group);
+            encoder.node(
+                node.id.as_str(),
+                node.score,
+                node.dependency_down,
+                group_state,
+            );
         }
         encoder.finish(out);
     }
