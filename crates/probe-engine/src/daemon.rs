@@ -705,6 +705,10 @@ pub fn describe_metrics() {
         "Descriptors the process holds, as of the scrape."
     );
     metrics::describe_gauge!(
+        "probe_engine_ready",
+        "Whether /readyz answers 200 (1) or 503 (0), as of the scrape."
+    );
+    metrics::describe_gauge!(
         "probe_engine_requests_in_flight",
         "/v1 requests the readiness gate admitted and that have not finished, as of the scrape: \
          what a drain waits for."

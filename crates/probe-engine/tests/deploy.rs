@@ -128,3 +128,184 @@ fn the_daemon_says_ready_pings_the_watchdog_and_says_stopping() {
     }
     assert!(daemon.wait_exit().success());
 }
+
+fn deploy(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(path)
+}
+
+/// The dashboard's queries, with Grafana's `$job` as its "All" value.
+fn dashboard_queries() -> Vec<String> {
+    let text = std::fs::read_to_string(deploy("grafana/probe-engine.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().replace("$job", ".+"))
+        .collect();
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(query) = variable["query"].as_str()
+            && query.starts_with("label_values(")
+        {
+            queries.push(query.to_owned());
+        }
+    }
+    queries
+}
+
+/// The metric names a PromQL text (or a series selector) uses: `probe_` words, with a
+/// histogram's `_bucket`, `_sum` and `_count` taken back to its family.
+fn metric_names(promql: &str, families: &std::collections::BTreeSet<String>) -> Vec<String> {
+    let word = regex::Regex::new(r"\bprobe_[a-z_]+\b").unwrap();
+    word.find_iter(promql)
+        .map(|m| {
+            let name = m.as_str();
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|base| families.contains(*base))
+                })
+                .unwrap_or(name)
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_rules_pass_promtool_and_every_name_they_and_the_dashboard_use_is_exported() {
+    let rules = deploy("prometheus");
+    for args in [
+        ["check", "rules", "rules.yml"],
+        ["test", "rules", "rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&rules)
+            .output()
+            .expect("promtool (scripts/setup installs the prometheus package)");
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let families = support::prom::exportable_families();
+    let mut used: Vec<(String, String)> = Vec::new();
+    for file in ["prometheus/rules.yml", "prometheus/rules.test.yml"] {
+        let text = std::fs::read_to_string(deploy(file)).unwrap();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+            used.extend(
+                metric_names(line, &families)
+                    .into_iter()
+                    .map(|n| (file.to_owned(), n)),
+            );
+        }
+    }
+    for query in dashboard_queries() {
+        used.extend(
+            metric_names(&query, &families)
+                .into_iter()
+                .map(|n| ("grafana/probe-engine.json".to_owned(), n)),
+        );
+    }
+    assert!(used.len() >= 30, "{used:?}");
+    let unknown: Vec<&(String, String)> =
+        used.iter().filter(|(_, n)| !families.contains(n)).collect();
+    assert!(
+        unknown.is_empty(),
+        "names the daemon does not export: {unknown:?}"
+    );
+}
+
+/// Every query of the dashboard, asked of a real Prometheus that scrapes the real daemon:
+/// each one is valid PromQL over what is there, and the fleet's counts are the daemon's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
+    let up =
+        probe_testkit::AcceptServer::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("web", up.addr()), ("db", closed_port())]);
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("web", "UP"), ("db", "DOWN")]).await;
+    let config = format!(
+        "global: {{scrape_interval: 1s, scrape_timeout: 1s}}\n\
+         scrape_configs:\n  - job_name: probe-engine\n    static_configs: [{{targets: [\"{}\"]}}]\n",
+        daemon.addr
+    );
+    let prometheus = match probe_testkit::Prometheus::start(&config) {
+        Ok(prometheus) => prometheus,
+        Err(probe_testkit::PrometheusError::Missing) => {
+            probe_testkit::skipped_outside_ci("prometheus is not installed");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let http = support::client();
+    let ask = |query: String| {
+        let http = http.clone();
+        let mut url =
+            reqwest::Url::parse(&format!("http://{}/api/v1/query", prometheus.addr())).unwrap();
+        url.query_pairs_mut().append_pair("query", &query);
+        async move {
+            let body: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            body
+        }
+    };
+    // Prometheus scrapes on its own clock: its query API is the only signal there is. Rates
+    // need two scrapes of the same series.
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    loop {
+        let body = ask("sum(rate(probe_fleet_duration_seconds_count[5m])) > 0".to_owned()).await;
+        if body["data"]["result"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Prometheus never had two scrapes; its log:\n{}",
+            prometheus.log(20)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 18);
+    for query in &queries {
+        let body = if query.starts_with("label_values(") {
+            // A Grafana function, not PromQL: it lists the label's values of the series.
+            let url = format!("http://{}/api/v1/label/job/values", prometheus.addr());
+            let body: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            assert_eq!(body["data"], serde_json::json!(["probe-engine"]), "{query}");
+            continue;
+        } else {
+            ask(query.clone()).await
+        };
+        assert_eq!(body["status"], "success", "{query}: {body}");
+    }
+    // The fleet's counts, as the stat panels ask for them.
+    let count = |state: u8| {
+        let query = queries
+            .iter()
+            .find(|q| q.starts_with("count(") && q.contains(&format!("== {state})")))
+            .unwrap()
+            .clone();
+        async move {
+            let body = ask(query).await;
+            body["data"]["result"][0]["value"][1]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    assert_eq!(count(1).await, "1", "UP");
+    assert_eq!(count(4).await, "1", "DOWN");
+    assert_eq!(count(3).await, "0", "MAINTENANCE");
+}

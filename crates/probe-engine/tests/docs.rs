@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Parser, Tag, TagEnd};
-use support::{BIN, Daemon};
+use support::{BIN, Daemon, prom};
 
 /// The repository's root.
 fn root() -> PathBuf {
@@ -346,66 +346,6 @@ async fn the_daemon_answers_every_documented_route() {
     assert!(missing.is_empty(), "documented, not routed: {missing:?}");
 }
 
-/// Every family `/metrics` can hold: the library's, the etcd source's and the daemon's
-/// process-wide ones (as described to the recorder) and the per-target ones.
-fn exportable_families() -> BTreeSet<String> {
-    let described = Described::default();
-    metrics::with_local_recorder(&described, probe_engine::daemon::describe_metrics);
-    let mut names = described.0.into_inner().unwrap();
-    names.extend(probe::engine::target_metric_families().map(|(name, _, _)| name.to_owned()));
-    names
-}
-
-/// A recorder that keeps the names it is told about.
-#[derive(Default)]
-struct Described(std::sync::Mutex<BTreeSet<String>>);
-
-impl Described {
-    fn keep(&self, key: metrics::KeyName) {
-        self.0.lock().unwrap().insert(key.as_str().to_owned());
-    }
-}
-
-impl metrics::Recorder for Described {
-    fn describe_counter(
-        &self,
-        key: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-        self.keep(key);
-    }
-    fn describe_gauge(
-        &self,
-        key: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-        self.keep(key);
-    }
-    fn describe_histogram(
-        &self,
-        key: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-        self.keep(key);
-    }
-    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::noop()
-    }
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 /// The families the `GET /metrics` section's table lists (a row may name several).
 fn documented_families() -> BTreeSet<String> {
     let text = std::fs::read_to_string(root().join("docs/api.md")).unwrap();
@@ -430,7 +370,7 @@ fn documented_families() -> BTreeSet<String> {
 
 #[test]
 fn the_metrics_table_lists_exactly_what_the_daemon_can_export() {
-    let exportable = exportable_families();
+    let exportable = prom::exportable_families();
     let documented = documented_families();
     assert!(exportable.len() >= 50, "{exportable:?}");
     let undocumented: Vec<_> = exportable.difference(&documented).collect();

@@ -90,6 +90,8 @@ pub(super) async fn metrics(State(state): State<Arc<ApiState>>, _: Readable) -> 
             metrics::gauge!("probe_engine_open_fds").set(open as f64);
         }
         metrics::gauge!("probe_engine_requests_in_flight").set(state.gate.requests() as f64);
+        let ready = if state.gate.readiness().ok { 1.0 } else { 0.0 };
+        metrics::gauge!("probe_engine_ready").set(ready);
         let mut text = handle.render();
         state.engine.encode_metrics(&mut text);
         (

@@ -1,7 +1,7 @@
 //! A small reader of the Prometheus text exposition format: series (name and labels) to value,
 //! with each family's `# TYPE`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One sample line.
 #[derive(Clone, Debug, PartialEq)]
@@ -243,5 +243,65 @@ fn parse_sample(line: &str) -> Sample {
         name,
         labels,
         value,
+    }
+}
+
+/// Every family `/metrics` can hold: the library's, the etcd source's and the daemon's
+/// process-wide ones (as described to the recorder) and the per-target ones.
+pub fn exportable_families() -> BTreeSet<String> {
+    let described = Described::default();
+    metrics::with_local_recorder(&described, probe_engine::daemon::describe_metrics);
+    let mut names = described.0.into_inner().unwrap();
+    names.extend(probe::engine::target_metric_families().map(|(name, _, _)| name.to_owned()));
+    names
+}
+
+/// A recorder that keeps the names it is told about.
+#[derive(Default)]
+struct Described(std::sync::Mutex<BTreeSet<String>>);
+
+impl Described {
+    fn keep(&self, key: metrics::KeyName) {
+        self.0.lock().unwrap().insert(key.as_str().to_owned());
+    }
+}
+
+impl metrics::Recorder for Described {
+    fn describe_counter(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+        self.keep(key);
+    }
+    fn describe_gauge(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+        self.keep(key);
+    }
+    fn describe_histogram(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+        self.keep(key);
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
     }
 }
