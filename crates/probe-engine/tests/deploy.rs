@@ -309,3 +309,196 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
     assert_eq!(count(4).await, "1", "DOWN");
     assert_eq!(count(3).await, "0", "MAINTENANCE");
 }
+
+/// Every object of every manifest under `deploy/kubernetes/`, by file.
+fn manifests() -> Vec<(String, serde_json::Value)> {
+    let mut objects = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy("kubernetes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for doc in docs {
+            for key in ["apiVersion", "kind", "metadata"] {
+                assert!(!doc[key].is_null(), "{name}: an object without {key}");
+            }
+            objects.push((name.clone(), doc));
+        }
+    }
+    objects
+}
+
+/// The Kubernetes manifests parse; the workloads run the daemon with flags it has, probe the
+/// paths it serves on the port it listens on, and mount a ConfigMap whose files
+/// `probe-engine check` accepts; the Services, the budget and the scrape annotations point at
+/// the workloads' pods and port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_manifests_run_the_daemon_as_it_is() {
+    let objects = manifests();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|(_, o)| o["kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "Deployment",
+        "StatefulSet",
+        "ConfigMap",
+        "Service",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+    }
+    let help = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let config_maps: std::collections::HashMap<&str, &serde_json::Value> = objects
+        .iter()
+        .filter(|(_, o)| o["kind"] == "ConfigMap")
+        .map(|(_, o)| (o["metadata"]["name"].as_str().unwrap(), &o["data"]))
+        .collect();
+    let mut workloads = 0;
+    for (file, object) in objects
+        .iter()
+        .filter(|(_, o)| o["kind"] == "Deployment" || o["kind"] == "StatefulSet")
+    {
+        workloads += 1;
+        let pod = &object["spec"]["template"];
+        assert_eq!(
+            pod["metadata"]["labels"], object["spec"]["selector"]["matchLabels"],
+            "{file}: the selector is not the pod's labels"
+        );
+        let container = &pod["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(args[0], "run", "{file}");
+        for flag in args.iter().filter(|a| a.starts_with("--")) {
+            assert!(
+                help.contains(&format!("{flag} ")),
+                "{file}: {flag} is not a flag of run"
+            );
+        }
+        let value = |flag: &str| args[args.iter().position(|a| *a == flag).unwrap() + 1];
+        let port: u16 = value("--listen")
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ports = container["ports"].as_array().unwrap();
+        let named = |name: &serde_json::Value| {
+            ports
+                .iter()
+                .find(|p| p["name"] == *name)
+                .map_or(name.as_u64(), |p| p["containerPort"].as_u64())
+        };
+        for (probe, path) in [
+            ("startupProbe", "/startupz"),
+            ("readinessProbe", "/readyz"),
+            ("livenessProbe", "/livez"),
+        ] {
+            let get = &container[probe]["httpGet"];
+            assert_eq!(get["path"], path, "{file}: {probe}");
+            assert_eq!(
+                named(&get["port"]),
+                Some(u64::from(port)),
+                "{file}: {probe}'s port"
+            );
+        }
+        if args.contains(&"--member") {
+            // The member's name is the pod's: stable across restarts.
+            assert_eq!(value("--member"), "$(POD_NAME)", "{file}");
+            assert_eq!(
+                container["env"][0],
+                serde_json::json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+                "{file}"
+            );
+        }
+        // The mounted ConfigMap's files, where --config reads them, pass `check`.
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == value("--config"))
+            .unwrap_or_else(|| panic!("{file}: nothing mounted at --config"));
+        let volume = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        let data = config_maps[volume["configMap"]["name"].as_str().unwrap()];
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in data.as_object().unwrap() {
+            std::fs::write(dir.path().join(name), text.as_str().unwrap()).unwrap();
+        }
+        let check = Command::new(BIN)
+            .args(["check", "--config"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+
+        // Its Services and budget select its pods, on its port.
+        let labels = &pod["metadata"]["labels"];
+        let services: Vec<&serde_json::Value> = objects
+            .iter()
+            .map(|(_, o)| o)
+            .filter(|o| o["kind"] == "Service" && o["spec"]["selector"] == *labels)
+            .collect();
+        assert!(!services.is_empty(), "{file}: no Service selects its pods");
+        for service in services {
+            assert_eq!(service["spec"]["ports"][0]["port"], port, "{file}");
+            assert_eq!(
+                named(&service["spec"]["ports"][0]["targetPort"]),
+                Some(u64::from(port))
+            );
+            let annotations = &service["metadata"]["annotations"];
+            assert_eq!(
+                annotations["prometheus.io/port"],
+                port.to_string(),
+                "{file}"
+            );
+            assert_eq!(annotations["prometheus.io/path"], "/metrics", "{file}");
+        }
+    }
+    assert_eq!(workloads, 2);
+    let budget = objects
+        .iter()
+        .find(|(_, o)| o["kind"] == "PodDisruptionBudget")
+        .unwrap();
+    let deployment = objects
+        .iter()
+        .find(|(_, o)| o["kind"] == "Deployment")
+        .unwrap();
+    assert_eq!(
+        budget.1["spec"]["selector"]["matchLabels"],
+        deployment.1["spec"]["selector"]["matchLabels"]
+    );
+
+    // The paths the probes ask answer as the probes expect, from the daemon the Deployment's
+    // flags start (on a loopback port, with probes of the test's own).
+    let dir = tempfile::tempdir().unwrap();
+    write_targets(dir.path(), &[("db", closed_port())]);
+    let daemon = Daemon::start_with(
+        dir.path(),
+        &["--drain-delay", "5s", "--shutdown-grace", "10s"],
+    );
+    for (path, status) in [("/startupz", 200), ("/livez", 200), ("/metrics", 200)] {
+        assert_eq!(daemon.get(path).await.status().as_u16(), status, "{path}");
+    }
+    // DOWN target, no readiness policy: not ready, and says so.
+    daemon.wait_states(&[("db", "DOWN")]).await;
+    assert_eq!(daemon.get("/readyz").await.status().as_u16(), 503);
+}
