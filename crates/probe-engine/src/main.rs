@@ -1,4 +1,6 @@
-//! `probe-engine`: run the probe daemon, or check a config.
+//! `probe-engine`: run the probe daemon, check a config, or drive a running daemon (`ctl`).
+
+mod ctl;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -8,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use metrics_exporter_prometheus::PrometheusHandle;
 use probe::engine::EngineConfig;
 use probe::health::SelfHealthConfig;
@@ -129,6 +131,17 @@ enum Command {
         #[arg(long, short, default_value = "probes")]
         config: PathBuf,
     },
+    /// Drive a running daemon through its API: list, explain, put in maintenance, follow.
+    /// Exit 0 done, 1 the API said no, 2 a usage error, 3 the daemon could not be reached,
+    /// 4 it refused the token.
+    Ctl(ctl::Ctl),
+    /// Print a shell completion script for bash, zsh or fish.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), for `man -l -` or a man directory.
+    Man,
     /// Translate another tool's config into this daemon's YAML, on stdout. What it cannot
     /// express is said on stderr, one line each; exit 2 for input that cannot be read.
     Import {
@@ -171,6 +184,23 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Ctl(ctl) => ctl::run(ctl),
+        Command::Completions { shell } => {
+            // Into memory first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "probe-engine", &mut script);
+            print_all(&script)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            match clap_mangen::Man::new(Cli::command()).render(&mut page) {
+                Ok(()) => print_all(&page),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Import { source } => match source {
             ImportSource::Gatus { file, strict } => import(
                 &file,
@@ -247,6 +277,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`| head`) is no failure of ours.
+fn print_all(bytes: &[u8]) -> ExitCode {
+    use std::io::Write as _;
+    match std::io::stdout().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
     }
 }
 

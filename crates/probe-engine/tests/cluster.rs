@@ -220,6 +220,42 @@ async fn members_share_the_targets_and_survive_a_kill_and_a_join() {
             .collect();
         assert_eq!(listed, owned, "owner={name}");
     }
+    // `ctl cluster`: the members, as a table and as the API's JSON.
+    let ctl = |args: &[&str]| {
+        let output = std::process::Command::new(support::BIN)
+            .args(["ctl", "--api", &a.url("")])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let table = ctl(&["cluster"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "member a (lease live)", "{table}");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "MEMBER",
+            "ADDRESS",
+            "LEASE",
+            "OWNED",
+            "REPLICATED",
+            "SINCE",
+            "VERSION"
+        ]
+    );
+    let members: Vec<&str> = lines[2..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(members, ["a", "b", "c"], "{table}");
+    let json: Value = serde_json::from_str(&ctl(&["-o", "json", "cluster"])).unwrap();
+    assert_eq!(json, cluster_view(&a).await);
     // The settled member list is a 304 to a poller that holds its tag.
     let first = a.get("/v1/cluster").await;
     let tag = first.headers()["etag"].clone();

@@ -102,6 +102,8 @@ mod docs {
     pub struct Cluster;
     #[doc = include_str!("../../../docs/config.md")]
     pub struct Config;
+    #[doc = include_str!("../../../docs/ctl.md")]
+    pub struct Ctl;
     #[doc = include_str!("../../../docs/history.md")]
     pub struct History;
     #[doc = include_str!("../../../docs/import.md")]
