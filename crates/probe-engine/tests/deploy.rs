@@ -253,9 +253,15 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
         let mut url =
             reqwest::Url::parse(&format!("http://{}/api/v1/query", prometheus.addr())).unwrap();
         url.query_pairs_mut().append_pair("query", &query);
+        // `None` while Prometheus is starting (it answers, but not with JSON yet).
         async move {
-            let body: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
-            body
+            http.get(url)
+                .send()
+                .await
+                .ok()?
+                .json::<serde_json::Value>()
+                .await
+                .ok()
         }
     };
     // Prometheus scrapes on its own clock: its query API is the only signal there is. Rates
@@ -263,10 +269,11 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
     let deadline = tokio::time::Instant::now() + support::WAIT;
     loop {
         let body = ask("sum(rate(probe_fleet_duration_seconds_count[5m])) > 0".to_owned()).await;
-        if body["data"]["result"]
-            .as_array()
-            .is_some_and(|r| !r.is_empty())
-        {
+        if body.is_some_and(|b| {
+            b["data"]["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        }) {
             break;
         }
         assert!(
@@ -286,7 +293,9 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
             assert_eq!(body["data"], serde_json::json!(["probe-engine"]), "{query}");
             continue;
         } else {
-            ask(query.clone()).await
+            ask(query.clone())
+                .await
+                .expect("Prometheus answers once it has answered")
         };
         assert_eq!(body["status"], "success", "{query}: {body}");
     }
@@ -298,7 +307,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
             .unwrap()
             .clone();
         async move {
-            let body = ask(query).await;
+            let body = ask(query).await.expect("Prometheus answers");
             body["data"]["result"][0]["value"][1]
                 .as_str()
                 .unwrap()

@@ -198,7 +198,7 @@ mod tests {
         );
         assert_eq!(
             table.render(plain(Some(24))),
-            "ID     STATE  REASON\ndb     DOWN   connect…\nweb-1  UP     -\n"
+            "ID     STATE  REASON\ndb     DOWN   connect r…\nweb-1  UP     -\n"
         );
         let coloured = Style {
             colour: true,
