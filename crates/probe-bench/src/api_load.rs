@@ -4,7 +4,8 @@
 //! cargo build --release -p probe-engine -p probe-bench --bin probe-engine --bin probe-bench
 //! ./target/release/probe-bench api-load [--targets 10000] [--interval-ms 1000]
 //!     [--listeners 16] [--duration-s 10] [--wrk-threads 2] [--connections 64]
-//!     [--paths /readyz,/v1/targets] [--daemon PATH] [--wrk PATH] [--up-timeout-s 60]
+//!     [--paths /readyz,/v1/targets] [--down 0] [--daemon PATH] [--wrk PATH]
+//!     [--up-timeout-s 60]
 //! ```
 //!
 //! 1. **Listeners**: `--listeners` loopback listeners on `127.0.0.2`, `127.0.0.3`, ... (one OS
@@ -15,8 +16,9 @@
 //!    (`--daemon`, default `probe-engine` next to this binary, i.e.
 //!    `target/release/probe-engine`) as
 //!    `probe-engine run --config DIR --listen 127.0.0.1:PORT` with `RUST_LOG=warn`.
-//! 3. Waits until `/readyz` answers 200 (without a `readiness` policy, every target is UP),
-//!    then one interval more, so that the start-up's transitions are over.
+//! 3. Waits until no target is PROBING (`/v1/targets?state=PROBING`): every target UP, or DOWN
+//!    for the last `--down` ones, which point at a closed loopback port; then one interval
+//!    more, so that the start-up's transitions are over.
 //! 4. For each of `--paths` runs `wrk -t<--wrk-threads> -c<--connections> -d<--duration-s>s
 //!    --latency` against it, prints wrk's report, and parses its requests per second and latency
 //!    percentiles. Over each wrk run it also reads the daemon's CPU (`/proc/PID/stat`) and the
@@ -72,6 +74,10 @@ pub struct Args {
     /// The wrk binary.
     #[arg(long, value_name = "PATH", default_value = "wrk")]
     wrk: String,
+    /// Of the targets, this many (the last) point at a closed loopback port: DOWN, for the
+    /// filtered listings (`/v1/targets?state=DOWN`).
+    #[arg(long, default_value_t = 0)]
+    down: usize,
     /// How long the daemon may take to be ready, in seconds.
     #[arg(long = "up-timeout-s", value_name = "S", default_value = "60", value_parser = support::secs)]
     up_timeout: Duration,
@@ -87,10 +93,12 @@ impl Args {
             || self.wrk_threads == 0
             || self.connections < self.wrk_threads
             || self.paths.iter().all(String::is_empty)
+            || self.down > self.fleet.targets
         {
             bail!(
                 "--targets, --duration-s, --wrk-threads must be at least 1, --listeners 1..=250, \
-                 --connections at least --wrk-threads, --paths not empty"
+                 --connections at least --wrk-threads, --paths not empty, --down at most \
+                 --targets"
             );
         }
         if self.fleet.interval < Duration::from_millis(10) {
@@ -121,16 +129,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         timeout.as_millis(),
         args.fleet.interval.as_millis()
     );
+    // A port nothing listens on: bound, then let go.
+    let closed = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let up = args.fleet.targets - args.down;
     for (file, first) in (0..args.fleet.targets)
         .step_by(TARGETS_PER_FILE)
         .enumerate()
     {
         let mut yaml = defaults.clone();
         for i in first..(first + TARGETS_PER_FILE).min(args.fleet.targets) {
+            let address = if i < up {
+                listeners[i % listeners.len()]
+            } else {
+                closed
+            };
             writeln!(
                 yaml,
-                "  - id: t-{i:06}\n    tcp:\n      address: \"{}\"",
-                listeners[i % listeners.len()]
+                "  - id: t-{i:06}\n    tcp:\n      address: \"{address}\""
             )?;
         }
         std::fs::write(config_dir.join(format!("targets-{file:02}.yaml")), yaml)?;
@@ -170,26 +185,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.duration
     );
 
-    // Ready = every target UP (no readiness policy in the config).
+    // Started = every target has its verdict (UP, or DOWN for the --down ones): none PROBING.
     let deadline = started + args.up_timeout;
     loop {
-        match get(api, "/readyz") {
-            Ok((200, _)) => break,
+        match get(api, "/v1/targets?state=PROBING&limit=1") {
+            Ok((200, body)) if body.starts_with("{\"targets\":[]") => break,
             _ if Instant::now() >= deadline => {
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(10).collect();
                 bail!(
-                    "the daemon was not ready within {:?}; its last log lines: {tail:?}",
+                    "the daemon's targets had no verdict within {:?}; its last log lines: \
+                     {tail:?}",
                     args.up_timeout
                 );
             }
-            // Readiness has no push channel to wait on: poll, often enough to waste little.
+            // Verdicts have no push channel to wait on: poll, often enough to waste little.
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
     }
     let up_after = started.elapsed();
     println!(
-        "every target UP (/readyz 200) {:.1} s after the start",
+        "every target decided (none PROBING) {:.1} s after the start",
         up_after.as_secs_f64()
     );
     // One interval more, so that the start-up (every target's first run and its PROBING -> UP

@@ -375,3 +375,25 @@ async fn uptime_and_history_read_the_daemons_history() {
     let bad = ctl(&daemon, &["uptime", "up", "--window", "forever"]);
     assert_eq!(bad.status.code(), Some(1));
 }
+
+/// A reader that goes away early (`| head`) ends the output quietly: no panic, exit 0.
+#[test]
+fn a_reader_that_leaves_early_is_no_failure() {
+    use std::io::Read as _;
+    // More than a pipe holds (64 KiB), so the writer meets the closed pipe.
+    let mut child = Command::new(BIN)
+        .args(["completions", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{:?}", output.status);
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -192,11 +192,7 @@ pub fn run(ctl: Ctl) -> ExitCode {
         call(&api, ctl.output, style, command).await
     });
     match done {
-        Ok(text) => {
-            print!("{text}");
-            let _ = std::io::stdout().flush();
-            ExitCode::SUCCESS
-        }
+        Ok(text) => crate::print_all(text.as_bytes()),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
@@ -717,9 +713,11 @@ async fn events(
     style: Style,
 ) -> Done {
     let mut out = std::io::stdout();
+    // Whether the reader is still there: once it is gone (`| head`), following is over.
     let mut say = |text: String| {
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_ok()
     };
     let line = |t: &Value| match output {
         Output::Json => format!("{t}\n"),
@@ -746,7 +744,9 @@ async fn events(
                 recent.reverse();
                 for t in recent {
                     seen.insert((cell(&t["at"]), cell(&t["to"])));
-                    say(line(&t));
+                    if !say(line(&t)) {
+                        return Ok(String::new());
+                    }
                 }
             }
             // Without history the stream is all there is.
@@ -795,7 +795,9 @@ async fn events(
             if seen.contains(&(cell(&value["at"]), cell(&value["to"]))) {
                 continue;
             }
-            say(line(&value));
+            if !say(line(&value)) {
+                return Ok(String::new());
+            }
         }
     }
 }
