@@ -520,13 +520,8 @@ async fn a_real_prometheus_scrapes_probe_through_the_documented_relabelling() {
             .replace("TARGETS", &format!("\"{open_addr}\", \"{closed}\""))
             .replace("DAEMON", &daemon.addr.to_string())
     );
-    let prometheus = match probe_testkit::Prometheus::start(&config) {
-        Ok(prometheus) => prometheus,
-        Err(probe_testkit::PrometheusError::Missing) => {
-            probe_testkit::skipped_outside_ci("prometheus is not installed");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(prometheus) = probe_testkit::prometheus_or_skip(&config) else {
+        return;
     };
     // Prometheus scrapes on its own clock: its query API is the only signal there is.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);

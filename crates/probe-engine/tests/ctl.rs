@@ -51,13 +51,18 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-async fn started() -> (tempfile::TempDir, AcceptServer, Daemon) {
+/// The fleet's daemon, started with `extra` flags, once `up` is UP and `down` DOWN.
+async fn started_with(extra: &[&str]) -> (tempfile::TempDir, AcceptServer, Daemon) {
     let up = AcceptServer::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     fleet(dir.path(), &up);
-    let daemon = Daemon::start(&dir.path().join("probes.yaml"));
+    let daemon = Daemon::start_with(&dir.path().join("probes.yaml"), extra);
     daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
     (dir, up, daemon)
+}
+
+async fn started() -> (tempfile::TempDir, AcceptServer, Daemon) {
+    started_with(&[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,10 +243,7 @@ async fn colour_only_on_a_terminal_and_never_with_no_color() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_tell_refusals_usage_and_an_absent_daemon_apart() {
-    let up = AcceptServer::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    fleet(dir.path(), &up);
-    let daemon = Daemon::start_with(&dir.path().join("probes.yaml"), &["--api-token", "s3cret"]);
+    let (dir, _up, daemon) = started_with(&["--api-token", "s3cret"]).await;
     let code = |output: &Output| output.status.code().unwrap();
     let stderr = |output: &Output| String::from_utf8_lossy(&output.stderr).into_owned();
 
@@ -333,15 +335,8 @@ fn completions_and_the_manual_come_from_the_command_line_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uptime_and_history_read_the_daemons_history() {
-    let up = AcceptServer::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    fleet(dir.path(), &up);
-    let state = dir.path().join("state");
-    let daemon = Daemon::start_with(
-        &dir.path().join("probes.yaml"),
-        &["--state-dir", state.to_str().unwrap()],
-    );
-    daemon.wait_states(&[("up", "UP"), ("down", "DOWN")]).await;
+    let state = tempfile::tempdir().unwrap();
+    let (_dir, _up, daemon) = started_with(&["--state-dir", state.path().to_str().unwrap()]).await;
     // The history is written once a second: the transition to DOWN is there once the API says.
     let deadline = Instant::now() + support::WAIT;
     let history = loop {

@@ -239,36 +239,17 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
          scrape_configs:\n  - job_name: probe-engine\n    static_configs: [{{targets: [\"{}\"]}}]\n",
         daemon.addr
     );
-    let prometheus = match probe_testkit::Prometheus::start(&config) {
-        Ok(prometheus) => prometheus,
-        Err(probe_testkit::PrometheusError::Missing) => {
-            probe_testkit::skipped_outside_ci("prometheus is not installed");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(prometheus) = probe_testkit::prometheus_or_skip(&config) else {
+        return;
     };
     let http = support::client();
-    let ask = |query: String| {
-        let http = http.clone();
-        let mut url =
-            reqwest::Url::parse(&format!("http://{}/api/v1/query", prometheus.addr())).unwrap();
-        url.query_pairs_mut().append_pair("query", &query);
-        // `None` while Prometheus is starting (it answers, but not with JSON yet).
-        async move {
-            http.get(url)
-                .send()
-                .await
-                .ok()?
-                .json::<serde_json::Value>()
-                .await
-                .ok()
-        }
-    };
     // Prometheus scrapes on its own clock: its query API is the only signal there is. Rates
     // need two scrapes of the same series.
     let deadline = tokio::time::Instant::now() + support::WAIT;
     loop {
-        let body = ask("sum(rate(probe_fleet_duration_seconds_count[5m])) > 0".to_owned()).await;
+        let body = prometheus
+            .answer("sum(rate(probe_fleet_duration_seconds_count[5m])) > 0")
+            .await;
         if body.is_some_and(|b| {
             b["data"]["result"]
                 .as_array()
@@ -286,20 +267,21 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
     let queries = dashboard_queries();
     assert!(queries.len() >= 18);
     for query in &queries {
-        let body = if query.starts_with("label_values(") {
+        if query.starts_with("label_values(") {
             // A Grafana function, not PromQL: it lists the label's values of the series.
             let url = format!("http://{}/api/v1/label/job/values", prometheus.addr());
             let body: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
             assert_eq!(body["data"], serde_json::json!(["probe-engine"]), "{query}");
             continue;
-        } else {
-            ask(query.clone())
-                .await
-                .expect("Prometheus answers once it has answered")
-        };
+        }
+        let body = prometheus
+            .answer(query)
+            .await
+            .expect("Prometheus answers once it has answered");
         assert_eq!(body["status"], "success", "{query}: {body}");
     }
     // The fleet's counts, as the stat panels ask for them.
+    let prometheus = &prometheus;
     let count = |state: u8| {
         let query = queries
             .iter()
@@ -307,7 +289,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_from_the_daemon() {
             .unwrap()
             .clone();
         async move {
-            let body = ask(query).await.expect("Prometheus answers");
+            let body = prometheus.answer(&query).await.expect("Prometheus answers");
             body["data"]["result"][0]["value"][1]
                 .as_str()
                 .unwrap()

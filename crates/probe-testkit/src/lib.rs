@@ -84,7 +84,7 @@ pub use netns::{AcceptServer, Netns, NetnsError};
 pub use nginx::{KeepAlive, Nginx, NginxError};
 pub use openssl::{OpensslError, OpensslServer, openssl};
 pub use postgres::{Postgres, PostgresError, postgres_or_skip};
-pub use prometheus::{Prometheus, PrometheusError};
+pub use prometheus::{Prometheus, PrometheusError, prometheus_or_skip};
 pub use skip::{skipped_outside_ci, skipped_without_ipv6};
 
 /// `name` on `PATH`, or in `/usr/sbin` and `/sbin`, which a user's `PATH` may lack.

@@ -92,6 +92,14 @@ impl Prometheus {
 
     /// The samples of an instant query (`data.result`); `None` while it does not answer yet.
     pub async fn query(&self, query: &str) -> Option<Vec<serde_json::Value>> {
+        self.answer(query).await?["data"]["result"]
+            .as_array()
+            .cloned()
+    }
+
+    /// The whole answer to an instant query (`status`, `data` or `error`); `None` while it does
+    /// not answer JSON yet (it answers HTTP a moment before).
+    pub async fn answer(&self, query: &str) -> Option<serde_json::Value> {
         let mut url = reqwest::Url::parse(&format!("http://{}/api/v1/query", self.addr)).ok()?;
         url.query_pairs_mut().append_pair("query", query);
         let tls = probe::tier::tls::client_config(None).ok()?;
@@ -99,8 +107,7 @@ impl Prometheus {
             .tls_backend_preconfigured(tls)
             .build()
             .ok()?;
-        let body: serde_json::Value = client.get(url).send().await.ok()?.json().await.ok()?;
-        body["data"]["result"].as_array().cloned()
+        client.get(url).send().await.ok()?.json().await.ok()
     }
 
     /// The last lines of its log.
@@ -116,5 +123,18 @@ impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Starts Prometheus with `config`, or says the test skipped (a failure under `CI`) when it is
+/// not installed.
+pub fn prometheus_or_skip(config: &str) -> Option<Prometheus> {
+    match Prometheus::start(config) {
+        Ok(prometheus) => Some(prometheus),
+        Err(PrometheusError::Missing) => {
+            super::skipped_outside_ci("prometheus is not installed");
+            None
+        }
+        Err(e) => panic!("{e}"),
     }
 }

@@ -72,22 +72,41 @@ fn readiness_checks(state: &ApiState) -> Vec<Check> {
     checks
 }
 
+/// An endpoint's words: its name in a verbose verdict, and its plain answer's.
+struct Endpoint {
+    name: &'static str,
+    passed: &'static str,
+    failed: &'static str,
+}
+
+const READYZ: Endpoint = Endpoint {
+    name: "readyz",
+    passed: "ready",
+    failed: "not ready",
+};
+
+const LIVEZ: Endpoint = Endpoint {
+    name: "livez",
+    passed: "ok",
+    failed: "not alive",
+};
+
 /// `/readyz`'s answer to a query that is not plain.
 pub(super) fn readyz(state: &ApiState, query: &Query) -> Response {
-    answer("readyz", readiness_checks(state), query)
+    answer(&READYZ, readiness_checks(state), query)
 }
 
 /// `/livez`'s: its one check is the gate's liveness (not stopped, startup within its deadline,
 /// no task stuck).
 pub(super) fn livez(state: &ApiState, query: &Query) -> Response {
     answer(
-        "livez",
+        &LIVEZ,
         vec![("gate".to_owned(), state.gate.liveness().reason)],
         query,
     )
 }
 
-fn answer(what: &str, checks: Vec<Check>, query: &Query) -> Response {
+fn answer(endpoint: &Endpoint, checks: Vec<Check>, query: &Query) -> Response {
     let mut text = String::new();
     let mut failing = Vec::new();
     for (name, failure) in &checks {
@@ -122,16 +141,16 @@ fn answer(what: &str, checks: Vec<Check>, query: &Query) -> Response {
     }
     if failing.is_empty() {
         if query.verbose {
-            text.push_str(&format!("{what} check passed\n"));
+            text.push_str(&format!("{} check passed\n", endpoint.name));
         } else {
-            text.push_str(if what == "livez" { "ok\n" } else { "ready\n" });
+            text.push_str(&format!("{}\n", endpoint.passed));
         }
         (StatusCode::OK, text).into_response()
     } else {
         if query.verbose {
-            text.push_str(&format!("{what} check failed\n"));
+            text.push_str(&format!("{} check failed\n", endpoint.name));
         } else {
-            text.push_str(&format!("not ready: {}\n", failing.join("; ")));
+            text.push_str(&format!("{}: {}\n", endpoint.failed, failing.join("; ")));
         }
         (StatusCode::SERVICE_UNAVAILABLE, text).into_response()
     }
@@ -167,14 +186,14 @@ mod tests {
     #[tokio::test]
     async fn verbose_lists_every_check_and_the_verdict() {
         assert_eq!(
-            text(answer("readyz", checks(), &query(true, &[]))).await,
+            text(answer(&READYZ, checks(), &query(true, &[]))).await,
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "[+]gate ok\n[-]db failed: DOWN\n[+]web ok\nreadyz check failed\n".to_owned()
             )
         );
         assert_eq!(
-            text(answer("readyz", checks(), &query(true, &["db", "nope"]))).await,
+            text(answer(&READYZ, checks(), &query(true, &["db", "nope"]))).await,
             (
                 StatusCode::OK,
                 "[+]gate ok\n[+]db excluded: ok\n[+]web ok\n\
@@ -184,7 +203,7 @@ mod tests {
             )
         );
         assert_eq!(
-            text(answer("readyz", checks(), &query(false, &["web"]))).await,
+            text(answer(&READYZ, checks(), &query(false, &["web"]))).await,
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not ready: db: DOWN\n".to_owned()

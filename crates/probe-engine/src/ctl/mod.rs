@@ -236,11 +236,9 @@ async fn call(api: &Api, output: Output, style: Style, command: ApiCommand) -> D
         ApiCommand::Get { id } => get(api, &id, output, style).await,
         ApiCommand::Explain { id } => {
             let explained = api.get(&format!("/v1/targets/{id}/explain")).await?;
-            Ok(match output {
-                Output::Json => render::json(&explained),
-                Output::Yaml => render::yaml(&explained),
-                Output::Table | Output::Wide => explain_tree(&explained, style),
-            })
+            Ok(shown(&explained, output, || {
+                explain_tree(&explained, style)
+            }))
         }
         ApiCommand::Maintenance { action } => maintenance(api, action, output).await,
         ApiCommand::Events { target, since } => events(api, target, since, output, style).await,
@@ -251,22 +249,17 @@ async fn call(api: &Api, output: Output, style: Style, command: ApiCommand) -> D
                     &[("window", window)],
                 ))
                 .await?;
-            Ok(match output {
-                Output::Json => render::json(&uptime),
-                Output::Yaml => render::yaml(&uptime),
-                Output::Table | Output::Wide => {
-                    let mut table =
-                        Table::new(vec!["ID", "WINDOW", "UPTIME", "DOWN", "MAINTENANCE"]);
-                    table.row(vec![
-                        cell(&uptime["target"]),
-                        cell(&uptime["window"]),
-                        percent(&uptime["uptime"]),
-                        millis(&uptime["down_ms"]),
-                        millis(&uptime["maintenance_ms"]),
-                    ]);
-                    table.render(style)
-                }
-            })
+            Ok(shown(&uptime, output, || {
+                let mut table = Table::new(vec!["ID", "WINDOW", "UPTIME", "DOWN", "MAINTENANCE"]);
+                table.row(vec![
+                    cell(&uptime["target"]),
+                    cell(&uptime["window"]),
+                    percent(&uptime["uptime"]),
+                    millis(&uptime["down_ms"]),
+                    millis(&uptime["maintenance_ms"]),
+                ]);
+                table.render(style)
+            }))
         }
         ApiCommand::History { id, since } => {
             let history = api
@@ -275,156 +268,131 @@ async fn call(api: &Api, output: Output, style: Style, command: ApiCommand) -> D
                     &[("since", since)],
                 ))
                 .await?;
-            Ok(match output {
-                Output::Json => render::json(&history),
-                Output::Yaml => render::yaml(&history),
-                Output::Table | Output::Wide => {
-                    let mut table =
-                        Table::new(vec!["AT", "FROM", "TO", "CAUSE", "DETAIL"]).state_column(2);
-                    for t in history["transitions"].as_array().into_iter().flatten() {
-                        table.row(vec![
-                            cell(&t["at"]),
-                            cell(&t["from"]),
-                            cell(&t["to"]),
-                            cell(&t["cause"]),
-                            cell(&t["detail"]),
-                        ]);
-                    }
-                    let mut text = table.render(style);
-                    let actions = history["actions"].as_array().into_iter().flatten();
-                    for a in actions {
-                        text.push_str(&format!(
-                            "{} {} by {}: {}\n",
-                            cell(&a["at"]),
-                            cell(&a["action"]),
-                            cell(&a["who"]),
-                            cell(&a["detail"])
-                        ));
-                    }
-                    text
+            Ok(shown(&history, output, || {
+                let mut table =
+                    Table::new(vec!["AT", "FROM", "TO", "CAUSE", "DETAIL"]).state_column(2);
+                for t in history["transitions"].as_array().into_iter().flatten() {
+                    table.row(vec![
+                        cell(&t["at"]),
+                        cell(&t["from"]),
+                        cell(&t["to"]),
+                        cell(&t["cause"]),
+                        cell(&t["detail"]),
+                    ]);
                 }
-            })
+                let mut text = table.render(style);
+                let actions = history["actions"].as_array().into_iter().flatten();
+                for a in actions {
+                    text.push_str(&format!(
+                        "{} {} by {}: {}\n",
+                        cell(&a["at"]),
+                        cell(&a["action"]),
+                        cell(&a["who"]),
+                        cell(&a["detail"])
+                    ));
+                }
+                text
+            }))
         }
         ApiCommand::Alerts { action: None } => {
             let alerts = api.get("/v1/alerts").await?;
-            Ok(match output {
-                Output::Json => render::json(&alerts),
-                Output::Yaml => render::yaml(&alerts),
-                Output::Table | Output::Wide => {
-                    let mut table =
-                        Table::new(vec!["ALERT", "TARGET", "SINCE", "SEVERITY", "SUMMARY"]);
-                    let now = SystemTime::now();
-                    for a in alerts["alerts"].as_array().into_iter().flatten() {
-                        table.row(vec![
-                            cell(&a["labels"]["alertname"]),
-                            cell(&a["labels"]["target"]),
-                            ago(&a["startsAt"], now),
-                            cell(&a["labels"]["severity"]),
-                            cell(&a["annotations"]["summary"]),
-                        ]);
-                    }
-                    table.render(style)
+            Ok(shown(&alerts, output, || {
+                let mut table = Table::new(vec!["ALERT", "TARGET", "SINCE", "SEVERITY", "SUMMARY"]);
+                let now = SystemTime::now();
+                for a in alerts["alerts"].as_array().into_iter().flatten() {
+                    table.row(vec![
+                        cell(&a["labels"]["alertname"]),
+                        cell(&a["labels"]["target"]),
+                        ago(&a["startsAt"], now),
+                        cell(&a["labels"]["severity"]),
+                        cell(&a["annotations"]["summary"]),
+                    ]);
                 }
-            })
+                table.render(style)
+            }))
         }
         ApiCommand::Alerts {
             action: Some(Alerts::Test),
         } => {
             let sent = api.change(Method::POST, "/v1/alerts/test", None).await?;
-            Ok(match output {
-                Output::Json => render::json(&sent),
-                Output::Yaml => render::yaml(&sent),
-                Output::Table | Output::Wide => {
-                    let mut table = Table::new(vec!["RECEIVER", "DELIVERED", "ERROR"]);
-                    for r in sent["receivers"].as_array().into_iter().flatten() {
-                        table.row(vec![
-                            cell(&r["receiver"]),
-                            cell(&r["delivered"]),
-                            cell(&r["error"]),
-                        ]);
-                    }
-                    table.render(style)
+            Ok(shown(&sent, output, || {
+                let mut table = Table::new(vec!["RECEIVER", "DELIVERED", "ERROR"]);
+                for r in sent["receivers"].as_array().into_iter().flatten() {
+                    table.row(vec![
+                        cell(&r["receiver"]),
+                        cell(&r["delivered"]),
+                        cell(&r["error"]),
+                    ]);
                 }
-            })
+                table.render(style)
+            }))
         }
         ApiCommand::Cluster => {
             let cluster = api.get("/v1/cluster").await?;
-            Ok(match output {
-                Output::Json => render::json(&cluster),
-                Output::Yaml => render::yaml(&cluster),
-                Output::Table | Output::Wide => {
-                    let mut text = format!(
-                        "member {} (lease {}{})\n",
-                        cell(&cluster["member"]),
-                        cell(&cluster["lease"]),
-                        if cluster["stale"] == true {
-                            ", view stale"
-                        } else {
-                            ""
-                        }
-                    );
-                    let mut table = Table::new(vec![
-                        "MEMBER",
-                        "ADDRESS",
-                        "LEASE",
-                        "OWNED",
-                        "REPLICATED",
-                        "SINCE",
-                        "VERSION",
-                    ]);
-                    let now = SystemTime::now();
-                    for m in cluster["members"].as_array().into_iter().flatten() {
-                        table.row(vec![
-                            cell(&m["name"]),
-                            cell(&m["address"]),
-                            cell(&m["lease"]),
-                            cell(&m["owned"]),
-                            cell(&m["replicated"]),
-                            ago(&m["since"], now),
-                            cell(&m["version"]),
-                        ]);
+            Ok(shown(&cluster, output, || {
+                let mut text = format!(
+                    "member {} (lease {}{})\n",
+                    cell(&cluster["member"]),
+                    cell(&cluster["lease"]),
+                    if cluster["stale"] == true {
+                        ", view stale"
+                    } else {
+                        ""
                     }
-                    text.push_str(&table.render(style));
-                    text
+                );
+                let mut table = Table::new(vec![
+                    "MEMBER",
+                    "ADDRESS",
+                    "LEASE",
+                    "OWNED",
+                    "REPLICATED",
+                    "SINCE",
+                    "VERSION",
+                ]);
+                let now = SystemTime::now();
+                for m in cluster["members"].as_array().into_iter().flatten() {
+                    table.row(vec![
+                        cell(&m["name"]),
+                        cell(&m["address"]),
+                        cell(&m["lease"]),
+                        cell(&m["owned"]),
+                        cell(&m["replicated"]),
+                        ago(&m["since"], now),
+                        cell(&m["version"]),
+                    ]);
                 }
-            })
+                text.push_str(&table.render(style));
+                text
+            }))
         }
         ApiCommand::Topology => {
             let topology = api.get("/v1/topology").await?;
-            Ok(match output {
-                Output::Json => render::json(&topology),
-                Output::Yaml => render::yaml(&topology),
-                Output::Table | Output::Wide => {
-                    let mut table = Table::new(vec!["SOURCE", "STATE", "LAST ERROR"]);
-                    for s in topology["sources"].as_array().into_iter().flatten() {
-                        table.row(vec![
-                            cell(&s["name"]),
-                            cell(&s["state"]),
-                            cell(&s["last_error"]),
-                        ]);
-                    }
-                    let mut text = format!("generation {}\n", cell(&topology["generation"]));
-                    text.push_str(&table.render(style));
-                    for r in topology["rejected"].as_array().into_iter().flatten() {
-                        text.push_str(&format!(
-                            "rejected {} from {} ({}): {}\n",
-                            cell(&r["name"]),
-                            cell(&r["source"]),
-                            cell(&r["origin"]),
-                            cell(&r["reason"])
-                        ));
-                    }
-                    text
+            Ok(shown(&topology, output, || {
+                let mut table = Table::new(vec!["SOURCE", "STATE", "LAST ERROR"]);
+                for s in topology["sources"].as_array().into_iter().flatten() {
+                    table.row(vec![
+                        cell(&s["name"]),
+                        cell(&s["state"]),
+                        cell(&s["last_error"]),
+                    ]);
                 }
-            })
+                let mut text = format!("generation {}\n", cell(&topology["generation"]));
+                text.push_str(&table.render(style));
+                for r in topology["rejected"].as_array().into_iter().flatten() {
+                    text.push_str(&format!(
+                        "rejected {} from {} ({}): {}\n",
+                        cell(&r["name"]),
+                        cell(&r["source"]),
+                        cell(&r["origin"]),
+                        cell(&r["reason"])
+                    ));
+                }
+                text
+            }))
         }
         ApiCommand::Drain => {
             let answer = api.change(Method::POST, "/v1/drain", None).await?;
-            Ok(match output {
-                Output::Json => render::json(&answer),
-                Output::Yaml => render::yaml(&answer),
-                Output::Table | Output::Wide => "draining\n".to_owned(),
-            })
+            Ok(shown(&answer, output, || "draining\n".to_owned()))
         }
     }
 }
@@ -529,70 +497,66 @@ async fn get(api: &Api, id: &str, output: Output, style: Style) -> Done {
         }
     }
     target["uptime"] = Value::Object(uptime);
-    Ok(match output {
-        Output::Json => render::json(&target),
-        Output::Yaml => render::yaml(&target),
-        Output::Table | Output::Wide => {
-            let now = SystemTime::now();
-            let mut text = format!(
-                "{} ({})  {}  since {}  score {}\n",
-                cell(&target["id"]),
-                cell(&target["kind"]),
-                style.state(target["state"].as_str().unwrap_or("-")),
-                ago(&target["since"], now),
-                score(&target["score"]),
-            );
+    Ok(shown(&target, output, || {
+        let now = SystemTime::now();
+        let mut text = format!(
+            "{} ({})  {}  since {}  score {}\n",
+            cell(&target["id"]),
+            cell(&target["kind"]),
+            style.state(target["state"].as_str().unwrap_or("-")),
+            ago(&target["since"], now),
+            score(&target["score"]),
+        );
+        text.push_str(&format!(
+            "uptime  24h {}  7d {}  30d {}\n",
+            percent(&target["uptime"]["24h"]),
+            percent(&target["uptime"]["7d"]),
+            percent(&target["uptime"]["30d"])
+        ));
+        if !target["last_failure"].is_null() {
             text.push_str(&format!(
-                "uptime  24h {}  7d {}  30d {}\n",
-                percent(&target["uptime"]["24h"]),
-                percent(&target["uptime"]["7d"]),
-                percent(&target["uptime"]["30d"])
+                "last failure  {}: {}\n",
+                cell(&target["last_failure"]["reason"]),
+                cell(&target["last_failure"]["detail"])
             ));
-            if !target["last_failure"].is_null() {
-                text.push_str(&format!(
-                    "last failure  {}: {}\n",
-                    cell(&target["last_failure"]["reason"]),
-                    cell(&target["last_failure"]["detail"])
-                ));
-            }
-            if !target["maintenance"].is_null() {
-                text.push_str(&format!(
-                    "maintenance  {} (until {})\n",
-                    cell(&target["maintenance"]["reason"]),
-                    cell(&target["maintenance"]["until"])
-                ));
-            }
-            if let Some(tls) = target["tls"].as_object() {
-                text.push_str(&format!(
-                    "tls  {}  {}  expires {} ({} days)\n",
-                    cell(&tls["version"]),
-                    cell(&tls["subject"]),
-                    cell(&tls["earliest_expiry"]),
-                    cell(&tls["days_left"])
-                ));
-            }
-            if let Some(votes) = target["votes"].as_object() {
-                let votes: Vec<String> = votes
-                    .iter()
-                    .map(|(m, s)| format!("{m} {}", cell(s)))
-                    .collect();
-                text.push_str(&format!("votes  {}\n", votes.join(", ")));
-            }
-            let mut table = Table::new(vec!["AT", "OK", "LATENCY", "REASON"]);
-            for r in target["history"].as_array().into_iter().flatten().rev() {
-                table.row(vec![
-                    cell(&r["at"]),
-                    cell(&r["ok"]),
-                    r["latency_ms"]
-                        .as_f64()
-                        .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.1}ms")),
-                    cell(&r["reason"]),
-                ]);
-            }
-            text.push_str(&table.render(style));
-            text
         }
-    })
+        if !target["maintenance"].is_null() {
+            text.push_str(&format!(
+                "maintenance  {} (until {})\n",
+                cell(&target["maintenance"]["reason"]),
+                cell(&target["maintenance"]["until"])
+            ));
+        }
+        if let Some(tls) = target["tls"].as_object() {
+            text.push_str(&format!(
+                "tls  {}  {}  expires {} ({} days)\n",
+                cell(&tls["version"]),
+                cell(&tls["subject"]),
+                cell(&tls["earliest_expiry"]),
+                cell(&tls["days_left"])
+            ));
+        }
+        if let Some(votes) = target["votes"].as_object() {
+            let votes: Vec<String> = votes
+                .iter()
+                .map(|(m, s)| format!("{m} {}", cell(s)))
+                .collect();
+            text.push_str(&format!("votes  {}\n", votes.join(", ")));
+        }
+        let mut table = Table::new(vec!["AT", "OK", "LATENCY", "REASON"]);
+        for r in target["history"].as_array().into_iter().flatten().rev() {
+            table.row(vec![
+                cell(&r["at"]),
+                cell(&r["ok"]),
+                r["latency_ms"]
+                    .as_f64()
+                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.1}ms")),
+                cell(&r["reason"]),
+            ]);
+        }
+        text.push_str(&table.render(style));
+        text
+    }))
 }
 
 /// The explanation as an indented tree: the node, then each dependency with its weight, what
@@ -678,14 +642,13 @@ async fn maintenance(api: &Api, action: Maintenance, output: Output) -> Done {
         };
         answers.push(answer);
     }
-    Ok(match output {
-        Output::Json => render::json(&json!({ "targets": answers })),
-        Output::Yaml => render::yaml(&json!({ "targets": answers })),
-        Output::Table | Output::Wide => answers
+    let answered = json!({ "targets": answers });
+    Ok(shown(&answered, output, || {
+        answers
             .iter()
             .map(|a| format!("{} {}\n", cell(&a["id"]), cell(&a["state"])))
-            .collect(),
-    })
+            .collect()
+    }))
 }
 
 /// One transition as a line: when, which, from, to, why.
@@ -799,6 +762,15 @@ async fn events(
                 return Ok(String::new());
             }
         }
+    }
+}
+
+/// `value` as the API's JSON or as YAML, or, for a table, what `table` makes of it.
+fn shown(value: &Value, output: Output, table: impl FnOnce() -> String) -> String {
+    match output {
+        Output::Json => render::json(value),
+        Output::Yaml => render::yaml(value),
+        Output::Table | Output::Wide => table(),
     }
 }
 
