@@ -22,6 +22,7 @@ use crate::api::{TokenError, TokenSources, Tokens};
 use crate::history::{Backend, GroupsOurs, History, HistoryConfig};
 use crate::persist::{PersistError, StateStore};
 use crate::topology::TopologyHandle;
+use crate::web::{TlsListener, Web};
 use probe::cluster::MemberId;
 use probe_config::{self as config, ClusterConfig, ConfigErrors};
 use probe_etcd::cluster::Cluster;
@@ -47,6 +48,8 @@ pub struct Options {
     pub ui: Option<api::Ui>,
     /// blackbox_exporter's `GET /probe` (`--blackbox-config`); `None` leaves it out.
     pub blackbox: Option<crate::adhoc::AdHocOptions>,
+    /// `--web-config`: TLS, basic users and headers for the listeners (see [`crate::web`]).
+    pub web_config: Option<PathBuf>,
 }
 
 /// Why the daemon could not start.
@@ -64,6 +67,9 @@ pub enum StartError {
     /// The API's tokens could not be read.
     #[error("api tokens")]
     Tokens(#[from] TokenError),
+    /// The web config is invalid; every problem is listed.
+    #[error("{0}")]
+    Web(ConfigErrors),
     /// The cluster could not be joined: no member name, a name taken, etcd.
     #[error("{0}")]
     Cluster(String),
@@ -109,6 +115,8 @@ pub struct Daemon {
     ui: Option<api::Ui>,
     /// `GET /probe`'s prober, with `--blackbox-config`.
     adhoc: Option<Arc<crate::adhoc::AdHoc>>,
+    /// The web config in force.
+    web: Web,
 }
 
 /// A member's view of the cluster's member set.
@@ -118,6 +126,14 @@ type MembershipWatch = tokio::sync::watch::Receiver<probe_etcd::membership::View
 /// being written at that moment (a health check, a refusal). Requests still in flight had their
 /// `--shutdown-grace` already; after this their connections are dropped.
 const SERVER_CLOSE: Duration = Duration::from_secs(1);
+
+/// How long the web config's files must be quiet before a change reloads them: a certificate
+/// and its key are written one after the other, and a Kubernetes Secret swaps a symlink.
+const WEB_DEBOUNCE: Duration = Duration::from_millis(500);
+
+/// Why credentials over plain HTTP beyond loopback are worth a warning, and what to do.
+const CLEAR_TEXT_CREDENTIALS: &str = "the API listens beyond loopback without TLS, so its tokens \
+     and passwords travel in clear text: give --web-config a tls_server_config";
 
 /// How long a stopping daemon waits for the history's last write.
 const HISTORY_LAST_WRITE: Duration = Duration::from_secs(5);
@@ -133,6 +149,10 @@ impl Daemon {
     /// Every problem of the config, located, or an unusable state directory; nothing is
     /// started then.
     pub fn start(options: Options, cancel: CancellationToken) -> Result<Self, StartError> {
+        let web = match &options.web_config {
+            Some(path) => Web::load(path).map_err(StartError::Web)?,
+            None => Web::default(),
+        };
         let loaded = config::load(&options.config)?;
         let tokens = Tokens::new(options.tokens.load()?);
         let store = options
@@ -243,6 +263,7 @@ impl Daemon {
             membership,
             ui: options.ui.clone(),
             adhoc,
+            web,
         };
         Ok(daemon)
     }
@@ -299,13 +320,14 @@ impl Daemon {
         &self.topology
     }
 
-    /// Asks for the config to be re-read and applied as a diff, and reads the token files
-    /// again. An invalid config changes nothing: the running targets keep probing with their
-    /// state, and every error is logged and shown in `GET /v1/topology`; an unreadable token
-    /// file keeps the tokens in force.
+    /// Asks for the config to be re-read and applied as a diff, and reads the token files and
+    /// the web config again. An invalid config changes nothing: the running targets keep probing
+    /// with their state, and every error is logged and shown in `GET /v1/topology`; an
+    /// unreadable token file keeps the tokens in force, an invalid web config the one running.
     pub fn reload(&self) {
         self.topology.reload();
         self.tokens.reload(&self.token_sources);
+        self.web.reload();
         if let Some(adhoc) = &self.adhoc {
             adhoc.reload();
         }
@@ -361,8 +383,13 @@ impl Daemon {
     ) -> std::io::Result<()> {
         let addr: SocketAddr = listener.local_addr()?;
         let loopback_only = addr.ip().to_canonical().is_loopback();
+        let web = self.web.current();
+        let tls = web.tls.is_some();
         if !self.tokens.has_operator() && !loopback_only {
             tracing::warn!(%addr, "{}", api::UNTOKENED_BEYOND_LOOPBACK);
+        }
+        if !tls && !loopback_only && (self.tokens.has_any() || !web.users.is_empty()) {
+            tracing::warn!(%addr, "{CLEAR_TEXT_CREDENTIALS}");
         }
         let alerts = self.alerting.clone().map(|(config, rules)| {
             // Alertmanager knows an alert by its labels: every member of a cluster labels its
@@ -378,7 +405,7 @@ impl Daemon {
                 Sender {
                     label,
                     member,
-                    api: format!("http://{addr}"),
+                    api: format!("{}://{addr}", if tls { "https" } else { "http" }),
                     membership: self.cluster.get().map(Cluster::view),
                 },
                 self.state_dir.clone(),
@@ -407,25 +434,33 @@ impl Daemon {
                 .ui
                 .as_ref()
                 .map(|_| api::Rows::start(self.engine.clone(), self.cancel.clone())),
+            web: self.web.clone(),
         });
         let grpc = match self.grpc.lock().take() {
             Some(listener) => {
                 let health = HealthService::new(self.engine.clone(), self.cancel.clone())
                     .with_gate(self.gate.clone());
-                tracing::info!(addr = %listener.local_addr()?, "grpc health listening");
+                tracing::info!(addr = %listener.local_addr()?, tls, "grpc health listening");
                 Some((listener.into_std()?, health))
             }
             None => None,
         };
         self.gate.startup_complete();
-        tracing::info!(%addr, "listening");
+        tracing::info!(%addr, tls, "listening");
         crate::systemd::ready(&format!("serving on {addr}"));
         tokio::spawn(crate::systemd::watchdog(
             self.gate.clone(),
             self.cancel.clone(),
         ));
-        let server =
-            serve_on_own_thread(listener, app, grpc, self.cancel.clone(), self.now.clone())?;
+        tokio::spawn(self.web.clone().watch(WEB_DEBOUNCE, self.cancel.clone()));
+        let server = serve_on_own_thread(
+            listener,
+            app,
+            grpc,
+            self.web.clone(),
+            self.cancel.clone(),
+            self.now.clone(),
+        )?;
         let sequence = async {
             tokio::select! {
                 () = self.cancel.cancelled() => return,
@@ -521,7 +556,7 @@ fn history_config(
 /// Serves `app` (and the gRPC health service, when given its listener) from a thread of its
 /// own, with a single-threaded runtime, until `cancel`, then closes their connections gracefully
 /// for up to [`SERVER_CLOSE`] (at once on `now`) and drops those still open; the future resolves
-/// with the servers' result.
+/// with the servers' result. Both speak TLS when the web config in force has it.
 ///
 /// The engine's runtime runs the probes: on it, a health check would queue behind thousands of
 /// them a second, and `/readyz` would be slow exactly when the machine is busy, which is when a
@@ -531,6 +566,7 @@ fn serve_on_own_thread(
     listener: TcpListener,
     app: axum::Router,
     grpc: Option<(std::net::TcpListener, HealthService)>,
+    web: Web,
     cancel: CancellationToken,
     now: CancellationToken,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
@@ -544,15 +580,10 @@ fn serve_on_own_thread(
                 .build()
                 .and_then(|runtime| {
                     runtime.block_on(async {
-                        let listener = TcpListener::from_std(listener)?;
-                        let server = axum::serve(
-                            listener,
-                            app.into_make_service_with_connect_info::<SocketAddr>(),
-                        )
-                        .with_graceful_shutdown(cancel.clone().cancelled_owned());
-                        let health = grpc_health(grpc, cancel.clone());
+                        let api = serve_api(listener, app, &web, cancel.clone())?;
+                        let health = grpc_health(grpc, &web, cancel.clone());
                         let server = async {
-                            let (api, grpc) = tokio::join!(server.into_future(), health);
+                            let (api, grpc) = tokio::join!(api, health);
                             api.and(grpc)
                         };
                         let closing = async {
@@ -582,21 +613,60 @@ fn serve_on_own_thread(
     })
 }
 
+/// The API's server on `listener`, under TLS when the web config has it, until `cancel`.
+fn serve_api(
+    listener: std::net::TcpListener,
+    app: axum::Router,
+    web: &Web,
+    cancel: CancellationToken,
+) -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>>>>> {
+    use axum::serve::ListenerExt;
+    let listener = TcpListener::from_std(listener)?;
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    let stop = cancel.clone().cancelled_owned();
+    if web.current().tls.is_none() {
+        return Ok(Box::pin(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .into_future(),
+        ));
+    }
+    let web = web.clone();
+    let config = move || web.current().tls.as_ref().map(|tls| tls.api.clone());
+    // The tap does nothing: axum gives a custom listener's address to `ConnectInfo` (which the
+    // guard reads the peer from) only through it.
+    let tls = TlsListener::start(listener, config, cancel)?.tap_io(|_| ());
+    Ok(Box::pin(
+        axum::serve(tls, app)
+            .with_graceful_shutdown(stop)
+            .into_future(),
+    ))
+}
+
 /// Serves grpc.health.v1 on `listener` until `cancel` (a graceful HTTP/2 shutdown: the
-/// service's `Watch` streams end on the same token); at once without a listener.
+/// service's `Watch` streams end on the same token), under TLS when the web config has it; at
+/// once without a listener.
 async fn grpc_health(
     grpc: Option<(std::net::TcpListener, HealthService)>,
+    web: &Web,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     let Some((listener, health)) = grpc else {
         return Ok(());
     };
-    let incoming = tonic::transport::server::TcpIncoming::from(TcpListener::from_std(listener)?);
-    tonic::transport::Server::builder()
-        .add_service(health.into_server())
-        .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
-        .await
-        .map_err(std::io::Error::other)
+    let listener = TcpListener::from_std(listener)?;
+    let server = tonic::transport::Server::builder().add_service(health.into_server());
+    let stop = cancel.clone().cancelled_owned();
+    let served = if web.current().tls.is_some() {
+        let web = web.clone();
+        let config = move || web.current().tls.as_ref().map(|tls| tls.grpc.clone());
+        let incoming = TlsListener::start(listener, config, cancel)?.into_stream();
+        server.serve_with_incoming_shutdown(incoming, stop).await
+    } else {
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        server.serve_with_incoming_shutdown(incoming, stop).await
+    };
+    served.map_err(std::io::Error::other)
 }
 
 /// Folds recorded histogram samples into their buckets every `period` until cancellation.
@@ -712,6 +782,15 @@ pub fn describe_metrics() {
         "probe_engine_requests_in_flight",
         "/v1 requests the readiness gate admitted and that have not finished, as of the scrape: \
          what a drain waits for."
+    );
+    metrics::describe_gauge!(
+        "probe_engine_web_config_last_reload_successful",
+        "Whether the last read of --web-config is in force (1) or was rejected (0)."
+    );
+    metrics::describe_counter!(
+        "probe_engine_tls_handshake_failures_total",
+        "TLS handshakes the listeners refused or that timed out: no or an untrusted client \
+         certificate, plain HTTP to a TLS port, a client gone silent."
     );
     metrics::describe_gauge!(
         "probe_config_last_reload_successful",

@@ -17,3 +17,4 @@ pub mod persist;
 mod systemd;
 pub mod topology;
 pub mod watch;
+pub mod web;

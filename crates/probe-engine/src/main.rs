@@ -51,9 +51,10 @@ enum Command {
         /// Address of the health API.
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: SocketAddr,
-        /// Also serve grpc.health.v1 (Check, Watch; plaintext HTTP/2, no TLS) here, for
-        /// Kubernetes `grpc:` probes: service "" is /readyz, "liveness" is /livez, a target's or
-        /// group's id its health. Off by default.
+        /// Also serve grpc.health.v1 (Check, Watch; HTTP/2, under TLS when --web-config has
+        /// it) here, for Kubernetes `grpc:` probes (plaintext only) and load balancers: service
+        /// "" is /readyz, "liveness" is /livez, a target's or group's id its health. Off by
+        /// default.
         #[arg(long, value_name = "ADDR")]
         grpc_listen: Option<SocketAddr>,
         /// The most probes running at once.
@@ -102,6 +103,17 @@ enum Command {
         /// ConfigMap updates included), as SIGHUP does.
         #[arg(long)]
         watch_config: bool,
+        /// A web config as Prometheus exporters take it (`--web.config.file`): TLS and client
+        /// certificates on the API and the gRPC listener, `basic_auth_users` (bcrypt), security
+        /// headers and a rate limit. Read again on SIGHUP and whenever it or a file it names
+        /// changes: a rotated certificate serves the next connection.
+        #[arg(
+            long,
+            alias = "web.config.file",
+            env = "PROBE_ENGINE_WEB_CONFIG",
+            value_name = "FILE"
+        )]
+        web_config: Option<PathBuf>,
         /// How late the engine may wake before it counts itself starved: it then widens probe
         /// timeouts and defers timeout verdicts instead of blaming targets (Lifeguard's local
         /// health). `0s` turns this off.
@@ -130,6 +142,9 @@ enum Command {
         /// A YAML file, or a directory whose *.yaml and *.yml files are merged.
         #[arg(long, short, default_value = "probes")]
         config: PathBuf,
+        /// Also validate this web config, with the files it names.
+        #[arg(long, value_name = "FILE")]
+        web_config: Option<PathBuf>,
     },
     /// Drive a running daemon through its API: list, explain, put in maintenance, follow.
     /// Exit 0 done, 1 the API said no, 2 a usage error, 3 the daemon could not be reached,
@@ -183,7 +198,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Check { config } => check(&config),
+        Command::Check { config, web_config } => match web_config {
+            Some(web) if check_web(&web) == ExitCode::FAILURE => {
+                // Both are checked, so that one run shows every error.
+                let _ = check(&config);
+                ExitCode::FAILURE
+            }
+            _ => check(&config),
+        },
         Command::Ctl(ctl) => ctl::run(ctl),
         Command::Completions { shell } => {
             // Into memory first: the generator panics on a write error (a closed pipe).
@@ -231,6 +253,7 @@ fn main() -> ExitCode {
             read_token,
             read_token_file,
             watch_config,
+            web_config,
             self_lag_threshold,
             member,
             ui,
@@ -268,6 +291,7 @@ fn main() -> ExitCode {
                     allow: blackbox_allow,
                     max_in_flight: blackbox_max_in_flight.get(),
                 }),
+                web_config,
             };
             match run(options, listen, grpc_listen, shutdown_grace, watch_config) {
                 Ok(code) => code,
@@ -313,6 +337,47 @@ fn state_dir_or_default(
     }
 }
 
+/// Checks a web config: a summary on stdout, or every error on stderr.
+fn check_web(path: &std::path::Path) -> ExitCode {
+    match probe_engine::web::load(path) {
+        Ok(web) => {
+            let mut parts = vec![
+                if web.tls.is_some() {
+                    "TLS"
+                } else {
+                    "plain HTTP"
+                }
+                .to_owned(),
+            ];
+            if !web.users.is_empty() {
+                parts.push("basic auth".to_owned());
+            }
+            if !web.headers.is_empty() {
+                parts.push(plural(web.headers.len(), "header"));
+            }
+            if web.rate.is_some() {
+                parts.push("a rate limit".to_owned());
+            }
+            println!("ok: web config: {} ({})", parts.join(", "), path.display());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{} in {}", plural(errors.0.len(), "error"), path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `1 group`, `2 groups`.
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 fn check(path: &std::path::Path) -> ExitCode {
     match probe_config::load(path) {
         Ok(config) => {
@@ -341,17 +406,18 @@ fn check(path: &std::path::Path) -> ExitCode {
                 format!(" ({})", kinds.join(", "))
             };
             println!(
-                "ok: {} targets{kinds} and {groups} groups ({} pools) in {} files ({})",
-                config.topology.targets.len(),
-                config.topology.pools.len(),
-                config.files.len(),
+                "ok: {}{kinds} and {} ({}) in {} ({})",
+                plural(config.topology.targets.len(), "target"),
+                plural(groups, "group"),
+                plural(config.topology.pools.len(), "pool"),
+                plural(config.files.len(), "file"),
                 path.display()
             );
             ExitCode::SUCCESS
         }
         Err(errors) => {
             eprintln!("{errors}");
-            eprintln!("{} errors in {}", errors.0.len(), path.display());
+            eprintln!("{} in {}", plural(errors.0.len(), "error"), path.display());
             ExitCode::FAILURE
         }
     }

@@ -664,7 +664,7 @@ fn check_merges_every_yaml_file_of_a_directory() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "ok: 2 targets (tcp 2) and 1 groups (0 pools) in 2 files ({})\n",
+            "ok: 2 targets (tcp 2) and 1 group (0 pools) in 2 files ({})\n",
             dir.path().display()
         )
     );

@@ -166,7 +166,7 @@ fn check_accepts_the_default_config_and_reports_every_error() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.starts_with("ok: 3 targets (tcp 2, icmp 1) and 1 groups (0 pools) in 1 files"),
+        stdout.starts_with("ok: 3 targets (tcp 2, icmp 1) and 1 group (0 pools) in 1 file"),
         "{stdout}"
     );
 

@@ -96,6 +96,7 @@ const KINDS: &[&str] = &[
     "yaml",
     "yaml targets",
     "yaml prometheus",
+    "yaml web",
     "yaml fragment",
     "json",
     "sh",
@@ -189,6 +190,46 @@ fn every_probes_file_shown_is_accepted_by_check() {
     }
     assert!(checked >= 15, "only {checked} probes files in the docs");
     assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
+
+/// Every web config shown, checked by `check --web-config` beside the files it names (a server
+/// certificate and key, and a CA for client certificates, made for the test).
+#[tokio::test]
+async fn every_web_config_shown_is_accepted_by_check() {
+    let blocks: Vec<Block> = all_blocks()
+        .into_iter()
+        .filter(|b| b.info == "yaml web")
+        .collect();
+    assert!(!blocks.is_empty(), "no web config in the docs");
+    for block in blocks {
+        let dir = beside_cas("web.yml", &block.text);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.path().join("server.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        std::fs::copy(dir.path().join("ca.pem"), dir.path().join("clients-ca.crt")).unwrap();
+        let out = Command::new(BIN)
+            .args(["check", "--config"])
+            .arg(root().join("probes"))
+            .arg("--web-config")
+            .arg(dir.path().join("web.yml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}:\n{}",
+            block.at,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("ok: web config: TLS, basic auth"),
+            "{}",
+            block.at
+        );
+    }
 }
 
 /// A block marked `fragment` is only an excerpt of someone else's file (a pod spec, an

@@ -19,3 +19,4 @@ pub use node::{
     Diags, Entries, Kind, Node, OneOrMany, Pos, Sp, collect, each, syntax_error, value_of,
     yaml_options,
 };
+pub use words::one_of;

@@ -7,6 +7,10 @@ use super::node::{Diags, Sp};
 /// One of `names`, in any case: the canonical name; otherwise an error at the value (an unknown
 /// `what` for `field`), with a suggestion or the list. For every key whose value is one of a
 /// few words (`type`, `transport`, `rcode`, `starttls`, `addresses`).
+#[allow(
+    clippy::result_unit_err,
+    reason = "the error is in `diags` already: `Err` only says there is no value"
+)]
 pub fn one_of(
     raw: &Sp<String>,
     what: &str,

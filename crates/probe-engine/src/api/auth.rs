@@ -13,6 +13,12 @@
 //! loopback), so every untokened change is then refused. Drain (`POST /v1/drain`) stops the
 //! daemon, so it needs an operator token always; signals remain for local control.
 //!
+//! A web config (`--web-config`) adds a door before all of it. With `basic_auth_users`, every
+//! request but the health checks needs a valid basic user or a valid bearer token (any role);
+//! a basic user may then read as a read token does, and changes still need an operator token.
+//! Its `rate_limit` refuses requests past the bucket with a 429, and its headers go on every
+//! answer. The health checks stay open, as above: an orchestrator's probe carries no password.
+//!
 //! Tokens read from files are read again on every reload (SIGHUP), so a rotated Kubernetes
 //! Secret takes effect without a restart; a file that cannot be read keeps the tokens in force.
 //! Handlers meet the rule as extractors ([`Authorized`] for changes, [`Readable`] for reads), so
@@ -22,13 +28,16 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 
-use super::shared::{ApiError, ApiState};
+use super::shared::{ApiError, ApiState, error};
 use super::tokens::{Credential, Credentials, Role};
+use crate::web::WebConfig;
 
 /// What a request asks to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +83,7 @@ impl FromRequestParts<Arc<ApiState>> for Authorized {
             state.loopback_only,
             peer,
             &parts.headers,
+            None,
         )
         .map_err(IntoResponse::into_response)?;
         tracing::info!(
@@ -88,6 +98,102 @@ impl FromRequestParts<Arc<ApiState>> for Authorized {
     }
 }
 
+/// A basic user the door let in.
+#[derive(Clone)]
+struct BasicUser(String);
+
+/// The door of a web config: the rate limit, then basic credentials or a bearer token when it
+/// has basic users, for every request but the health checks; then its headers on every answer.
+pub(super) async fn door(
+    State(state): State<Arc<ApiState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let web = state.web.current();
+    let health = matches!(request.uri().path(), "/livez" | "/readyz" | "/startupz");
+    let mut response = if health {
+        next.run(request).await
+    } else {
+        match admit(&state, &web, &mut request).await {
+            Ok(()) => next.run(request).await,
+            Err(refused) => refused,
+        }
+    };
+    for (name, value) in &web.headers {
+        response.headers_mut().insert(name, value.clone());
+    }
+    response
+}
+
+async fn admit(
+    state: &ApiState,
+    web: &Arc<WebConfig>,
+    request: &mut Request,
+) -> Result<(), Response> {
+    if let Some(rate) = &web.rate
+        && !rate.admit()
+    {
+        return Err(error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests: over the web config's rate_limit",
+        ));
+    }
+    if web.users.is_empty() {
+        return Ok(());
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '));
+    match presented {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+            if state.tokens.load().find(token.trim()).is_some() {
+                Ok(())
+            } else {
+                Err(challenge("invalid bearer token"))
+            }
+        }
+        Some((scheme, encoded)) if scheme.eq_ignore_ascii_case("basic") => {
+            let Some((user, password)) = base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .and_then(|pair| {
+                    pair.split_once(':')
+                        .map(|(u, p)| (u.to_owned(), p.to_owned()))
+                })
+            else {
+                return Err(challenge("malformed basic credentials"));
+            };
+            let (web, name) = (web.clone(), user.clone());
+            // bcrypt takes tens of milliseconds: not on the server's one thread.
+            let verified = tokio::task::spawn_blocking(move || web.users.verify(&name, &password))
+                .await
+                .unwrap_or(false);
+            if verified {
+                request.extensions_mut().insert(BasicUser(user));
+                Ok(())
+            } else {
+                Err(challenge("wrong user or password"))
+            }
+        }
+        _ => Err(challenge(
+            "this API needs basic credentials or a bearer token",
+        )),
+    }
+}
+
+/// A 401 that asks a browser for basic credentials.
+fn challenge(message: &str) -> Response {
+    let mut refused = error(StatusCode::UNAUTHORIZED, message);
+    refused.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"probe-engine\", charset=\"UTF-8\""),
+    );
+    refused
+}
+
 /// A read the guard let through: open unless read tokens are configured.
 pub(super) struct Readable;
 
@@ -100,12 +206,14 @@ impl FromRequestParts<Arc<ApiState>> for Readable {
     ) -> Result<Self, Response> {
         // The peer does not matter to a read.
         let peer = SocketAddr::from(([0, 0, 0, 0], 0));
+        let basic = parts.extensions.get::<BasicUser>().map(|b| b.0.as_str());
         authorize(
             &state.tokens.load(),
             Need::Read,
             state.loopback_only,
             peer,
             &parts.headers,
+            basic,
         )
         .map(|_| Self)
         .map_err(IntoResponse::into_response)
@@ -113,13 +221,15 @@ impl FromRequestParts<Arc<ApiState>> for Readable {
 }
 
 /// Lets a request through, saying who made it, or says why not. `loopback_only`: whether the
-/// API listens on loopback addresses alone.
+/// API listens on loopback addresses alone; `basic`: the basic user the door let in, who may
+/// read as a read token does.
 fn authorize(
     credentials: &Credentials,
     need: Need,
     loopback_only: bool,
     peer: SocketAddr,
     headers: &HeaderMap,
+    basic: Option<&str>,
 ) -> Result<Actor, ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -136,12 +246,16 @@ fn authorize(
                 credential: "open",
             });
         }
-        return match presented {
-            None => Err(ApiError::new(
+        return match (presented, basic) {
+            (None, Some(user)) => Ok(Actor {
+                name: user.to_owned(),
+                credential: "basic",
+            }),
+            (None, None) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "reads need a bearer token: the daemon has read tokens",
             )),
-            Some(p) => credentials
+            (Some(p), _) => credentials
                 .find(p)
                 .map(token)
                 .ok_or_else(|| ApiError::new(StatusCode::FORBIDDEN, "invalid bearer token")),
@@ -224,20 +338,53 @@ mod tests {
 
     const LOCAL: &str = "127.0.0.1:1";
 
+    /// A request with no basic user.
+    fn check(
+        credentials: &Credentials,
+        need: Need,
+        loopback_only: bool,
+        peer: SocketAddr,
+        headers: &HeaderMap,
+    ) -> Result<Actor, ApiError> {
+        authorize(credentials, need, loopback_only, peer, headers, None)
+    }
+
+    #[test]
+    fn a_basic_user_reads_as_a_read_token_does_and_changes_nothing() {
+        let creds = credentials(&["op"], &["read"]);
+        let far = "192.0.2.1:1".parse().unwrap();
+        let none = HeaderMap::new();
+        let read = authorize(&creds, Need::Read, false, far, &none, Some("prometheus"));
+        assert_eq!(
+            read.unwrap(),
+            Actor {
+                name: "prometheus".into(),
+                credential: "basic"
+            }
+        );
+        // A wrong bearer token beside it is still wrong.
+        let refused = authorize(&creds, Need::Read, false, far, &bearer("nope"), Some("p"));
+        assert_eq!(status(refused), StatusCode::FORBIDDEN);
+        for need in [Need::Change, Need::Drain] {
+            let refused = authorize(&creds, need, false, far, &none, Some("prometheus"));
+            assert_eq!(status(refused), StatusCode::UNAUTHORIZED, "{need:?}");
+        }
+    }
+
     #[test]
     fn without_a_token_only_loopback_peers_may_change_things() {
         let none = Credentials::default();
         let no_header = HeaderMap::new();
         for peer in ["127.0.0.1:1", "[::1]:1", "[::ffff:127.0.0.1]:1"] {
-            let actor = authorize(&none, Need::Change, true, peer.parse().unwrap(), &no_header);
+            let actor = check(&none, Need::Change, true, peer.parse().unwrap(), &no_header);
             assert_eq!(actor.unwrap().credential, "loopback", "{peer}");
         }
         for peer in ["10.1.2.3:1", "[2001:db8::1]:1", "[::ffff:192.0.2.1]:1"] {
-            let refused = authorize(&none, Need::Change, true, peer.parse().unwrap(), &no_header);
+            let refused = check(&none, Need::Change, true, peer.parse().unwrap(), &no_header);
             assert_eq!(status(refused), StatusCode::FORBIDDEN, "{peer}");
         }
         // Listening beyond loopback, a loopback peer may be a proxy: refused too.
-        let refused = authorize(
+        let refused = check(
             &none,
             Need::Change,
             false,
@@ -249,7 +396,7 @@ mod tests {
         assert_eq!(refused.message, UNTOKENED_BEYOND_LOOPBACK);
         // Drain needs a token even from loopback on a loopback-only API.
         let refused =
-            authorize(&none, Need::Drain, true, LOCAL.parse().unwrap(), &no_header).unwrap_err();
+            check(&none, Need::Drain, true, LOCAL.parse().unwrap(), &no_header).unwrap_err();
         assert_eq!(refused.status, StatusCode::FORBIDDEN);
         assert_eq!(refused.message, DRAIN_NEEDS_A_TOKEN);
     }
@@ -260,10 +407,10 @@ mod tests {
         let local = LOCAL.parse().unwrap();
         let far = "192.0.2.1:1".parse().unwrap();
         // With an operator token, loopback is no excuse.
-        let refused = authorize(&creds, Need::Change, true, local, &HeaderMap::new());
+        let refused = check(&creds, Need::Change, true, local, &HeaderMap::new());
         assert_eq!(status(refused), StatusCode::UNAUTHORIZED);
         for need in [Need::Change, Need::Drain, Need::Read] {
-            let actor = authorize(&creds, need, false, far, &bearer("op-secret")).unwrap();
+            let actor = check(&creds, need, false, far, &bearer("op-secret")).unwrap();
             assert_eq!(
                 actor,
                 Actor {
@@ -272,23 +419,23 @@ mod tests {
                 }
             );
         }
-        let unnamed = authorize(&creds, Need::Change, false, far, &bearer("plain-secret"));
+        let unnamed = check(&creds, Need::Change, false, far, &bearer("plain-secret"));
         assert_eq!(unnamed.unwrap().name, "operator");
         // A read token reads and cannot change.
-        let read = authorize(&creds, Need::Read, false, far, &bearer("read-secret"));
+        let read = check(&creds, Need::Read, false, far, &bearer("read-secret"));
         assert_eq!(read.unwrap().name, "grafana");
         for need in [Need::Change, Need::Drain] {
-            let refused = authorize(&creds, need, true, local, &bearer("read-secret"));
+            let refused = check(&creds, need, true, local, &bearer("read-secret"));
             assert_eq!(status(refused), StatusCode::FORBIDDEN, "{need:?}");
         }
         // With read tokens, reads need one; a wrong token is refused.
-        let refused = authorize(&creds, Need::Read, true, local, &HeaderMap::new());
+        let refused = check(&creds, Need::Read, true, local, &HeaderMap::new());
         assert_eq!(status(refused), StatusCode::UNAUTHORIZED);
-        let refused = authorize(&creds, Need::Read, true, local, &bearer("nope"));
+        let refused = check(&creds, Need::Read, true, local, &bearer("nope"));
         assert_eq!(status(refused), StatusCode::FORBIDDEN);
         // Without read tokens, reads are open.
         let open = credentials(&["op"], &[]);
-        let read = authorize(&open, Need::Read, false, far, &HeaderMap::new());
+        let read = check(&open, Need::Read, false, far, &HeaderMap::new());
         assert_eq!(read.unwrap().credential, "open");
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Who may read and change is `auth`'s: operator and read bearer tokens, loopback peers while
 //! the API listens on loopback alone and no operator token is set, drain with an operator token
-//! only.
+//! only; and before them, the web config's basic users, rate limit and headers.
 //!
 //! The `/v1` routes are admitted through the daemon's [`Gate`](probe::gate::Gate): once it drains they answer 503
 //! with `Connection: close`, while the health routes and `/metrics` keep answering.
@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::middleware::from_fn;
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::get;
 use probe::gate::GateLayer;
 
@@ -54,6 +54,7 @@ pub use tokens::{Credentials, Role, TokenError, TokenSources, Tokens};
 /// Builds the router. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`: the
 /// mutation guard needs the peer address.
 pub fn router(state: ApiState) -> Router {
+    let state = Arc::new(state);
     Router::new()
         .route(
             "/v1/targets",
@@ -104,6 +105,9 @@ pub fn router(state: ApiState) -> Router {
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
+        // Outermost: the web config's door sees every request first, and its headers go on
+        // every answer, refusals included.
+        .layer(from_fn_with_state(state.clone(), auth::door))
         // Shared, not cloned: axum hands every request its own copy of the state.
-        .with_state(Arc::new(state))
+        .with_state(state)
 }

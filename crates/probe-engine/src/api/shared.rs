@@ -55,6 +55,8 @@ pub struct ApiState {
     pub adhoc: Option<Arc<crate::adhoc::AdHoc>>,
     /// The page's rows' changes besides transitions, while the page is on.
     pub(crate) page_rows: Option<super::Rows>,
+    /// The web config in force (`--web-config`): its basic users, rate limit and headers.
+    pub web: crate::web::Web,
 }
 
 /// The status page's settings.

@@ -180,6 +180,11 @@ impl Tokens {
         self.0.load().has(Role::Operator)
     }
 
+    /// Whether any token is configured, of either role.
+    pub fn has_any(&self) -> bool {
+        !self.0.load().0.is_empty()
+    }
+
     /// Reads the sources again; keeps the tokens in force when they cannot be read.
     pub fn reload(&self, sources: &TokenSources) {
         match sources.load() {

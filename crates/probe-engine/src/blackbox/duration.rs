@@ -1,4 +1,5 @@
-//! Go's durations (`time.ParseDuration`), as the exporter's YAML reads a module's `timeout`:
+//! Go's durations (`time.ParseDuration`), as the exporters read a module's `timeout` and the web
+//! config's `rate_limit.interval`:
 //! decimal numbers, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), in a row
 //! (`1m30s`, `1.5s`, `300ms`), or a bare `0`. Not humantime's: `5 s` or `1d` are not Go's.
 
@@ -10,15 +11,16 @@ const MAX: Duration = Duration::from_secs(24 * 60 * 60);
 /// Parses a Go duration.
 ///
 /// # Errors
-/// Why `text` is not one (negative durations included: a timeout cannot be).
-pub(super) fn parse(text: &str) -> Result<Duration, String> {
+/// Why `text` is not one (negative durations included: neither a timeout nor an interval can
+/// be).
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
     }
     let rest = text.strip_prefix('+').unwrap_or(text);
     if rest.starts_with('-') {
-        return Err("a timeout cannot be negative".to_owned());
+        return Err("a duration here cannot be negative".to_owned());
     }
     if rest.is_empty() {
         return Err("expected a number with a unit, such as 5s or 1m30s".to_owned());

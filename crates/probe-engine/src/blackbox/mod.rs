@@ -47,7 +47,7 @@
 //! `entry` is our YAML's shape and its compilation; `duration` reads Go's durations.
 
 mod dns;
-mod duration;
+pub(crate) mod duration;
 mod entry;
 mod grpc;
 mod http;
