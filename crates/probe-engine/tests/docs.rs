@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Parser, Tag, TagEnd};
-use support::{BIN, Daemon, prom};
+use support::{BIN, Daemon, declared_routes, prom};
 
 /// The repository's root.
 fn root() -> PathBuf {
@@ -275,39 +275,6 @@ fn every_prometheus_config_shown_is_accepted_by_promtool() {
         checked += 1;
     }
     assert!(checked >= 1, "no Prometheus config in the docs");
-}
-
-/// The routes `router()` and the page's `routes()` declare, read from their source: each
-/// `.route("PATH", …)` with the methods its handler chain names.
-fn declared_routes() -> BTreeSet<String> {
-    let method = regex::Regex::new(r"\b(get|post|put|delete|patch)\(").unwrap();
-    let mut routes = BTreeSet::new();
-    for file in ["src/api/mod.rs", "src/api/page/mod.rs"] {
-        let source =
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
-        for call in source.split(".route(").skip(1) {
-            // The call's text: up to the parenthesis that closes `.route(`.
-            let mut depth = 1;
-            let end = call
-                .char_indices()
-                .find(|&(_, c)| {
-                    depth += match c {
-                        '(' => 1,
-                        ')' => -1,
-                        _ => 0,
-                    };
-                    depth == 0
-                })
-                .map(|(i, _)| i)
-                .expect("a closed .route(");
-            let call = &call[..end];
-            let path = call.split('"').nth(1).expect("a path literal");
-            for m in method.captures_iter(call) {
-                routes.insert(format!("{} {path}", m[1].to_uppercase()));
-            }
-        }
-    }
-    routes
 }
 
 /// The routes `docs/api.md` has a section for: each `### `METHOD /path`` heading.

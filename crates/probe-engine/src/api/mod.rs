@@ -60,6 +60,7 @@ pub fn router(state: ApiState) -> Router {
             "/v1/targets",
             get(reads::targets).layer(from_fn(etag::etag)),
         )
+        .route("/v1/openapi.json", get(reads::openapi))
         .route("/v1/targets/{id}", get(reads::target))
         .route("/v1/targets/{id}/explain", get(reads::explain))
         .route("/v1/targets/{id}/uptime", get(history::uptime))

@@ -209,6 +209,24 @@ pub(super) fn detail(engine: &Engine, id: &TargetId) -> Result<Response, ApiErro
     Ok(Json(TargetDetail::from(&status)).into_response())
 }
 
+/// `GET /v1/openapi.json`: the API's description, kept as YAML beside the router (see
+/// `openapi.yaml`), served as JSON.
+pub(super) async fn openapi(_: Readable) -> Response {
+    static DESCRIPTION: std::sync::LazyLock<Result<Vec<u8>, String>> =
+        std::sync::LazyLock::new(|| {
+            serde_saphyr::from_str::<serde_json::Value>(include_str!("openapi.yaml"))
+                .map_err(|e| e.to_string())
+                .and_then(|doc| serde_json::to_vec(&doc).map_err(|e| e.to_string()))
+        });
+    match &*DESCRIPTION {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the API's description does not parse: {e}"),
+        ),
+    }
+}
+
 /// `GET /v1/targets/{id}`.
 pub(super) async fn target(
     State(state): State<Arc<ApiState>>,

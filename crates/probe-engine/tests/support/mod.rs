@@ -10,6 +10,7 @@ pub mod peers;
 pub mod prom;
 pub mod views;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -628,4 +629,37 @@ pub fn badge_texts(body: &str) -> Vec<String> {
         .filter(|n| n.has_tag_name("text"))
         .filter_map(|n| n.text().map(str::to_owned))
         .collect()
+}
+
+/// The routes `router()` and the page's `routes()` declare, read from their source: each
+/// `.route("PATH", …)` with the methods its handler chain names.
+pub fn declared_routes() -> BTreeSet<String> {
+    let method = regex::Regex::new(r"\b(get|post|put|delete|patch)\(").unwrap();
+    let mut routes = BTreeSet::new();
+    for file in ["src/api/mod.rs", "src/api/page/mod.rs"] {
+        let source =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        for call in source.split(".route(").skip(1) {
+            // The call's text: up to the parenthesis that closes `.route(`.
+            let mut depth = 1;
+            let end = call
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map(|(i, _)| i)
+                .expect("a closed .route(");
+            let call = &call[..end];
+            let path = call.split('"').nth(1).expect("a path literal");
+            for m in method.captures_iter(call) {
+                routes.insert(format!("{} {path}", m[1].to_uppercase()));
+            }
+        }
+    }
+    routes
 }
