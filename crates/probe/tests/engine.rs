@@ -1191,6 +1191,58 @@ fn readiness_answers_while_a_ten_thousand_target_apply_runs() {
     runtime.block_on(engine.stopped());
 }
 
+/// A page of the listing: the targets after the cursor that the filter keeps, at most the
+/// limit, with whether more follow; the same copies as the whole listing's.
+#[tokio::test(start_paused = true)]
+async fn a_listing_page_starts_after_its_cursor_and_stops_when_full() {
+    let (engine, cancel) = start(4);
+    let ids = ["a", "b", "c", "d", "e"];
+    engine
+        .apply(
+            ids.iter()
+                .map(|id| target(id, Arc::new(Idle), Duration::from_secs(3600), 0.0, 1, 1))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let names = |listed: &probe::engine::Listed| {
+        listed
+            .targets
+            .iter()
+            .map(|s| s.id.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let all = engine.listing();
+    let first = engine.listing_where(None, Some(2), |_| true);
+    assert_eq!(
+        (names(&first), first.more, first.of),
+        (vec!["a".into(), "b".into()], true, 5)
+    );
+    let cursor = first.targets[1].id.clone();
+    let second = engine.listing_where(Some(&cursor), Some(2), |_| true);
+    assert_eq!(
+        (names(&second), second.more),
+        (vec!["c".into(), "d".into()], true)
+    );
+    // The last page is not full: nothing follows it.
+    let last = engine.listing_where(Some(&second.targets[1].id), Some(2), |_| true);
+    assert_eq!((names(&last), last.more), (vec!["e".into()], false));
+    // A full page with nothing after it kept says no more either.
+    let vowels = engine.listing_where(None, Some(2), |s| ["a", "e"].contains(&s.id.as_str()));
+    assert_eq!(
+        (names(&vowels), vowels.more),
+        (vec!["a".into(), "e".into()], false)
+    );
+    let odd = engine.listing_where(None, None, |s| s.id.as_str() != "b");
+    assert_eq!(names(&odd), ["a", "c", "d", "e"]);
+    assert!(
+        Arc::ptr_eq(&odd.targets[1], &all[2]),
+        "the listing's own copies"
+    );
+    cancel.cancel();
+    engine.stopped().await;
+}
+
 /// A listing rebuilds only what changed: an unchanged target's copy is the previous listing's
 /// (the same `Arc`), a target that got a result since has a new one, and the listing says what
 /// `statuses` says.

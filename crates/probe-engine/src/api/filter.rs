@@ -7,9 +7,8 @@
 //! one twice, which an offset cannot promise while targets are added and removed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
-use probe::engine::TargetStatus;
+use probe::engine::{Engine, Listed, TargetStatus};
 use probe::graph::{GraphView, NodeKind};
 use probe::{HealthState, ProbeSpec, TargetId};
 
@@ -137,13 +136,15 @@ impl Filter {
         Ok(filter)
     }
 
-    /// The targets of `listing` (sorted by id) this query asks for, and the cursor of the page
-    /// after them (`None` on the last page); `Err` names a `group` that is not one.
-    pub(super) fn page<'a>(
+    /// The page of the engine's targets (sorted by id) this query asks for, and the cursor of
+    /// the page after it (`None` on the last page); `Err` names a `group` that is not one. The
+    /// engine walks from the cursor and filters its shared copies, so a page or a narrow filter
+    /// copies only what it shows.
+    pub(super) fn page(
         &self,
-        listing: &'a [Arc<TargetStatus>],
+        engine: &Engine,
         graph: &GraphView,
-    ) -> Result<(Vec<&'a Arc<TargetStatus>>, Option<TargetId>), String> {
+    ) -> Result<(Listed, Option<TargetId>), String> {
         let covered = match &self.group {
             Some(group) => match graph.status(group) {
                 Some(node) if node.kind == NodeKind::Group => graph.covered(group),
@@ -152,22 +153,14 @@ impl Filter {
             },
             None => None,
         };
-        let start = self
-            .cursor
-            .as_ref()
-            .map_or(0, |cursor| listing.partition_point(|s| s.id <= *cursor));
-        let mut shown = Vec::new();
-        for status in &listing[start..] {
-            if !self.keeps(status, covered.as_ref()) {
-                continue;
-            }
-            if self.limit == Some(shown.len()) {
-                let next = shown.last().map(|s: &&Arc<TargetStatus>| s.id.clone());
-                return Ok((shown, next));
-            }
-            shown.push(status);
-        }
-        Ok((shown, None))
+        let listed = engine.listing_where(self.cursor.as_ref(), self.limit, |status| {
+            self.keeps(status, covered.as_ref())
+        });
+        let next = listed
+            .more
+            .then(|| listed.targets.last().map(|s| s.id.clone()))
+            .flatten();
+        Ok((listed, next))
     }
 
     fn keeps(&self, status: &TargetStatus, covered: Option<&HashSet<&TargetId>>) -> bool {

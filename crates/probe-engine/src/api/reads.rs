@@ -122,12 +122,11 @@ pub(super) async fn targets(
         Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
     };
     blocking("listing targets", move || {
-        let listing = state.engine.listing();
-        let (shown, next) = match filter.page(&listing, &state.engine.graph()) {
+        let (listed, next) = match filter.page(&state.engine, &state.engine.graph()) {
             Ok(page) => page,
             Err(why) => return error(StatusCode::BAD_REQUEST, why),
         };
-        match state.listing.render(&listing, &shown, next.as_ref()) {
+        match state.listing.render(&listed, next.as_ref()) {
             Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
             Err(e) => error(
                 StatusCode::INTERNAL_SERVER_ERROR,

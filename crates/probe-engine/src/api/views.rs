@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use probe::TargetId;
-use probe::engine::{MaintenanceInfo, TargetStatus};
+use probe::engine::{Listed, MaintenanceInfo, TargetStatus};
 use probe::graph::{ChildExplanation, Edge, NodeKind, NodeStatus};
 use probe::health::{HealthState, Pending};
 use probe::outcome::{Outcome, Signal, TlsFacts};
@@ -38,19 +38,18 @@ pub(crate) struct ListingCache {
 type Fragments = HashMap<TargetId, (Arc<TargetStatus>, Vec<u8>)>;
 
 impl ListingCache {
-    /// The body for `shown`, a page of `listing` (every target's status), with `next` the cursor
-    /// of the page after it. Updated in place; the fragments of targets no longer in `listing` go
-    /// once they outnumber the rest (a page leaves the others' fragments for the next request).
+    /// The body for `listed`, a page of the engine's targets, with `next` the cursor of the page
+    /// after it. Updated in place; the fragments of targets that left go once they outnumber
+    /// the targets (a page leaves the others' fragments for the next request).
     pub(super) fn render(
         &self,
-        listing: &[Arc<TargetStatus>],
-        shown: &[&Arc<TargetStatus>],
+        listed: &Listed,
         next: Option<&TargetId>,
     ) -> serde_json::Result<Vec<u8>> {
         let mut fragments = self.fragments.lock();
         let mut body = Vec::with_capacity(self.size.load(Ordering::Relaxed));
         body.extend_from_slice(b"{\"targets\":[");
-        for (i, &status) in shown.iter().enumerate() {
+        for (i, status) in listed.targets.iter().enumerate() {
             if i > 0 {
                 body.push(b',');
             }
@@ -73,10 +72,9 @@ impl ListingCache {
         body.extend_from_slice(b"],\"next\":");
         serde_json::to_writer(&mut body, &next.map(TargetId::as_str))?;
         body.push(b'}');
-        if fragments.len() > 2 * listing.len() {
-            let listed: std::collections::HashSet<&TargetId> =
-                listing.iter().map(|s| &s.id).collect();
-            fragments.retain(|id, _| listed.contains(id));
+        if fragments.len() > 2 * listed.of {
+            // A copy held only here is no longer the engine's: no listing will hand it out again.
+            fragments.retain(|_, (copy, _)| Arc::strong_count(copy) > 1);
         }
         self.size.store(body.len(), Ordering::Relaxed);
         Ok(body)

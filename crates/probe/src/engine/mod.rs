@@ -50,8 +50,8 @@ pub use cluster::{Cluster, Loads, Reassigned};
 pub use metrics::{DURATION_BUCKETS, describe_metrics, target_metric_families};
 pub use passive::{CircuitCommand, Lease, PickError, Pools, Reporter};
 pub use view::{
-    Diff, EngineError, Event, MaintenanceInfo, MaintenanceSource, Readiness, Record, Run, Runs,
-    TargetStatus, Vote, Workload,
+    Diff, EngineError, Event, Listed, MaintenanceInfo, MaintenanceSource, Readiness, Record, Run,
+    Runs, TargetStatus, Vote, Workload,
 };
 
 use crate::graph::{GraphView, NodeKind};
@@ -198,13 +198,22 @@ impl Engine {
     /// caller that keeps what it derived from a copy (a serialised fragment, keyed by the
     /// `Arc`'s pointer) redoes only the targets that changed.
     pub fn listing(&self) -> Vec<Arc<TargetStatus>> {
+        self.listing_where(None, None, |_| true).targets
+    }
+
+    /// A page of [`Engine::listing`]: the targets after `after` (by id) that `keep` accepts, at
+    /// most `limit` of them. The filter runs on each target's shared copy before anything is
+    /// cloned for the page, and the walk starts at `after` and stops once the page is full, so
+    /// a page or a narrow filter costs what it shows, not a copy of the whole fleet.
+    pub fn listing_where(
+        &self,
+        after: Option<&TargetId>,
+        limit: Option<usize>,
+        mut keep: impl FnMut(&TargetStatus) -> bool,
+    ) -> Listed {
+        use std::ops::Bound;
         let targets = self.inner.targets.load_full();
         let graph = self.inner.hub().graph();
-        let scores = targets.keys().map(|id| {
-            graph
-                .status(id)
-                .map_or((None, false), |n| (n.score, n.dependency_down))
-        });
         let now = Instant::now();
         let members: std::collections::HashMap<TargetId, MemberStatus> = self
             .inner
@@ -213,33 +222,49 @@ impl Engine {
             .into_iter()
             .map(|m| (m.id.clone(), m))
             .collect();
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut listed = Listed {
+            targets: Vec::with_capacity(limit.unwrap_or(targets.len()).min(targets.len())),
+            more: false,
+            of: targets.len(),
+        };
         // Held throughout, while targets are locked one by one: listings run one at a time, so
         // each finds the copies the last one left (taken out instead, a listing running beside
         // another would start from none and rebuild every copy). Nothing else takes this lock.
         let mut copies = self.inner.listing.lock();
-        let listing = targets
-            .values()
-            .zip(scores)
-            .map(|(target, score)| {
-                let id = target.id();
-                let pool = members.get(id).cloned();
-                let slot = copies.get_mut(id);
-                let previous = slot.as_deref().cloned();
-                let (version, status) = target.listed(previous, score, pool, now);
-                match slot {
-                    Some(slot) => *slot = (version, status.clone()),
-                    None => {
-                        copies.insert(id.clone(), (version, status.clone()));
+        for (id, target) in targets.range::<TargetId, _>((start, Bound::Unbounded)) {
+            let score = graph
+                .status(id)
+                .map_or((None, false), |n| (n.score, n.dependency_down));
+            let pool = members.get(id).cloned();
+            let status = match copies.get_mut(id) {
+                Some(slot) => {
+                    if let Some(fresh) = target.listed(Some(&*slot), score, pool, now) {
+                        *slot = fresh;
                     }
+                    &slot.1
                 }
-                status
-            })
-            .collect();
+                None => {
+                    let Some(fresh) = target.listed(None, score, pool, now) else {
+                        continue;
+                    };
+                    &copies.entry(id.clone()).or_insert(fresh).1
+                }
+            };
+            if !keep(status) {
+                continue;
+            }
+            if limit == Some(listed.targets.len()) {
+                listed.more = true;
+                break;
+            }
+            listed.targets.push(status.clone());
+        }
         // Updated in place; the copies of targets that left go once they outnumber the rest.
         if copies.len() > 2 * targets.len() {
             copies.retain(|id, _| targets.contains_key(id));
         }
-        listing
+        listed
     }
 
     /// The dependency graph's scores, states and group verdicts, for statuses, explanations and

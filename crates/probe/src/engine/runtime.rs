@@ -450,29 +450,30 @@ impl Target {
     }
 
     /// The target's status for a listing, with its graph figures (`score`, `dependency_down`)
-    /// and pool standing: `previous` (the last listing's copy, with the version it was built at)
-    /// while none of it changed, so that a listing of many targets builds only the few that did.
+    /// and pool standing, with the version it was built at; `None` while `previous` (the last
+    /// listing's copy) still holds, so that a listing of many targets builds, and clones, only
+    /// the few that changed.
     pub fn listed(
         &self,
-        previous: Option<(u32, Arc<TargetStatus>)>,
+        previous: Option<&(u32, Arc<TargetStatus>)>,
         score: (Option<f64>, bool),
         pool: Option<MemberStatus>,
         now: Instant,
-    ) -> (u32, Arc<TargetStatus>) {
+    ) -> Option<(u32, Arc<TargetStatus>)> {
         let circuit = self.circuit(now);
         let status = self.status.lock();
         if let Some((version, listed)) = previous
-            && version == status.version
+            && *version == status.version
             && (listed.score, listed.dependency_down) == score
             && listed.pool == pool
             && listed.circuit == circuit
         {
-            return (version, listed);
+            return None;
         }
         let mut view = self.view(&status, false, circuit);
         (view.score, view.dependency_down) = score;
         view.pool = pool;
-        (status.version, Arc::new(view))
+        Some((status.version, Arc::new(view)))
     }
 
     fn view(

@@ -34,6 +34,18 @@ impl Diff {
     }
 }
 
+/// A page of the targets' statuses ([`Engine::listing_where`](super::Engine::listing_where)).
+#[derive(Debug)]
+pub struct Listed {
+    /// The statuses kept, sorted by id.
+    pub targets: Vec<Arc<TargetStatus>>,
+    /// Whether another target after the last one would have been kept: the page is full and
+    /// there is a next one.
+    pub more: bool,
+    /// How many targets the engine has.
+    pub of: usize,
+}
+
 /// A copy of one target's health, as the API shows it.
 #[derive(Clone, Debug)]
 pub struct TargetStatus {
