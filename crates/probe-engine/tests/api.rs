@@ -1070,6 +1070,44 @@ targets:
 }
 
 /// A real DOWN and an operator's maintenance, as `GET /v1/events` and `/health` tell them.
+/// `?target=` keeps the stream to the targets named: another target's transition never comes,
+/// the named one's does; an unknown id is a 404 and another parameter a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_keeps_to_the_targets_asked_for() {
+    let (addr, _listener) = accepting().await;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        &format!(
+            "defaults: {{interval: 200ms, timeout: 150ms, rise: 1, fall: 1}}\ntargets:\n\
+             \x20 - {{id: kept, tcp: {{address: \"{addr}\"}}}}\n\
+             \x20 - {{id: other, tcp: {{address: \"{addr}\"}}}}\n"
+        ),
+    );
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_states(&[("kept", "UP"), ("other", "UP")]).await;
+    let mut events = EventStream::new(daemon.get("/v1/events?target=kept").await);
+    let maintenance = r#"{"reason": "filtered", "duration": "30m"}"#;
+    for id in ["other", "kept"] {
+        let path = format!("/v1/targets/{id}/maintenance");
+        let (status, body) = daemon
+            .send(Method::PUT, &path, None, Some(maintenance))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // The first event on the stream is kept's, though other's change came first.
+    let first = events.next().await;
+    assert_eq!(
+        (first.target.as_str(), first.to.as_str()),
+        ("kept", "MAINTENANCE")
+    );
+    let unknown = daemon.get("/v1/events?target=nope").await;
+    assert_eq!(unknown.status(), 404);
+    let other = daemon.get("/v1/events?since=1h").await;
+    assert_eq!(other.status(), 400);
+    assert!(other.text().await.unwrap().contains("\\\"since\\\""));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_and_health_follow_a_real_down_and_a_maintenance() {
     let (addr, listener) = accepting().await;

@@ -687,8 +687,13 @@ async fn events(
         Output::Yaml => format!("---\n{}", render::yaml(t)),
         Output::Table | Output::Wide => transition_line(t, target.as_deref(), style),
     };
-    // Open the stream first, so nothing between the history and the stream is missed.
-    let mut stream = api.stream("/v1/events").await?;
+    // Open the stream first, so nothing between the history and the stream is missed. The
+    // daemon keeps to the one target: the rest of the fleet's changes never travel.
+    let path = match &target {
+        Some(id) => format!("/v1/events?target={id}"),
+        None => "/v1/events".to_owned(),
+    };
+    let mut stream = api.stream(&path).await?;
     // On stderr, so that the transitions alone go where stdout goes; and once the stream is
     // open, so that whoever waits for it knows nothing from now on is missed.
     eprintln!("following {} (Ctrl-C to stop)", api.url("/v1/events"));
@@ -750,9 +755,6 @@ async fn events(
                         value["missed"]
                     );
                 }
-                continue;
-            }
-            if target.as_deref().is_some_and(|id| value["target"] != id) {
                 continue;
             }
             if seen.contains(&(cell(&value["at"]), cell(&value["to"]))) {

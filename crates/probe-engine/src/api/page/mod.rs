@@ -193,6 +193,7 @@ async fn events(State(state): State<Arc<ApiState>>, viewer: Viewer) -> (Viewer, 
             .history
             .as_ref()
             .map(crate::history::History::transitions_written),
+        only: None,
     };
     (viewer, super::events::stream(&state, feeds).into_response())
 }
