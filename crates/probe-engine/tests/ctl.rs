@@ -369,6 +369,43 @@ async fn uptime_and_history_read_the_daemons_history() {
     assert_eq!(json["window"], "24h");
     let bad = ctl(&daemon, &["uptime", "up", "--window", "forever"]);
     assert_eq!(bad.status.code(), Some(1));
+
+    // Many targets' uptime in one call, in the order asked; an unknown id is a 404.
+    let batch: Value = daemon
+        .get("/v1/uptime?window=7d&target=up,down,up")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let listed: Vec<(&str, &str)> = batch["uptimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["target"].as_str().unwrap(), u["window"].as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, [("up", "7d"), ("down", "7d")], "{batch}");
+    // Each entry is what the one target's route answers.
+    let one: Value = daemon
+        .get("/v1/targets/up/uptime?window=7d")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&batch["uptimes"][0]), keys(&one));
+    assert_eq!(daemon.get("/v1/uptime?target=nope").await.status(), 404);
+    assert_eq!(daemon.get("/v1/uptime?since=1h").await.status(), 400);
+
+    // `-o wide` shows each row's uptime over 24 h, read in that one call.
+    let wide = stdout(&ctl(&daemon, &["-o", "wide", "targets"]));
+    let uptime_of = |id: &str| {
+        wide.lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .and_then(|l| l.split_whitespace().find(|w| w.ends_with('%')))
+            .map(str::to_owned)
+    };
+    assert_eq!(uptime_of("up").as_deref(), Some("100.000%"), "{wide}");
+    assert_eq!(uptime_of("down").as_deref(), Some("0.000%"), "{wide}");
 }
 
 /// A reader that goes away early (`| head`) ends the output quietly: no panic, exit 0.

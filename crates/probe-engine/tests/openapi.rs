@@ -226,6 +226,10 @@ async fn every_route_is_described_and_every_answer_validates() {
             "/v1/targets/{id}/uptime",
             "/v1/targets/up/uptime?window=forever",
         ),
+        call("GET", "/v1/uptime", "/v1/uptime"),
+        call("GET", "/v1/uptime", "/v1/uptime?window=7d&target=up,shop"),
+        call("GET", "/v1/uptime", "/v1/uptime?target=nope"),
+        call("GET", "/v1/uptime", "/v1/uptime?window=forever"),
         call(
             "GET",
             "/v1/targets/{id}/history",

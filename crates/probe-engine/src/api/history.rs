@@ -1,5 +1,6 @@
-//! The routes that read the history: a target's or group's uptime over a window, and its
-//! record (transitions, hourly rollups, operator actions) over a span.
+//! The routes that read the history: a target's or group's uptime over a window, the uptime of
+//! many at once (one read of the history for a fleet's table), and a target's record
+//! (transitions, hourly rollups, operator actions) over a span.
 //!
 //! Both answer from the database the daemon writes (`crate::history`), never from a probe; a
 //! daemon without history answers 503 with why (the recent results still show in
@@ -77,27 +78,87 @@ pub(super) async fn uptime(
     let q = query(q)?;
     let id = known(&state, &id)?;
     let window = q.get("window").map_or("24h", String::as_str);
+    let mut answers = uptimes_of(&state, &[id], window).await?;
+    Ok(Json(answers.swap_remove(0)).into_response())
+}
+
+/// `GET /v1/uptime?window=...&target=a,b`: the uptime of each target or group named (of every
+/// one without `target`) over one window, read from the history at once: a table of the fleet
+/// makes one call, not one per row.
+pub(super) async fn uptimes(
+    State(state): State<Arc<ApiState>>,
+    _: Readable,
+    q: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    if let Some(other) = q
+        .keys()
+        .find(|k| !["window", "target"].contains(&k.as_str()))
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("unknown parameter {other:?}: /v1/uptime takes window and target"),
+        ));
+    }
+    let ids = match q.get("target") {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+            .map(|id| known(&state, id))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => {
+            let mut ids: Vec<TargetId> = state
+                .engine
+                .graph()
+                .export()
+                .nodes
+                .into_iter()
+                .map(|node| node.id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let mut seen = std::collections::HashSet::new();
+    let ids: Vec<TargetId> = ids
+        .into_iter()
+        .filter(|id| seen.insert(id.clone()))
+        .collect();
+    let window = q.get("window").map_or("24h", String::as_str);
+    let answers = uptimes_of(&state, &ids, window).await?;
+    Ok(Json(json!({ "uptimes": answers })).into_response())
+}
+
+/// Each of `ids`' uptime over `window`, in their order, as `/v1/targets/{id}/uptime` answers it.
+async fn uptimes_of(
+    state: &ApiState,
+    ids: &[TargetId],
+    window: &str,
+) -> Result<Vec<serde_json::Value>, ApiError> {
     let (from, until) = uptime::window(window, history::now_ms())
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
-    let history = kept(&state)?;
-    let u = history
-        .uptimes(&[id.as_str()], from, until)
-        .await?
-        .remove(id.as_str())
-        .unwrap_or_default();
-    Ok(Json(json!({
-        "target": id.as_str(),
-        "window": window,
-        "from": at(u.from_ms),
-        "until": at(u.until_ms),
-        "uptime": u.ratio(),
-        "up_ms": u.up_ms,
-        "down_ms": u.down_ms,
-        "maintenance_ms": u.maintenance_ms,
-        "no_verdict_ms": u.no_verdict_ms,
-        "unknown_ms": u.unknown_ms,
-    }))
-    .into_response())
+    let history = kept(state)?;
+    let names: Vec<&str> = ids.iter().map(TargetId::as_str).collect();
+    let mut found = history.uptimes(&names, from, until).await?;
+    Ok(names
+        .iter()
+        .map(|id| {
+            let u = found.remove(*id).unwrap_or_default();
+            json!({
+                "target": id,
+                "window": window,
+                "from": at(u.from_ms),
+                "until": at(u.until_ms),
+                "uptime": u.ratio(),
+                "up_ms": u.up_ms,
+                "down_ms": u.down_ms,
+                "maintenance_ms": u.maintenance_ms,
+                "no_verdict_ms": u.no_verdict_ms,
+                "unknown_ms": u.unknown_ms,
+            })
+        })
+        .collect())
 }
 
 /// A time in a query: RFC 3339, or a duration before now (`24h`).

@@ -64,6 +64,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/targets/{id}", get(reads::target))
         .route("/v1/targets/{id}/explain", get(reads::explain))
         .route("/v1/targets/{id}/uptime", get(history::uptime))
+        .route("/v1/uptime", get(history::uptimes))
         .route("/v1/targets/{id}/history", get(history::record))
         .route("/v1/graph", get(reads::graph).layer(from_fn(etag::etag)))
         .route(
