@@ -441,20 +441,11 @@ fn a_blackbox_config_the_daemon_cannot_run_refuses_the_start_located() {
         "modules:\n  ok:\n    prober: tcp\n  sock:\n    prober: unix\n",
     );
     write(d, "probes.yaml", "targets: []\n");
-    let output = std::process::Command::new(support::BIN)
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--state-dir",
-            "none",
-            "--config",
-        ])
-        .arg(d.join("probes.yaml"))
-        .arg("--blackbox-config")
-        .arg(d.join("blackbox.yml"))
-        .output()
-        .unwrap();
+    let blackbox = d.join("blackbox.yml");
+    let output = support::refused_start(
+        &d.join("probes.yaml"),
+        &["--blackbox-config", blackbox.to_str().unwrap()],
+    );
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -197,11 +197,7 @@ fn check_accepts_the_default_config_and_reports_every_error() {
 fn run_refuses_an_invalid_config() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("t.yaml"), "targets: [{id: x}]\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["run", "--listen", "127.0.0.1:0", "--config"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = support::refused_start(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("t.yaml:1:"));
 }

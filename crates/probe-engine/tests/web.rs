@@ -12,50 +12,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use probe_testkit::AcceptServer;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use support::pki::{Authority, Issued};
 use support::{BIN, Daemon, write_targets};
 use tokio::time::Instant;
-
-/// A CA, and the certificates it signs.
-struct Authority {
-    issuer: Issuer<'static, KeyPair>,
-    /// Its certificate, PEM.
-    ca: PathBuf,
-}
-
-impl Authority {
-    fn new(dir: &Path, name: &str) -> Self {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        let ca = dir.join(format!("{name}.pem"));
-        std::fs::write(&ca, cert.pem()).unwrap();
-        Self {
-            issuer: Issuer::new(params, key),
-            ca,
-        }
-    }
-
-    /// A certificate for `names` (IPs are IP names), with `cn` as its common name, written as
-    /// `{file}.pem` and `{file}.key`.
-    fn issue(&self, dir: &Path, file: &str, cn: &str, names: &[&str]) -> (PathBuf, PathBuf) {
-        let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-                .unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let (cert_path, key_path) = (
-            dir.join(format!("{file}.pem")),
-            dir.join(format!("{file}.key")),
-        );
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        (cert_path, key_path)
-    }
-}
 
 /// A bcrypt hash as `htpasswd -B` writes it (`$2y$`), at the cheapest cost.
 fn hash(password: &str) -> String {
@@ -103,6 +62,13 @@ fn curl(args: &[&str]) -> Curl {
     }
 }
 
+/// curl trusting the CA `ca`.
+fn curl_trusting(ca: &str, args: &[&str]) -> Curl {
+    let mut all = vec!["--cacert", ca];
+    all.extend_from_slice(args);
+    curl(&all)
+}
+
 /// A target that is UP, a server's certificate for 127.0.0.1 from `ca`, and a web config of
 /// `tls_server_config` (with `tls_extra` lines in it) and `rest`.
 struct Setup {
@@ -117,12 +83,14 @@ impl Setup {
         let up = AcceptServer::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         write_targets(dir.path(), &[("up", up.addr())]);
-        let authority = Authority::new(dir.path(), "ca");
-        authority.issue(
+        let authority = Authority::root(dir.path(), "ca");
+        authority.leaf(
             dir.path(),
             "server",
             "probe-engine",
             &["127.0.0.1", "localhost"],
+            -1,
+            90,
         );
         let web = dir.path().join("web.yml");
         std::fs::write(
@@ -168,11 +136,11 @@ async fn curl_meets_tls_basic_auth_tokens_headers_and_the_rate_limit() {
         ),
     );
     let daemon = setup.start(&["--api-token", "ops=op-token", "--read-token", "grafana=rd"]);
-    let ca = setup.authority.ca.to_str().unwrap();
+    let ca = setup.authority.cert.to_str().unwrap();
     let url = |path| https(&daemon, path);
 
     // The right password reads, over TLS verified against the CA.
-    let ok = curl(&["--cacert", ca, "-u", "prometheus:s3cret", &url("/metrics")]);
+    let ok = curl_trusting(ca, &["-u", "prometheus:s3cret", &url("/metrics")]);
     assert_eq!((ok.code, ok.status), (Some(0), 200), "{}", ok.head);
     assert!(ok.body.contains("probe_engine_ready "), "{}", ok.body);
     assert_eq!(
@@ -187,11 +155,10 @@ async fn curl_meets_tls_basic_auth_tokens_headers_and_the_rate_limit() {
         vec!["-u", "mallory:s3cret"],
         vec![],
     ] {
-        let mut args = vec!["--cacert", ca];
-        args.extend(creds.iter().copied());
         let target = url("/v1/targets");
+        let mut args = creds.clone();
         args.push(&target);
-        let refused = curl(&args);
+        let refused = curl_trusting(ca, &args);
         assert_eq!(refused.status, 401, "{creds:?}: {}", refused.body);
         assert_eq!(
             refused.header("www-authenticate"),
@@ -203,50 +170,40 @@ async fn curl_meets_tls_basic_auth_tokens_headers_and_the_rate_limit() {
     }
 
     // The health checks need no password: an orchestrator's probe carries none.
-    let live = curl(&["--cacert", ca, &url("/livez")]);
+    let live = curl_trusting(ca, &[&url("/livez")]);
     assert_eq!(live.status, 200, "{}", live.body);
 
     // Tokens keep working: a read token reads, the operator token changes things.
-    let read = curl(&[
-        "--cacert",
-        ca,
-        "-H",
-        "Authorization: Bearer rd",
-        &url("/v1/targets"),
-    ]);
+    let read = curl_trusting(ca, &["-H", "Authorization: Bearer rd", &url("/v1/targets")]);
     assert_eq!(read.status, 200, "{}", read.body);
-    let set = curl(&[
-        "--cacert",
+    let set = curl_trusting(
         ca,
-        "-X",
-        "PUT",
-        "-H",
-        "Authorization: Bearer op-token",
-        "-H",
-        "Content-Type: application/json",
-        "--data",
-        r#"{"reason": "over TLS", "duration": "10m"}"#,
-        &url("/v1/targets/up/maintenance"),
-    ]);
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Authorization: Bearer op-token",
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            r#"{"reason": "over TLS", "duration": "10m"}"#,
+            &url("/v1/targets/up/maintenance"),
+        ],
+    );
     assert_eq!(set.status, 200, "{}", set.body);
     // A basic user reads as a read token does, and cannot change anything.
-    let change = curl(&[
-        "--cacert",
+    let change = curl_trusting(
         ca,
-        "-u",
-        "prometheus:s3cret",
-        "-X",
-        "DELETE",
-        &url("/v1/targets/up/maintenance"),
-    ]);
+        &[
+            "-u",
+            "prometheus:s3cret",
+            "-X",
+            "DELETE",
+            &url("/v1/targets/up/maintenance"),
+        ],
+    );
     assert_eq!(change.status, 401, "{}", change.body);
-    let got = curl(&[
-        "--cacert",
-        ca,
-        "-u",
-        "prometheus:s3cret",
-        &url("/v1/targets/up"),
-    ]);
+    let got = curl_trusting(ca, &["-u", "prometheus:s3cret", &url("/v1/targets/up")]);
     assert_eq!(got.status, 200, "{}", got.body);
     assert!(got.body.contains("\"MAINTENANCE\""), "{}", got.body);
 
@@ -258,14 +215,7 @@ async fn curl_meets_tls_basic_auth_tokens_headers_and_the_rate_limit() {
     assert_eq!(untrusted.code, Some(60), "{}", untrusted.head);
 
     // HTTP/2 is offered by ALPN, as the file's `http2` (true by default) says.
-    let h2 = curl(&[
-        "--cacert",
-        ca,
-        "--http2",
-        "-u",
-        "prometheus:s3cret",
-        &url("/readyz"),
-    ]);
+    let h2 = curl_trusting(ca, &["--http2", "-u", "prometheus:s3cret", &url("/readyz")]);
     assert!(h2.head.starts_with("HTTP/2 200"), "{}", h2.head);
 }
 
@@ -273,12 +223,12 @@ async fn curl_meets_tls_basic_auth_tokens_headers_and_the_rate_limit() {
 async fn the_rate_limit_refuses_past_the_bucket_and_spares_the_health_checks() {
     let setup = Setup::new("", "rate_limit:\n  interval: 1h\n  burst: 2\n");
     let daemon = setup.start(&[]);
-    let ca = setup.authority.ca.to_str().unwrap();
+    let ca = setup.authority.cert.to_str().unwrap();
     let statuses: Vec<u16> = (0..3)
-        .map(|_| curl(&["--cacert", ca, &https(&daemon, "/v1/targets")]).status)
+        .map(|_| curl_trusting(ca, &[&https(&daemon, "/v1/targets")]).status)
         .collect();
     assert_eq!(statuses, [200, 200, 429]);
-    let live = curl(&["--cacert", ca, &https(&daemon, "/livez")]);
+    let live = curl_trusting(ca, &[&https(&daemon, "/livez")]);
     assert_eq!(live.status, 200);
 }
 
@@ -290,57 +240,41 @@ async fn mutual_tls_refuses_a_client_without_a_good_certificate() {
         "",
     );
     let dir = setup.dir.path();
-    let clients = Authority::new(dir, "clients");
-    let (good, good_key) = clients.issue(dir, "good", "prometheus", &["prometheus.example"]);
-    let (other, other_key) = clients.issue(dir, "other", "grafana", &["grafana.example"]);
+    let clients = Authority::root(dir, "clients");
+    let good = clients.leaf(dir, "good", "prometheus", &["prometheus.example"], -1, 90);
+    let other = clients.leaf(dir, "other", "grafana", &["grafana.example"], -1, 90);
     // Right names, wrong CA.
-    let stranger = Authority::new(dir, "stranger");
-    let (forged, forged_key) = stranger.issue(dir, "forged", "prometheus", &["prometheus.example"]);
+    let stranger = Authority::root(dir, "stranger");
+    let forged = stranger.leaf(dir, "forged", "prometheus", &["prometheus.example"], -1, 90);
     let daemon = setup.start(&[]);
-    let ca = setup.authority.ca.to_str().unwrap();
-    let url = https(&daemon, "/livez");
-    let with = |cert: &Path, key: &Path| {
-        curl(&[
-            "--cacert",
+    let ca = setup.authority.cert.to_str().unwrap();
+    let with = |client: &Issued, path: &str| {
+        curl_trusting(
             ca,
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            &url,
-        ])
+            &[
+                "--cert",
+                client.cert.to_str().unwrap(),
+                "--key",
+                client.key.to_str().unwrap(),
+                &https(&daemon, path),
+            ],
+        )
     };
-    let accepted = with(&good, &good_key);
+    let accepted = with(&good, "/livez");
     assert_eq!(accepted.status, 200, "{}", accepted.head);
-    let none = curl(&["--cacert", ca, &url]);
+    let none = curl_trusting(ca, &[&https(&daemon, "/livez")]);
     assert_eq!(none.status, 0, "no certificate: {}", none.head);
     assert_ne!(none.code, Some(0));
-    for (what, cert, key) in [
-        ("a name not allowed", &other, &other_key),
-        ("another CA", &forged, &forged_key),
-    ] {
-        let refused = with(cert, key);
+    for (what, client) in [("a name not allowed", &other), ("another CA", &forged)] {
+        let refused = with(client, "/livez");
         assert_eq!(refused.status, 0, "{what}: {}", refused.head);
         assert_ne!(refused.code, Some(0), "{what}");
     }
-    let metrics = with(&good, &good_key);
+    let metrics = with(&good, "/livez");
     assert_eq!(metrics.status, 200);
-    let failures = with_metrics(&daemon, ca, &good, &good_key).await;
+    let failures = support::prom::Metrics::parse(&with(&good, "/metrics").body)
+        .value("probe_engine_tls_handshake_failures_total", &[]);
     assert!(failures >= 3.0, "handshake failures counted: {failures}");
-}
-
-/// `probe_engine_tls_handshake_failures_total`, read over mutual TLS.
-async fn with_metrics(daemon: &Daemon, ca: &str, cert: &Path, key: &Path) -> f64 {
-    let out = curl(&[
-        "--cacert",
-        ca,
-        "--cert",
-        cert.to_str().unwrap(),
-        "--key",
-        key.to_str().unwrap(),
-        &https(daemon, "/metrics"),
-    ]);
-    support::prom::Metrics::parse(&out.body).value("probe_engine_tls_handshake_failures_total", &[])
 }
 
 /// The certificate a new connection is served, as DER.
@@ -392,7 +326,7 @@ async fn a_rotated_certificate_serves_the_next_connection_and_open_ones_go_on() 
         let url = url.clone();
         async move { served_certificate(&client, &url).await }
     };
-    let trusted = || trusting(&setup.authority.ca);
+    let trusted = || trusting(&setup.authority.cert);
     let first = der_of(&dir.join("server.pem"));
     let open = trusted();
     assert_eq!(served_certificate(&open, &url).await, first);
@@ -400,7 +334,7 @@ async fn a_rotated_certificate_serves_the_next_connection_and_open_ones_go_on() 
     // Rewritten where the links lead, and SIGHUP.
     setup
         .authority
-        .issue(elsewhere.path(), "server", "second", &["127.0.0.1"]);
+        .leaf(elsewhere.path(), "server", "second", &["127.0.0.1"], -1, 90);
     daemon.signal("-HUP");
     daemon.wait_log("web config reloaded");
     let second = der_of(&dir.join("server.pem"));
@@ -414,11 +348,11 @@ async fn a_rotated_certificate_serves_the_next_connection_and_open_ones_go_on() 
 
     // A new key and certificate renamed over the links, as certbot does: seen, no signal.
     let staged = tempfile::tempdir_in(dir).unwrap();
-    let (cert, key) = setup
+    let issued = setup
         .authority
-        .issue(staged.path(), "server", "third", &["127.0.0.1"]);
-    std::fs::rename(&key, dir.join("server.key")).unwrap();
-    std::fs::rename(&cert, dir.join("server.pem")).unwrap();
+        .leaf(staged.path(), "server", "third", &["127.0.0.1"], -1, 90);
+    std::fs::rename(&issued.key, dir.join("server.key")).unwrap();
+    std::fs::rename(&issued.cert, dir.join("server.pem")).unwrap();
     daemon.wait_log("web config reloaded");
     let third = der_of(&dir.join("server.pem"));
     assert_eq!(served(trusted()).await, third);
@@ -435,11 +369,10 @@ async fn a_rotated_certificate_serves_the_next_connection_and_open_ones_go_on() 
         "{refused}"
     );
     assert_eq!(served(trusted()).await, third);
-    let metrics = curl(&[
-        "--cacert",
-        setup.authority.ca.to_str().unwrap(),
-        &https(&daemon, "/metrics"),
-    ]);
+    let metrics = curl_trusting(
+        setup.authority.cert.to_str().unwrap(),
+        &[&https(&daemon, "/metrics")],
+    );
     let metrics = support::prom::Metrics::parse(&metrics.body);
     assert_eq!(
         metrics.value("probe_engine_web_config_last_reload_successful", &[]),
@@ -462,7 +395,7 @@ async fn prometheus_scrapes_over_tls_with_a_ca_file_and_basic_auth() {
          \x20 - job_name: wrong-password\n    scheme: https\n    tls_config: {{ca_file: {ca}}}\n\
          \x20   basic_auth: {{username: prometheus, password: nope}}\n\
          \x20   static_configs: [{{targets: ['{addr}']}}]\n",
-        ca = setup.authority.ca.display(),
+        ca = setup.authority.cert.display(),
         addr = daemon.addr
     );
     let Some(prometheus) = probe_testkit::prometheus_or_skip(&config) else {
@@ -537,7 +470,7 @@ async fn grpcio_checks_health_over_tls() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
-    assert_eq!(check(setup.authority.ca.to_str().unwrap()), "SERVING");
+    assert_eq!(check(setup.authority.cert.to_str().unwrap()), "SERVING");
     assert_eq!(check("-"), "UNAVAILABLE", "plaintext to a TLS listener");
 }
 
@@ -558,7 +491,7 @@ async fn ctl_speaks_tls_with_a_ca_file_and_a_token() {
     );
     let daemon = setup.start(&["--api-token", "op"]);
     let api = https(&daemon, "");
-    let ca = setup.authority.ca.to_str().unwrap();
+    let ca = setup.authority.cert.to_str().unwrap();
     let listed = ctl(
         &api,
         &["--cacert", ca, "--token", "op", "targets", "-o", "json"],
@@ -591,13 +524,10 @@ async fn ctl_speaks_tls_with_a_ca_file_and_a_token() {
         "{}",
         String::from_utf8_lossy(&set.stderr)
     );
-    let got = curl(&[
-        "--cacert",
+    let got = curl_trusting(
         ca,
-        "-u",
-        "prometheus:s3cret",
-        &https(&daemon, "/v1/targets/up"),
-    ]);
+        &["-u", "prometheus:s3cret", &https(&daemon, "/v1/targets/up")],
+    );
     assert!(got.body.contains("via ctl"), "{}", got.body);
     // Without the CA, the certificate is not trusted: the daemon cannot be reached (3).
     let untrusted = ctl(&api, &["--token", "op", "targets"]);
@@ -668,20 +598,10 @@ async fn a_broken_web_config_is_refused_at_start_and_by_check_with_every_error_l
         Some(format!("{} errors in {web}", expected.len()).as_str())
     );
 
-    let run = Command::new(BIN)
-        .args([
-            "run",
-            "--listen",
-            "127.0.0.1:0",
-            "--state-dir",
-            "none",
-            "--config",
-            &setup.path("targets.yaml"),
-            "--web-config",
-            &web,
-        ])
-        .output()
-        .unwrap();
+    let run = support::refused_start(
+        &setup.dir.path().join("targets.yaml"),
+        &["--web-config", &web],
+    );
     assert_eq!(run.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains(&expected[0]), "{stderr}");

@@ -108,14 +108,7 @@ pub(super) async fn uptimes(
             .map(|id| known(&state, id))
             .collect::<Result<Vec<_>, _>>()?,
         None => {
-            let mut ids: Vec<TargetId> = state
-                .engine
-                .graph()
-                .export()
-                .nodes
-                .into_iter()
-                .map(|node| node.id)
-                .collect();
+            let mut ids: Vec<TargetId> = state.engine.graph().nodes().map(|node| node.id).collect();
             ids.sort();
             ids
         }

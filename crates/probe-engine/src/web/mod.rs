@@ -335,9 +335,9 @@ impl Web {
         })
     }
 
-    /// The config in force.
-    pub fn current(&self) -> Arc<WebConfig> {
-        self.current.load_full()
+    /// The config in force. A guard, not a clone: the API's door reads it on every request.
+    pub fn current(&self) -> arc_swap::Guard<Arc<WebConfig>> {
+        self.current.load()
     }
 
     /// Reads the file again and puts it in force, unless it fails to load or would turn TLS on

@@ -594,18 +594,17 @@ impl ClientCertVerifier for AllowedSans {
         let allowed = names.value.general_names.iter().any(|name| {
             let text = match name {
                 GeneralName::DNSName(s) | GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
-                    (*s).to_owned()
+                    Some((*s).to_owned())
                 }
-                GeneralName::IPAddress(bytes) => match bytes.len() {
-                    4 => IpAddr::from(<[u8; 4]>::try_from(*bytes).unwrap_or_default()).to_string(),
-                    16 => {
-                        IpAddr::from(<[u8; 16]>::try_from(*bytes).unwrap_or_default()).to_string()
-                    }
-                    _ => return false,
-                },
-                _ => return false,
+                // 4 bytes for IPv4, 16 for IPv6.
+                GeneralName::IPAddress(bytes) => <[u8; 4]>::try_from(*bytes)
+                    .map(IpAddr::from)
+                    .or_else(|_| <[u8; 16]>::try_from(*bytes).map(IpAddr::from))
+                    .ok()
+                    .map(|ip| ip.to_string()),
+                _ => None,
             };
-            self.allowed.contains(&text)
+            text.is_some_and(|text| self.allowed.contains(&text))
         });
         if allowed {
             Ok(verified)

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // Each test file uses a different part.
 
 pub mod peers;
+pub mod pki;
 pub mod prom;
 pub mod views;
 
@@ -353,6 +354,26 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The daemon started on `config` with `extra` flags, which must refuse to start: what it wrote
+/// and how it ended.
+pub fn refused_start(config: &Path, extra: &[&str]) -> std::process::Output {
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            "none",
+            "--config",
+        ])
+        .arg(config)
+        .args(extra)
+        .output()
+        .expect("run probe-engine");
+    assert!(!out.status.success(), "it started");
+    out
 }
 
 pub fn closed_port() -> SocketAddr {
