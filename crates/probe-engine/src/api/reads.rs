@@ -211,11 +211,13 @@ pub(super) fn detail(engine: &Engine, id: &TargetId) -> Result<Response, ApiErro
 /// `GET /v1/openapi.json`: the API's description, kept as YAML beside the router (see
 /// `openapi.yaml`), served as JSON.
 pub(super) async fn openapi(_: Readable) -> Response {
-    static DESCRIPTION: std::sync::LazyLock<Result<Vec<u8>, String>> =
+    // Made once, then shared: each answer is a reference to the same bytes.
+    static DESCRIPTION: std::sync::LazyLock<Result<axum::body::Bytes, String>> =
         std::sync::LazyLock::new(|| {
             serde_saphyr::from_str::<serde_json::Value>(include_str!("openapi.yaml"))
                 .map_err(|e| e.to_string())
                 .and_then(|doc| serde_json::to_vec(&doc).map_err(|e| e.to_string()))
+                .map(axum::body::Bytes::from)
         });
     match &*DESCRIPTION {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response(),

@@ -118,11 +118,8 @@ pub fn load(path: &Path) -> Result<WebConfig, ConfigErrors> {
     parse(path, &text)
 }
 
-/// As [`load`], with the file's text given.
-///
-/// # Errors
-/// As [`load`].
-pub fn parse(file: &Path, text: &str) -> Result<WebConfig, ConfigErrors> {
+/// As [`load`], with the file's text read.
+fn parse(file: &Path, text: &str) -> Result<WebConfig, ConfigErrors> {
     let mut content = ring::digest::Context::new(&ring::digest::SHA256);
     content.update(text.as_bytes());
     let mut files = vec![file.to_path_buf()];
@@ -158,24 +155,11 @@ pub fn parse(file: &Path, text: &str) -> Result<WebConfig, ConfigErrors> {
         .as_ref()
         .filter(|section| tls::turns_on(&section.value))
         .and_then(|section| tls::settings(section, &mut reader, &mut diags))
-        .and_then(|settings| {
-            let api: &[&[u8]] = if http2 {
-                &[b"h2", b"http/1.1"]
-            } else {
-                &[b"http/1.1"]
-            };
-            let built = settings
-                .server_config(api)
-                .and_then(|api| Ok((api, settings.server_config(&[b"h2"])?)));
-            match built {
-                Ok((api, grpc)) => Some(Tls {
-                    api: Arc::new(api),
-                    grpc: Arc::new(grpc),
-                }),
-                Err(diag) => {
-                    diags.push(diag);
-                    None
-                }
+        .and_then(|settings| match settings.build(http2) {
+            Ok(tls) => Some(tls),
+            Err(diag) => {
+                diags.push(diag);
+                None
             }
         });
     let users = users(&raw, &mut diags);

@@ -451,11 +451,25 @@ fn provider(raw: &RawTls, diags: &mut Diags) -> Option<CryptoProvider> {
 }
 
 impl Settings {
-    /// The server configuration with these ALPN protocols.
+    /// Both listeners' configurations: the API's offers HTTP/2 by ALPN when `http2` says so,
+    /// and HTTP/1.1; the gRPC listener's HTTP/2 alone.
     ///
     /// # Errors
     /// What rustls refuses (a key that does not match the certificate), located at the key.
-    pub(super) fn server_config(&self, alpn: &[&[u8]]) -> Result<ServerConfig, (Pos, String)> {
+    pub(super) fn build(&self, http2: bool) -> Result<Tls, (Pos, String)> {
+        let api: &[&[u8]] = if http2 {
+            &[b"h2", b"http/1.1"]
+        } else {
+            &[b"http/1.1"]
+        };
+        Ok(Tls {
+            api: Arc::new(self.server_config(api)?),
+            grpc: Arc::new(self.server_config(&[b"h2"])?),
+        })
+    }
+
+    /// The server configuration with these ALPN protocols.
+    fn server_config(&self, alpn: &[&[u8]]) -> Result<ServerConfig, (Pos, String)> {
         let at_key = |e: rustls::Error| (self.key_pos, format!("the certificate and key: {e}"));
         let provider = Arc::new(self.provider.clone());
         let algorithms = provider.signature_verification_algorithms;
